@@ -1,0 +1,1 @@
+"""The ``kubevol`` command line. Each sub-command lives in its own module (see ``main``)."""

@@ -1,0 +1,156 @@
+"""kubevol's error tree.
+
+Every error kubevol raises derives from :class:`KubevolError`; where an error also
+means "bad value" or "not found" it subclasses the matching builtin too, so callers
+may catch either::
+
+    KubevolError
+    ├── PluginNotFoundError (LookupError)      no plugin matched a name or spec
+    ├── AmbiguousPluginError (LookupError)     several plugins matched; .names
+    ├── PluginValidationError (ValueError)     InitPlugins problems, all of them; .problems
+    ├── InvalidPathSegmentError (ValueError)   a name/id/UID that would escape the root
+    ├── SpecError (ValueError)                 a Spec or manifest that cannot describe a volume
+    ├── HostPathTypeError (ValueError)         a hostPath whose type check failed
+    ├── OperationError                         a volume operation failed (final)
+    │   ├── TransientOperationError            retry later, nothing changed on the node
+    │   └── UncertainProgressError             retry: the operation may have been done
+    ├── MetricsError                           .code: NOT_SUPPORTED, NO_PATH_DEFINED, FS_INFO_FAILED
+    └── MountError (OSError)                   a mount(8)/umount(8)/mkfs/fsck step failed
+        ├── CorruptedMountError                the mount point answers ENOTCONN, ESTALE, ...
+        ├── UnformattedReadOnlyError           a blank device asked to mount read-only
+        ├── FilesystemMismatchError            the device holds another filesystem type
+        └── FilesystemErrorsError              fsck found errors it could not repair
+
+The CSI package adds its own branch under ``KubevolError`` (``kubevol.csi.errors``):
+``CSIRPCError`` with ``.code`` and ``.method``, whose non-final variant also derives
+from :class:`UncertainProgressError`.
+
+Retry meaning follows the kubelet: :func:`is_operation_finished` is false only for
+:class:`TransientOperationError` and :class:`UncertainProgressError`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+
+class KubevolError(Exception):
+    """Root of every error kubevol raises."""
+
+
+class PluginNotFoundError(KubevolError, LookupError):
+    """No volume plugin matched the name or spec that was asked for."""
+
+
+class AmbiguousPluginError(KubevolError, LookupError):
+    """More than one plugin matched; ``names`` lists them, sorted."""
+
+    def __init__(self, message: str, names: Iterable[str]) -> None:
+        super().__init__(message)
+        self.names: tuple[str, ...] = tuple(sorted(names))
+
+
+class PluginValidationError(KubevolError, ValueError):
+    """Plugins failed validation or ``init``; ``problems`` holds every one found."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class InvalidPathSegmentError(KubevolError, ValueError):
+    """A value that becomes one path segment is empty, too long or escapes its root."""
+
+
+class SpecError(KubevolError, ValueError):
+    """A volume Spec, or the manifest it was loaded from, is not valid."""
+
+
+class HostPathTypeError(KubevolError, ValueError):
+    """A hostPath volume's ``type`` check failed; the message says what was found."""
+
+
+class OperationError(KubevolError):
+    """A volume operation failed. Unless a subclass says otherwise, the failure is final."""
+
+
+class TransientOperationError(OperationError):
+    """The operation failed before changing anything; retry it later."""
+
+
+class UncertainProgressError(OperationError):
+    """The operation may or may not have taken effect; retry it, and clean up if it is unwanted."""
+
+
+def is_operation_finished(err: BaseException) -> bool:
+    """Tell whether ``err`` ends an operation for good (the kubelet's ``IsOperationFinishedError``).
+
+    Transient and uncertain errors mean the operation may still be in progress or is worth
+    retrying; every other error is final.
+    """
+    return not isinstance(err, TransientOperationError | UncertainProgressError)
+
+
+class MetricsErrorCode(enum.IntEnum):
+    """Why a volume's metrics could not be read (Kubernetes' ``ErrCode*`` values)."""
+
+    NOT_SUPPORTED = 1
+    NO_PATH_DEFINED = 2
+    FS_INFO_FAILED = 3
+
+
+class MetricsError(KubevolError):
+    """Metrics could not be read; ``code`` is a :class:`MetricsErrorCode`."""
+
+    def __init__(self, code: MetricsErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @classmethod
+    def not_supported(cls, driver: str | None = None) -> MetricsError:
+        """Metrics are not supported (by the named CSI driver, if given)."""
+        if driver:
+            return cls(
+                MetricsErrorCode.NOT_SUPPORTED,
+                f"metrics are not supported for {driver} volumes",
+            )
+        return cls(MetricsErrorCode.NOT_SUPPORTED, "metrics are not supported for this volume")
+
+    @classmethod
+    def no_path_defined(cls) -> MetricsError:
+        """The provider was given no path to measure."""
+        return cls(MetricsErrorCode.NO_PATH_DEFINED, "no path defined for disk usage metrics")
+
+    @classmethod
+    def fs_info_failed(cls, path: str, cause: BaseException) -> MetricsError:
+        """Reading filesystem information for ``path`` failed; chain the cause with ``from``."""
+        return cls(
+            MetricsErrorCode.FS_INFO_FAILED,
+            f"failed to get filesystem info for {path!r}: {cause}",
+        )
+
+
+def is_not_supported(err: BaseException) -> bool:
+    """True if and only if ``err`` is a :class:`MetricsError` meaning "not supported"."""
+    return isinstance(err, MetricsError) and err.code is MetricsErrorCode.NOT_SUPPORTED
+
+
+class MountError(KubevolError, OSError):
+    """A mount, unmount, format or check step failed; the message names the path and command."""
+
+
+class CorruptedMountError(MountError):
+    """The path is a mount point whose filesystem no longer answers (ENOTCONN, ESTALE, ...)."""
+
+
+class UnformattedReadOnlyError(MountError):
+    """A blank device cannot be formatted because it was asked to mount read-only."""
+
+
+class FilesystemMismatchError(MountError):
+    """The device already holds a filesystem of another type than the one asked for."""
+
+
+class FilesystemErrorsError(MountError):
+    """``fsck`` found errors on the device that it could not repair."""

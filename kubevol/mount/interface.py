@@ -1,0 +1,72 @@
+"""The mount interface (Kubernetes' ``mount.Interface``): what plugins use to mount and unmount.
+
+``kubevol.mount.LinuxMounter`` implements it with mount(8)/umount(8) and the kernel's
+mount table; ``kubevol.testing.FakeMounter`` records calls for unit tests.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class MountPoint:
+    """One mounted filesystem as ``list()`` reports it."""
+
+    device: str
+    path: str
+    type: str
+    opts: tuple[str, ...] = ()
+
+
+class Mounter(abc.ABC):
+    """Mounts and unmounts filesystems and answers questions about the mount table."""
+
+    @abc.abstractmethod
+    def mount(
+        self, source: str, target: str, fstype: str = "", options: Sequence[str] = ()
+    ) -> None:
+        """Mount ``source`` at ``target``. A ``bind`` option with others binds, then remounts
+        with them (read-only and other flags only take effect on a remount)."""
+
+    @abc.abstractmethod
+    def mount_sensitive(
+        self,
+        source: str,
+        target: str,
+        fstype: str,
+        options: Sequence[str],
+        sensitive_options: Sequence[str],
+    ) -> None:
+        """Like :meth:`mount`; ``sensitive_options`` are passed on but never logged or raised."""
+
+    @abc.abstractmethod
+    def unmount(self, target: str) -> None:
+        """Unmount ``target``. Raises :class:`~kubevol.errors.MountError` on failure."""
+
+    @abc.abstractmethod
+    def list(self) -> list[MountPoint]:
+        """Every mount in the mount table."""
+
+    @abc.abstractmethod
+    def is_likely_not_mount_point(self, path: str) -> bool:
+        """Fast check: True when ``path`` is probably not a mount point.
+
+        It can miss bind mounts of a directory of the same filesystem. Raises
+        ``FileNotFoundError`` when the path does not exist.
+        """
+
+    def is_mount_point(self, path: str) -> bool:
+        """Exact check: whether ``path`` is listed as a mount point (after resolving links)."""
+        import os
+
+        real = os.path.realpath(path)
+        return any(mp.path == real for mp in self.list())
+
+    @abc.abstractmethod
+    def get_mount_refs(self, path: str) -> list[str]:
+        """Every other mount point of the filesystem mounted at ``path``, with the same root
+        (Kubernetes' ``SearchMountPoints``). Missing or corrupted path: ``[]``."""
