@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint system-deps clean
+.PHONY: demo test lint system-deps clean generate check-generated
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,12 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict kubevol tests benchmarks
+
+generate: $(STAMP)
+	bash scripts/generate-protos.sh
+
+check-generated: $(STAMP)
+	bash scripts/generate-protos.sh --check
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
