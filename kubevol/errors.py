@@ -9,6 +9,7 @@ may catch either::
     ├── AmbiguousPluginError (LookupError)     several plugins matched; .names
     ├── PluginValidationError (ValueError)     InitPlugins problems, all of them; .problems
     ├── InvalidPathSegmentError (ValueError)   a name/id/UID that would escape the root
+    ├── ProbeError                             a dynamic prober failed; .events still apply
     ├── SpecError (ValueError)                 a Spec or manifest that cannot describe a volume
     ├── HostPathTypeError (ValueError)         a hostPath whose type check failed
     ├── OperationError                         a volume operation failed (final)
@@ -19,7 +20,9 @@ may catch either::
         ├── CorruptedMountError                the mount point answers ENOTCONN, ESTALE, ...
         ├── UnformattedReadOnlyError           a blank device asked to mount read-only
         ├── FilesystemMismatchError            the device holds another filesystem type
-        └── FilesystemErrorsError              fsck found errors it could not repair
+        ├── FilesystemErrorsError              fsck found errors it could not repair
+        ├── MountInfoError (ValueError)        a mountinfo line is malformed; names the line
+        └── DeviceStillMountedError            the unstage guard refused an unmount; .refs
 
 The CSI package adds its own branch under ``KubevolError`` (``kubevol.csi.errors``):
 ``CSIRPCError`` with ``.code`` and ``.method``, whose non-final variant also derives
@@ -61,6 +64,14 @@ class PluginValidationError(KubevolError, ValueError):
 
 class InvalidPathSegmentError(KubevolError, ValueError):
     """A value that becomes one path segment is empty, too long or escapes its root."""
+
+
+class ProbeError(KubevolError):
+    """A dynamic plugin prober failed; ``events`` found before the failure are still applied."""
+
+    def __init__(self, message: str, events: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.events: tuple[object, ...] = tuple(events)
 
 
 class SpecError(KubevolError, ValueError):
@@ -154,3 +165,15 @@ class FilesystemMismatchError(MountError):
 
 class FilesystemErrorsError(MountError):
     """``fsck`` found errors on the device that it could not repair."""
+
+
+class MountInfoError(MountError, ValueError):
+    """A mountinfo text is malformed; the message names the line number and its content."""
+
+
+class DeviceStillMountedError(MountError):
+    """The unstage guard refused to unmount a device mount path; ``refs`` lists the blockers."""
+
+    def __init__(self, message: str, refs: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.refs: tuple[str, ...] = tuple(refs)

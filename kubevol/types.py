@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 VOLUME_PARAMETER_FS_TYPE = "fstype"
 
 
-class CSIVolumePhase(str, enum.Enum):
+class CSIVolumePhase(enum.StrEnum):
     """Where a CSI volume is on the node when it is expanded."""
 
     STAGED = "staged"
@@ -26,7 +26,7 @@ CSI_VOLUME_STAGED = CSIVolumePhase.STAGED
 CSI_VOLUME_PUBLISHED = CSIVolumePhase.PUBLISHED
 
 
-class FSGroupChangePolicy(str, enum.Enum):
+class FSGroupChangePolicy(enum.StrEnum):
     """A pod's ``fsGroupChangePolicy``."""
 
     ON_ROOT_MISMATCH = "OnRootMismatch"

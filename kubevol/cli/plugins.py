@@ -1,0 +1,62 @@
+"""``kubevol plugins``: list the volume plugins kubevol knows and what each can do."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kubevol import plugin as bases
+from kubevol.cli.output import add_output_flag, render
+from kubevol.manager import entry_point_plugins
+from kubevol.plugins import builtin_plugins
+
+#: Capability name → the base a plugin subclasses to offer it.
+CAPABILITIES: dict[str, type[Any]] = {
+    "persistent": bases.PersistentVolumePlugin,
+    "recyclable": bases.RecyclableVolumePlugin,
+    "deletable": bases.DeletableVolumePlugin,
+    "provisionable": bases.ProvisionableVolumePlugin,
+    "device-mountable": bases.DeviceMountableVolumePlugin,
+    "attachable": bases.AttachableVolumePlugin,
+    "expandable": bases.ExpandableVolumePlugin,
+    "node-expandable": bases.NodeExpandableVolumePlugin,
+    "block": bases.BlockVolumePlugin,
+    "attach-limits": bases.VolumePluginWithAttachLimits,
+    "bulk-verify": bases.BulkVolumeVerifier,
+}
+
+
+def describe(plugin: bases.VolumePlugin, source: str) -> dict[str, Any]:
+    """One plugin as a plain dict: name, source, capabilities and options."""
+    return {
+        "name": plugin.get_plugin_name(),
+        "source": source,
+        "capabilities": [name for name, base in CAPABILITIES.items() if isinstance(plugin, base)],
+        "supports_mount_option": plugin.supports_mount_option(),
+        "supports_bulk_volume_verification": plugin.supports_bulk_volume_verification(),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = [describe(p, "builtin") for p in builtin_plugins()]
+    found, problems = entry_point_plugins()
+    rows += [describe(p, "entry-point") for p in found]
+    rows.sort(key=lambda r: (r["source"] != "builtin", r["name"]))
+    render(rows, args.output, sys.stdout, columns=("name", "source", "capabilities"))
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list volume plugins and their capabilities",
+        description=(
+            "List the volume plugins kubevol ships and those installed through the "
+            "'kubevol.plugins' entry-point group, with the capabilities each offers."
+        ),
+    )
+    add_output_flag(parser, ("table", "json", "yaml"))
+    parser.set_defaults(func=run)

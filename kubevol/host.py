@@ -1,0 +1,379 @@
+"""``VolumeHost``: what a plugin may ask of the node agent hosting it, and ``NodeVolumeHost``,
+a concrete host with the kubelet's directory layout under a root directory::
+
+    <root>/plugins/<plugin-name>/                       plugin data (the name's "/" nests)
+    <root>/plugins/<plugin-name>/volumeDevices/         plugin data for block volumes
+    <root>/plugins_registry/                            driver registration sockets
+    <root>/pods/<uid>/volumes/<escaped-plugin>/<vol>    a pod's volume ("/" escaped as "~")
+    <root>/pods/<uid>/volumeDevices/<escaped-plugin>/   a pod's block volume links
+    <root>/pods/<uid>/plugins/<escaped-plugin>/         plugin data for one pod
+
+Every name or id that becomes a path segment is validated first, so nothing is ever
+created outside the root.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import logging
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kubevol.errors import InvalidPathSegmentError, KubevolError
+
+if TYPE_CHECKING:
+    from kubevol.manager import VolumePluginMgr
+    from kubevol.mount.interface import Mounter as MountInterface
+    from kubevol.spec import Spec
+    from kubevol.types import VolumeOptions
+    from kubevol.volume import Mounter, Unmounter
+
+log = logging.getLogger(__name__)
+
+#: Runs a command (argv) and returns the completed process, output captured as text.
+CommandRunner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+#: Longest file name Linux accepts (NAME_MAX).
+MAX_SEGMENT_BYTES = 255
+
+
+def validate_path_segment(value: str, what: str) -> str:
+    """Return ``value`` if it is safe as one path segment, else raise InvalidPathSegmentError.
+
+    Refused: empty, ``.``, ``..``, anything with ``/`` or NUL, over 255 bytes.
+    """
+    if not isinstance(value, str):
+        raise InvalidPathSegmentError(f"{what} must be a string, got {type(value).__name__}")
+    if value in ("", ".", ".."):
+        raise InvalidPathSegmentError(f"{what} {value!r} is not a valid path segment")
+    if "/" in value or "\0" in value:
+        raise InvalidPathSegmentError(f"{what} {value!r} must not contain '/' or NUL")
+    if len(value.encode("utf-8", "surrogateescape")) > MAX_SEGMENT_BYTES:
+        raise InvalidPathSegmentError(
+            f"{what} is {len(value.encode())} bytes long; at most {MAX_SEGMENT_BYTES} are allowed"
+        )
+    return value
+
+
+def escape_plugin_name(name: str) -> str:
+    """``kubernetes.io/csi`` → ``kubernetes.io~csi`` (the kubelet's ``EscapeQualifiedName``)."""
+    return name.replace("/", "~")
+
+
+def unescape_plugin_name(escaped: str) -> str:
+    """``kubernetes.io~csi`` → ``kubernetes.io/csi``."""
+    return escaped.replace("~", "/")
+
+
+def _plugin_name_parts(name: str) -> list[str]:
+    parts = name.split("/")
+    if len(parts) > 2:
+        raise InvalidPathSegmentError(f"plugin name {name!r} has more than one '/'")
+    return [validate_path_segment(p, "plugin name part") for p in parts]
+
+
+class VolumeHost(abc.ABC):
+    """What a plugin may ask of the agent that hosts it (the kubelet's ``VolumeHost``)."""
+
+    @abc.abstractmethod
+    def get_plugin_dir(self, plugin_name: str) -> str:
+        """Directory for a plugin's node-wide data (may not exist yet)."""
+
+    @abc.abstractmethod
+    def get_volume_device_plugin_dir(self, plugin_name: str) -> str:
+        """Directory for a plugin's node-wide block volume data."""
+
+    @abc.abstractmethod
+    def get_pods_dir(self) -> str:
+        """Directory holding every pod's data."""
+
+    @abc.abstractmethod
+    def get_pod_volume_dir(self, pod_uid: str, plugin_name: str, volume_name: str) -> str:
+        """Directory of one volume of one pod."""
+
+    @abc.abstractmethod
+    def get_pod_plugin_dir(self, pod_uid: str, plugin_name: str) -> str:
+        """Directory for a plugin's data about one pod."""
+
+    @abc.abstractmethod
+    def get_pod_volume_device_dir(self, pod_uid: str, plugin_name: str) -> str:
+        """Directory of a pod's block volume links for one plugin."""
+
+    @abc.abstractmethod
+    def get_kube_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient``, or None when there is no API server."""
+
+    @abc.abstractmethod
+    def get_mounter(self) -> MountInterface:
+        """The mount interface plugins must use."""
+
+    @abc.abstractmethod
+    def get_node_name(self) -> str:
+        """This node's name."""
+
+    @abc.abstractmethod
+    def get_host_name(self) -> str:
+        """This machine's host name."""
+
+    @abc.abstractmethod
+    def get_host_ip(self) -> str:
+        """This machine's primary IP address."""
+
+    @abc.abstractmethod
+    def get_node_labels(self) -> dict[str, str]:
+        """Labels of this node."""
+
+    @abc.abstractmethod
+    def get_node_allocatable(self) -> dict[str, str]:
+        """Allocatable resources of this node (resource name → quantity)."""
+
+    @abc.abstractmethod
+    def get_secret_func(self) -> Callable[[str, str], Any]:
+        """A function ``(namespace, name) → V1Secret``."""
+
+    @abc.abstractmethod
+    def get_config_map_func(self) -> Callable[[str, str], Any]:
+        """A function ``(namespace, name) → V1ConfigMap``."""
+
+    @abc.abstractmethod
+    def get_exec(self, plugin_name: str) -> CommandRunner:
+        """A function that runs a command for a plugin and returns its completed process."""
+
+    @abc.abstractmethod
+    def get_event_recorder(self) -> Callable[[str, str, str], None]:
+        """A function ``(event type, reason, message)`` that records an event."""
+
+    @abc.abstractmethod
+    def new_wrapper_mounter(
+        self, volume_name: str, spec: Spec, pod: Any, opts: VolumeOptions
+    ) -> Mounter:
+        """A mounter from whichever plugin handles ``spec``, for plugins that wrap others."""
+
+    @abc.abstractmethod
+    def new_wrapper_unmounter(self, volume_name: str, spec: Spec, pod_uid: str) -> Unmounter:
+        """The unmounter matching :meth:`new_wrapper_mounter`."""
+
+    def bind_plugin_mgr(self, mgr: VolumePluginMgr) -> None:  # noqa: B027 - optional hook
+        """Called by ``VolumePluginMgr.init_plugins`` so the host can find wrapped plugins."""
+
+
+class KubeletVolumeHost(VolumeHost):
+    """A host that is a node agent (the kubelet's extra methods)."""
+
+    @abc.abstractmethod
+    def set_kubelet_error(self, err: BaseException) -> None:
+        """Report an error that makes the node not ready."""
+
+    @abc.abstractmethod
+    def get_csi_driver(self, name: str) -> Any:
+        """The ``V1CSIDriver`` object named ``name``, or None if there is none."""
+
+    @abc.abstractmethod
+    def wait_for_cache_sync(self) -> None:
+        """Block until CSIDriver information is loaded."""
+
+
+class AttachDetachVolumeHost(VolumeHost):
+    """A host that is an attach/detach controller."""
+
+    @abc.abstractmethod
+    def get_csi_node(self, name: str) -> Any:
+        """The ``V1CSINode`` object for node ``name``, or None."""
+
+    @abc.abstractmethod
+    def get_csi_driver(self, name: str) -> Any:
+        """The ``V1CSIDriver`` object named ``name``, or None."""
+
+    @abc.abstractmethod
+    def list_volume_attachments(self) -> list[Any]:
+        """Every ``V1VolumeAttachment`` object."""
+
+    def is_attach_detach_controller(self) -> bool:
+        """Always True: marks a host as the attach/detach controller."""
+        return True
+
+
+def _run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
+
+
+class NodeVolumeHost(KubeletVolumeHost):
+    """A node agent's host with the kubelet's layout under ``root_dir``.
+
+    ``mounter`` defaults to :class:`kubevol.mount.LinuxMounter`; ``kube_client`` is an
+    optional ``kubernetes.client.ApiClient``; ``csi_drivers`` looks up CSIDriver objects
+    by name when there is no API server.
+    """
+
+    def __init__(
+        self,
+        *,
+        root_dir: str,
+        node_name: str,
+        mounter: MountInterface | None = None,
+        kube_client: Any = None,
+        csi_drivers: Callable[[str], Any] | None = None,
+        node_labels: dict[str, str] | None = None,
+    ) -> None:
+        if not root_dir:
+            raise InvalidPathSegmentError("root_dir must not be empty")
+        self.root_dir = os.path.abspath(root_dir)
+        self.node_name = validate_path_segment(node_name, "node name")
+        self._mounter = mounter
+        self._kube_client = kube_client
+        self._csi_drivers = csi_drivers
+        self._node_labels = dict(node_labels or {})
+        self._plugin_mgr: VolumePluginMgr | None = None
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+
+    def _under_root(self, *parts: str) -> str:
+        path = os.path.join(self.root_dir, *parts)
+        # Segments are validated already; this guards against a mistake in a caller.
+        if os.path.commonpath([self.root_dir, os.path.normpath(path)]) != self.root_dir:
+            raise InvalidPathSegmentError(f"{path!r} is outside the root {self.root_dir!r}")
+        return path
+
+    def get_plugin_dir(self, plugin_name: str) -> str:
+        return self._under_root("plugins", *_plugin_name_parts(plugin_name))
+
+    def get_volume_device_plugin_dir(self, plugin_name: str) -> str:
+        return os.path.join(self.get_plugin_dir(plugin_name), "volumeDevices")
+
+    def get_plugins_registry_dir(self) -> str:
+        """Where drivers' registration sockets appear (``plugins_registry``)."""
+        return self._under_root("plugins_registry")
+
+    def get_pods_dir(self) -> str:
+        return self._under_root("pods")
+
+    def get_pod_dir(self, pod_uid: str) -> str:
+        """Directory of one pod."""
+        return self._under_root("pods", validate_path_segment(pod_uid, "pod UID"))
+
+    def get_pod_volume_dir(self, pod_uid: str, plugin_name: str, volume_name: str) -> str:
+        return os.path.join(
+            self.get_pod_dir(pod_uid),
+            "volumes",
+            validate_path_segment(escape_plugin_name(plugin_name), "plugin name"),
+            validate_path_segment(volume_name, "volume name"),
+        )
+
+    def get_pod_plugin_dir(self, pod_uid: str, plugin_name: str) -> str:
+        return os.path.join(
+            self.get_pod_dir(pod_uid),
+            "plugins",
+            validate_path_segment(escape_plugin_name(plugin_name), "plugin name"),
+        )
+
+    def get_pod_volume_device_dir(self, pod_uid: str, plugin_name: str) -> str:
+        return os.path.join(
+            self.get_pod_dir(pod_uid),
+            "volumeDevices",
+            validate_path_segment(escape_plugin_name(plugin_name), "plugin name"),
+        )
+
+    def get_kube_client(self) -> Any:
+        return self._kube_client
+
+    def get_mounter(self) -> MountInterface:
+        with self._lock:
+            if self._mounter is None:
+                from kubevol.mount import LinuxMounter  # the mount layer sits above the bases
+
+                self._mounter = LinuxMounter()
+            return self._mounter
+
+    def get_node_name(self) -> str:
+        return self.node_name
+
+    def get_host_name(self) -> str:
+        return socket.gethostname()
+
+    def get_host_ip(self) -> str:
+        # A UDP "connect" sends nothing; it only asks the kernel which source address
+        # it would use, which is the primary address. Loopback when there is no route.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.connect(("192.0.2.1", 9))  # TEST-NET-1: never routed anywhere real
+                return str(probe.getsockname()[0])
+            except OSError:
+                return "127.0.0.1"
+
+    def get_node_labels(self) -> dict[str, str]:
+        return dict(self._node_labels)
+
+    def get_node_allocatable(self) -> dict[str, str]:
+        return {"cpu": str(os.cpu_count() or 1)}
+
+    def get_secret_func(self) -> Callable[[str, str], Any]:
+        return lambda namespace, name: self._read_namespaced("secret", namespace, name)
+
+    def get_config_map_func(self) -> Callable[[str, str], Any]:
+        return lambda namespace, name: self._read_namespaced("config_map", namespace, name)
+
+    def _read_namespaced(self, kind: str, namespace: str, name: str) -> Any:
+        if self._kube_client is None:
+            raise KubevolError(f"cannot read {kind} {namespace}/{name}: no Kubernetes API client")
+        from kubernetes.client import CoreV1Api
+
+        return getattr(CoreV1Api(self._kube_client), f"read_namespaced_{kind}")(name, namespace)
+
+    def get_exec(self, plugin_name: str) -> CommandRunner:
+        return _run_command
+
+    def get_event_recorder(self) -> Callable[[str, str, str], None]:
+        def record(event_type: str, reason: str, message: str) -> None:
+            log.info("event %s %s: %s", event_type, reason, message)
+
+        return record
+
+    def bind_plugin_mgr(self, mgr: VolumePluginMgr) -> None:
+        self._plugin_mgr = mgr
+
+    def _wrapped_plugin(self, spec: Spec) -> Any:
+        if self._plugin_mgr is None:
+            raise KubevolError("the host is not bound to a plugin manager yet")
+        return self._plugin_mgr.find_plugin_by_spec(spec)
+
+    def new_wrapper_mounter(
+        self, volume_name: str, spec: Spec, pod: Any, opts: VolumeOptions
+    ) -> Mounter:
+        from kubevol.spec import Spec as SpecClass
+
+        # The wrapped volume takes the wrapper's name, as the kubelet does.
+        volume = copy.deepcopy(spec.volume)
+        if volume is not None:
+            volume.name = volume_name
+        wrapped = SpecClass(
+            volume=volume, persistent_volume=spec.persistent_volume, read_only=spec.read_only
+        )
+        mounter: Mounter = self._wrapped_plugin(wrapped).new_mounter(wrapped, pod, opts)
+        return mounter
+
+    def new_wrapper_unmounter(self, volume_name: str, spec: Spec, pod_uid: str) -> Unmounter:
+        unmounter: Unmounter = self._wrapped_plugin(spec).new_unmounter(volume_name, pod_uid)
+        return unmounter
+
+    def set_kubelet_error(self, err: BaseException) -> None:
+        with self._lock:
+            self._errors.append(err)
+        log.error("node error reported by a plugin: %s", err)
+
+    def kubelet_errors(self) -> list[BaseException]:
+        """Errors plugins reported with :meth:`set_kubelet_error`."""
+        with self._lock:
+            return list(self._errors)
+
+    def get_csi_driver(self, name: str) -> Any:
+        if self._csi_drivers is not None:
+            return self._csi_drivers(name)
+        return None
+
+    def wait_for_cache_sync(self) -> None:
+        """Nothing to wait for: CSIDriver lookups are synchronous here."""

@@ -1,0 +1,163 @@
+"""``kubernetes.io/empty-dir``: a scratch directory that lives as long as its pod.
+
+The disk medium is a directory under the pod's volume dir; the ``Memory`` medium is a
+tmpfs mounted there, sized by ``sizeLimit``. A ``ready`` marker in the pod's plugin dir
+records a completed set-up, as the kubelet keeps one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kubevol.errors import MountError, SpecError
+from kubevol.host import VolumeHost, validate_path_segment
+from kubevol.ownership import set_volume_ownership
+from kubevol.plugin import VolumePlugin
+from kubevol.plugins._util import pod_uid, quantity_bytes, remove_tree_on_one_device
+from kubevol.spec import Spec
+from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
+from kubevol.volume import Metrics, Mounter, Unmounter
+
+EMPTY_DIR_PLUGIN_NAME = "kubernetes.io/empty-dir"
+MEDIUM_DEFAULT = ""
+MEDIUM_MEMORY = "Memory"
+_READY_FILE = "ready"
+
+
+class EmptyDirPlugin(VolumePlugin):
+    """Scratch volumes on the node's disk or in memory."""
+
+    def __init__(self) -> None:
+        self._host: VolumeHost | None = None
+
+    @property
+    def host(self) -> VolumeHost:
+        if self._host is None:
+            raise RuntimeError("EmptyDirPlugin used before init()")
+        return self._host
+
+    def init(self, host: VolumeHost) -> None:
+        self._host = host
+
+    def get_plugin_name(self) -> str:
+        return EMPTY_DIR_PLUGIN_NAME
+
+    def can_support(self, spec: Spec) -> bool:
+        return spec.volume is not None and spec.volume.empty_dir is not None
+
+    def get_volume_name(self, spec: Spec) -> str:
+        if not self.can_support(spec):
+            raise SpecError(f"volume {spec.name()!r} is not an emptyDir volume")
+        return spec.name()
+
+    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> EmptyDir:
+        source = spec.volume.empty_dir if self.can_support(spec) else None
+        if source is None:
+            raise SpecError(f"volume {spec.name()!r} is not an emptyDir volume")
+        medium = source.medium or MEDIUM_DEFAULT
+        if medium not in (MEDIUM_DEFAULT, MEDIUM_MEMORY):
+            raise SpecError(
+                f"emptyDir {spec.name()!r} has medium {medium!r}; "
+                f"kubevol supports {MEDIUM_DEFAULT!r} (disk) and {MEDIUM_MEMORY!r}"
+            )
+        return EmptyDir(
+            host=self.host,
+            pod_uid=pod_uid(pod),
+            volume_name=spec.name(),
+            medium=medium,
+            size_limit=quantity_bytes(source.size_limit),
+        )
+
+    def new_unmounter(self, volume_name: str, pod_uid: str) -> EmptyDir:
+        # The medium is found on disk at tear-down: a tmpfs mount means Memory.
+        return EmptyDir(host=self.host, pod_uid=pod_uid, volume_name=volume_name)
+
+    def construct_volume_spec(self, volume_name: str, volume_path: str) -> ReconstructedVolume:
+        from kubernetes.client import V1EmptyDirVolumeSource, V1Volume
+
+        medium = MEDIUM_DEFAULT
+        mounter = self.host.get_mounter()
+        if os.path.isdir(volume_path) and not mounter.is_likely_not_mount_point(volume_path):
+            medium = MEDIUM_MEMORY
+        volume = V1Volume(
+            name=volume_name, empty_dir=V1EmptyDirVolumeSource(medium=medium or None)
+        )
+        return ReconstructedVolume(spec=Spec.from_volume(volume))
+
+
+class EmptyDir(Mounter, Unmounter):
+    """One pod's emptyDir volume; sets it up and tears it down."""
+
+    def __init__(
+        self,
+        *,
+        host: VolumeHost,
+        pod_uid: str,
+        volume_name: str,
+        medium: str = MEDIUM_DEFAULT,
+        size_limit: int | None = None,
+    ) -> None:
+        self._host = host
+        self._pod_uid = pod_uid
+        self._volume_name = validate_path_segment(volume_name, "volume name")
+        self._medium = medium
+        self._size_limit = size_limit
+
+    def get_path(self) -> str:
+        return self._host.get_pod_volume_dir(
+            self._pod_uid, EMPTY_DIR_PLUGIN_NAME, self._volume_name
+        )
+
+    def _ready_path(self) -> str:
+        plugin_dir = self._host.get_pod_plugin_dir(self._pod_uid, EMPTY_DIR_PLUGIN_NAME)
+        return os.path.join(plugin_dir, self._volume_name, _READY_FILE)
+
+    def get_metrics(self) -> Metrics:
+        from kubevol.metrics import MetricsDu  # metrics sit above the bases
+
+        return MetricsDu(self.get_path()).get_metrics()
+
+    def can_mount(self) -> None:
+        """Nothing is needed beyond the kernel's tmpfs."""
+
+    def get_attributes(self) -> Attributes:
+        return Attributes(read_only=False, managed=True, selinux_relabel=True)
+
+    def _is_mounted(self, directory: str) -> bool:
+        return not self._host.get_mounter().is_likely_not_mount_point(directory)
+
+    def set_up_at(self, directory: str, args: MounterArgs) -> None:
+        """Create the directory (and mount tmpfs for Memory). Idempotent."""
+        already_set_up = os.path.exists(self._ready_path()) and os.path.isdir(directory)
+        if already_set_up and (self._medium != MEDIUM_MEMORY or self._is_mounted(directory)):
+            return
+        os.makedirs(directory, exist_ok=True)
+        if self._medium == MEDIUM_MEMORY and not self._is_mounted(directory):
+            options = [f"size={self._size_limit}"] if self._size_limit else []
+            self._host.get_mounter().mount("tmpfs", directory, "tmpfs", options)
+        # Any container user must be able to write: the kubelet makes it world-writable.
+        os.chmod(directory, 0o777)
+        set_volume_ownership(directory, args.fs_group, args.fs_group_change_policy)
+        ready = self._ready_path()
+        os.makedirs(os.path.dirname(ready), exist_ok=True)
+        with open(ready, "w", encoding="utf-8"):
+            pass
+
+    def tear_down_at(self, directory: str) -> None:
+        """Unmount tmpfs or delete the directory, then drop the ready marker. Idempotent.
+
+        A failed unmount raises MountError and deletes nothing.
+        """
+        if os.path.lexists(directory):
+            if self._is_mounted(directory):
+                self._host.get_mounter().unmount(directory)
+                if self._is_mounted(directory):
+                    raise MountError(f"{directory!r} is still mounted after unmount")
+                os.rmdir(directory)
+            else:
+                remove_tree_on_one_device(directory)
+        ready = self._ready_path()
+        if os.path.exists(ready):
+            os.unlink(ready)
+            os.rmdir(os.path.dirname(ready))
