@@ -1,0 +1,657 @@
+"""``CSIClient``: talk to any CSI driver over one long-lived gRPC channel.
+
+Every Identity, Controller, GroupController and Node RPC is a snake_case method taking and
+returning :mod:`kubevol.csi.types`. Each method accepts ``timeout`` (seconds; default
+:data:`DEFAULT_TIMEOUT`, the kubelet's 2 minutes) and ``metadata`` (extra gRPC metadata, e.g.
+``{"csi.requestid": "42"}``).
+
+Failures raise :class:`~kubevol.csi.errors.CSIRPCError`; stage, publish and expand calls
+raise :class:`~kubevol.csi.errors.CSIRPCUncertainError` (an ``UncertainProgressError``)
+when the status is not final or the transport failed, as the kubelet treats them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from kubevol.csi import convert
+from kubevol.csi import types as t
+from kubevol.csi._pb import csi_pb2
+from kubevol.csi._rpc import RPCS
+from kubevol.csi.endpoint import parse_endpoint
+from kubevol.csi.errors import error_from_rpc
+
+#: Per-call timeout in seconds when none is given (the kubelet's csiTimeout).
+DEFAULT_TIMEOUT = 120.0
+
+#: RPCs that change state on the node or attach a volume: a non-final failure is uncertain.
+_MAY_PROGRESS = frozenset(
+    {
+        "NodeStageVolume",
+        "NodePublishVolume",
+        "ControllerPublishVolume",
+        "NodeExpandVolume",
+        "ControllerExpandVolume",
+    }
+)
+
+Metadata = Mapping[str, str] | None
+
+
+class CSIClient:
+    """A client for one CSI endpoint. Thread-safe; close it (or use ``with``) when done.
+
+    ``endpoint`` is ``unix:///path.sock``, a bare absolute socket path, or ``tcp://host:port``
+    (for tests). ``metadata`` is sent with every call, before per-call metadata.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        user_agent: str = "kubevol",
+        metadata: Metadata = None,
+    ) -> None:
+        self.endpoint = parse_endpoint(endpoint)
+        self.timeout = timeout
+        self._metadata = tuple((metadata or {}).items())
+        self._channel = grpc.insecure_channel(
+            self.endpoint.grpc_target,
+            options=[("grpc.primary_user_agent", user_agent)],
+        )
+        self._lock = threading.Lock()
+        self._callables: dict[str, Any] = {}
+        self._node_caps: frozenset[t.NodeCapability] | None = None
+        self._closed = False
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the channel. Idempotent; later calls fail with a (transport) CSIRPCError."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._channel.close()
+
+    def __enter__(self) -> CSIClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CSIClient({str(self.endpoint)!r})"
+
+    def _callable(self, name: str) -> Any:
+        with self._lock:
+            found = self._callables.get(name)
+            if found is None:
+                rpc = RPCS[name]
+                found = self._channel.unary_unary(
+                    rpc.path,
+                    request_serializer=rpc.request_type.SerializeToString,
+                    response_deserializer=rpc.response_type.FromString,
+                )
+                self._callables[name] = found
+            return found
+
+    def call(
+        self, name: str, request: Any, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> Any:
+        """Send ``request`` (a protobuf message) to RPC ``name`` and return the response message.
+
+        The escape hatch under the typed methods; raises like them.
+        """
+        rpc = RPCS[name]
+        md = self._metadata + tuple((metadata or {}).items())
+        try:
+            return self._callable(name)(
+                request, timeout=self.timeout if timeout is None else timeout, metadata=md
+            )
+        except Exception as exc:
+            raise error_from_rpc(exc, rpc.path, may_progress=name in _MAY_PROGRESS) from exc
+
+    # --- Identity -------------------------------------------------------------------
+
+    def get_plugin_info(
+        self, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> t.PluginInfo:
+        """The driver's name, version and manifest."""
+        resp = self.call(
+            "GetPluginInfo", csi_pb2.GetPluginInfoRequest(), timeout=timeout, metadata=metadata
+        )
+        return convert.plugin_info_from_pb(resp)
+
+    def get_plugin_capabilities(
+        self, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> t.PluginCapabilities:
+        """Which services the driver offers and how its volumes expand."""
+        resp = self.call(
+            "GetPluginCapabilities",
+            csi_pb2.GetPluginCapabilitiesRequest(),
+            timeout=timeout,
+            metadata=metadata,
+        )
+        return convert.plugin_capabilities_from_pb(resp)
+
+    def probe(self, *, timeout: float | None = None, metadata: Metadata = None) -> bool:
+        """True when the driver is ready; an unset readiness counts as ready (spec)."""
+        resp = self.call("Probe", csi_pb2.ProbeRequest(), timeout=timeout, metadata=metadata)
+        return bool(resp.ready.value) if resp.HasField("ready") else True
+
+    # --- Controller -----------------------------------------------------------------
+
+    def create_volume(
+        self,
+        name: str,
+        capabilities: Iterable[t.VolumeCapability],
+        *,
+        capacity_range: t.CapacityRange | None = None,
+        parameters: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        content_source: t.ContentSource | None = None,
+        accessibility_requirements: t.TopologyRequirement | None = None,
+        mutable_parameters: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.Volume:
+        """Create (or find, by ``name``) a volume. Idempotent on the driver's side."""
+        req = csi_pb2.CreateVolumeRequest(
+            name=name,
+            volume_capabilities=convert.capabilities_to_pb(capabilities),
+            parameters=dict(parameters or {}),
+            secrets=dict(secrets or {}),
+            mutable_parameters=dict(mutable_parameters or {}),
+        )
+        if capacity_range is not None:
+            req.capacity_range.CopyFrom(convert.capacity_range_to_pb(capacity_range))
+        if content_source is not None:
+            req.volume_content_source.CopyFrom(convert.content_source_to_pb(content_source))
+        if accessibility_requirements is not None:
+            req.accessibility_requirements.CopyFrom(
+                convert.topology_requirement_to_pb(accessibility_requirements)
+            )
+        resp = self.call("CreateVolume", req, timeout=timeout, metadata=metadata)
+        return convert.volume_from_pb(resp.volume)
+
+    def delete_volume(
+        self,
+        volume_id: str,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Delete a volume; OK when it is already gone (spec)."""
+        req = csi_pb2.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(secrets or {}))
+        self.call("DeleteVolume", req, timeout=timeout, metadata=metadata)
+
+    def controller_publish_volume(
+        self,
+        volume_id: str,
+        node_id: str,
+        capability: t.VolumeCapability,
+        *,
+        readonly: bool = False,
+        secrets: Mapping[str, str] | None = None,
+        volume_context: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> dict[str, str]:
+        """Attach a volume to a node; returns the publish context for the node calls."""
+        req = csi_pb2.ControllerPublishVolumeRequest(
+            volume_id=volume_id,
+            node_id=node_id,
+            volume_capability=convert.capability_to_pb(capability),
+            readonly=readonly,
+            secrets=dict(secrets or {}),
+            volume_context=dict(volume_context or {}),
+        )
+        resp = self.call("ControllerPublishVolume", req, timeout=timeout, metadata=metadata)
+        return dict(resp.publish_context)
+
+    def controller_unpublish_volume(
+        self,
+        volume_id: str,
+        node_id: str = "",
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Detach a volume from a node (from every node when ``node_id`` is empty)."""
+        req = csi_pb2.ControllerUnpublishVolumeRequest(
+            volume_id=volume_id, node_id=node_id, secrets=dict(secrets or {})
+        )
+        self.call("ControllerUnpublishVolume", req, timeout=timeout, metadata=metadata)
+
+    def validate_volume_capabilities(
+        self,
+        volume_id: str,
+        capabilities: Iterable[t.VolumeCapability],
+        *,
+        volume_context: Mapping[str, str] | None = None,
+        parameters: Mapping[str, str] | None = None,
+        mutable_parameters: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.ValidationResult:
+        """Ask whether the volume supports ``capabilities``."""
+        req = csi_pb2.ValidateVolumeCapabilitiesRequest(
+            volume_id=volume_id,
+            volume_capabilities=convert.capabilities_to_pb(capabilities),
+            volume_context=dict(volume_context or {}),
+            parameters=dict(parameters or {}),
+            mutable_parameters=dict(mutable_parameters or {}),
+            secrets=dict(secrets or {}),
+        )
+        resp = self.call("ValidateVolumeCapabilities", req, timeout=timeout, metadata=metadata)
+        return convert.validation_from_pb(resp)
+
+    def list_volumes(
+        self,
+        *,
+        max_entries: int = 0,
+        starting_token: str = "",
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.Page[t.VolumeEntry]:
+        """One page of volumes; pass ``next_token`` back as ``starting_token``."""
+        req = csi_pb2.ListVolumesRequest(max_entries=max_entries, starting_token=starting_token)
+        resp = self.call("ListVolumes", req, timeout=timeout, metadata=metadata)
+        return t.Page(
+            entries=[convert.volume_entry_from_pb(e) for e in resp.entries],
+            next_token=resp.next_token,
+        )
+
+    def get_capacity(
+        self,
+        *,
+        capabilities: Iterable[t.VolumeCapability] = (),
+        parameters: Mapping[str, str] | None = None,
+        accessible_topology: t.Topology | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.Capacity:
+        """Capacity available for volumes with these capabilities, parameters and topology."""
+        req = csi_pb2.GetCapacityRequest(
+            volume_capabilities=convert.capabilities_to_pb(capabilities),
+            parameters=dict(parameters or {}),
+        )
+        if accessible_topology is not None:
+            req.accessible_topology.CopyFrom(convert.topology_to_pb(accessible_topology))
+        resp = self.call("GetCapacity", req, timeout=timeout, metadata=metadata)
+        return convert.capacity_from_pb(resp)
+
+    def controller_get_capabilities(
+        self, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> frozenset[t.ControllerCapability]:
+        """The controller service's capabilities."""
+        resp = self.call(
+            "ControllerGetCapabilities",
+            csi_pb2.ControllerGetCapabilitiesRequest(),
+            timeout=timeout,
+            metadata=metadata,
+        )
+        return convert.controller_capabilities_from_pb(resp)
+
+    def create_snapshot(
+        self,
+        source_volume_id: str,
+        name: str,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        parameters: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.Snapshot:
+        """Cut (or find, by ``name``) a snapshot of a volume."""
+        req = csi_pb2.CreateSnapshotRequest(
+            source_volume_id=source_volume_id,
+            name=name,
+            secrets=dict(secrets or {}),
+            parameters=dict(parameters or {}),
+        )
+        resp = self.call("CreateSnapshot", req, timeout=timeout, metadata=metadata)
+        return convert.snapshot_from_pb(resp.snapshot)
+
+    def delete_snapshot(
+        self,
+        snapshot_id: str,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Delete a snapshot; OK when it is already gone."""
+        req = csi_pb2.DeleteSnapshotRequest(snapshot_id=snapshot_id, secrets=dict(secrets or {}))
+        self.call("DeleteSnapshot", req, timeout=timeout, metadata=metadata)
+
+    def list_snapshots(
+        self,
+        *,
+        max_entries: int = 0,
+        starting_token: str = "",
+        source_volume_id: str = "",
+        snapshot_id: str = "",
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.Page[t.Snapshot]:
+        """One page of snapshots, optionally filtered by source volume or snapshot id."""
+        req = csi_pb2.ListSnapshotsRequest(
+            max_entries=max_entries,
+            starting_token=starting_token,
+            source_volume_id=source_volume_id,
+            snapshot_id=snapshot_id,
+            secrets=dict(secrets or {}),
+        )
+        resp = self.call("ListSnapshots", req, timeout=timeout, metadata=metadata)
+        return t.Page(
+            entries=[convert.snapshot_from_pb(e.snapshot) for e in resp.entries],
+            next_token=resp.next_token,
+        )
+
+    def get_snapshot(
+        self,
+        snapshot_id: str,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.Snapshot:
+        """One snapshot by id (alpha RPC)."""
+        req = csi_pb2.GetSnapshotRequest(snapshot_id=snapshot_id, secrets=dict(secrets or {}))
+        resp = self.call("GetSnapshot", req, timeout=timeout, metadata=metadata)
+        return convert.snapshot_from_pb(resp.snapshot)
+
+    def controller_expand_volume(
+        self,
+        volume_id: str,
+        capacity_range: t.CapacityRange,
+        *,
+        capability: t.VolumeCapability | None = None,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.ControllerExpansion:
+        """Grow a volume on the storage side; says whether a node expansion must follow."""
+        req = csi_pb2.ControllerExpandVolumeRequest(
+            volume_id=volume_id,
+            capacity_range=convert.capacity_range_to_pb(capacity_range),
+            secrets=dict(secrets or {}),
+        )
+        if capability is not None:
+            req.volume_capability.CopyFrom(convert.capability_to_pb(capability))
+        resp = self.call("ControllerExpandVolume", req, timeout=timeout, metadata=metadata)
+        return t.ControllerExpansion(
+            capacity_bytes=resp.capacity_bytes,
+            node_expansion_required=resp.node_expansion_required,
+        )
+
+    def controller_get_volume(
+        self, volume_id: str, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> t.VolumeEntry:
+        """One volume with its status (alpha RPC)."""
+        req = csi_pb2.ControllerGetVolumeRequest(volume_id=volume_id)
+        resp = self.call("ControllerGetVolume", req, timeout=timeout, metadata=metadata)
+        return convert.volume_entry_from_pb(resp)
+
+    def controller_modify_volume(
+        self,
+        volume_id: str,
+        mutable_parameters: Mapping[str, str],
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Change a volume's mutable parameters."""
+        req = csi_pb2.ControllerModifyVolumeRequest(
+            volume_id=volume_id,
+            mutable_parameters=dict(mutable_parameters),
+            secrets=dict(secrets or {}),
+        )
+        self.call("ControllerModifyVolume", req, timeout=timeout, metadata=metadata)
+
+    # --- GroupController ------------------------------------------------------------
+
+    def group_controller_get_capabilities(
+        self, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> frozenset[t.GroupControllerCapability]:
+        """The group controller service's capabilities."""
+        resp = self.call(
+            "GroupControllerGetCapabilities",
+            csi_pb2.GroupControllerGetCapabilitiesRequest(),
+            timeout=timeout,
+            metadata=metadata,
+        )
+        return convert.group_capabilities_from_pb(resp)
+
+    def create_volume_group_snapshot(
+        self,
+        name: str,
+        source_volume_ids: Iterable[str],
+        *,
+        secrets: Mapping[str, str] | None = None,
+        parameters: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.VolumeGroupSnapshot:
+        """Snapshot several volumes together (or find the group snapshot by ``name``)."""
+        req = csi_pb2.CreateVolumeGroupSnapshotRequest(
+            name=name,
+            source_volume_ids=list(source_volume_ids),
+            secrets=dict(secrets or {}),
+            parameters=dict(parameters or {}),
+        )
+        resp = self.call("CreateVolumeGroupSnapshot", req, timeout=timeout, metadata=metadata)
+        return convert.group_snapshot_from_pb(resp.group_snapshot)
+
+    def delete_volume_group_snapshot(
+        self,
+        group_snapshot_id: str,
+        snapshot_ids: Iterable[str],
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Delete a group snapshot and its member snapshots."""
+        req = csi_pb2.DeleteVolumeGroupSnapshotRequest(
+            group_snapshot_id=group_snapshot_id,
+            snapshot_ids=list(snapshot_ids),
+            secrets=dict(secrets or {}),
+        )
+        self.call("DeleteVolumeGroupSnapshot", req, timeout=timeout, metadata=metadata)
+
+    def get_volume_group_snapshot(
+        self,
+        group_snapshot_id: str,
+        snapshot_ids: Iterable[str],
+        *,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.VolumeGroupSnapshot:
+        """One group snapshot by id."""
+        req = csi_pb2.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id=group_snapshot_id,
+            snapshot_ids=list(snapshot_ids),
+            secrets=dict(secrets or {}),
+        )
+        resp = self.call("GetVolumeGroupSnapshot", req, timeout=timeout, metadata=metadata)
+        return convert.group_snapshot_from_pb(resp.group_snapshot)
+
+    # --- Node -----------------------------------------------------------------------
+
+    def node_stage_volume(
+        self,
+        volume_id: str,
+        staging_target_path: str,
+        capability: t.VolumeCapability,
+        *,
+        publish_context: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        volume_context: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Stage a volume at ``staging_target_path`` (which the caller created).
+
+        Raises :class:`~kubevol.csi.errors.CSIRPCUncertainError` on a non-final failure.
+        """
+        req = csi_pb2.NodeStageVolumeRequest(
+            volume_id=volume_id,
+            staging_target_path=staging_target_path,
+            volume_capability=convert.capability_to_pb(capability),
+            publish_context=dict(publish_context or {}),
+            secrets=dict(secrets or {}),
+            volume_context=dict(volume_context or {}),
+        )
+        self.call("NodeStageVolume", req, timeout=timeout, metadata=metadata)
+
+    def node_unstage_volume(
+        self,
+        volume_id: str,
+        staging_target_path: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Undo :meth:`node_stage_volume`; OK when not staged."""
+        req = csi_pb2.NodeUnstageVolumeRequest(
+            volume_id=volume_id, staging_target_path=staging_target_path
+        )
+        self.call("NodeUnstageVolume", req, timeout=timeout, metadata=metadata)
+
+    def node_publish_volume(
+        self,
+        volume_id: str,
+        target_path: str,
+        capability: t.VolumeCapability,
+        *,
+        staging_target_path: str = "",
+        readonly: bool = False,
+        publish_context: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        volume_context: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Publish a volume at ``target_path`` (the driver creates it).
+
+        Raises :class:`~kubevol.csi.errors.CSIRPCUncertainError` on a non-final failure.
+        """
+        req = csi_pb2.NodePublishVolumeRequest(
+            volume_id=volume_id,
+            target_path=target_path,
+            staging_target_path=staging_target_path,
+            volume_capability=convert.capability_to_pb(capability),
+            readonly=readonly,
+            publish_context=dict(publish_context or {}),
+            secrets=dict(secrets or {}),
+            volume_context=dict(volume_context or {}),
+        )
+        self.call("NodePublishVolume", req, timeout=timeout, metadata=metadata)
+
+    def node_unpublish_volume(
+        self,
+        volume_id: str,
+        target_path: str,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> None:
+        """Undo :meth:`node_publish_volume`; OK when not published."""
+        req = csi_pb2.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=target_path)
+        self.call("NodeUnpublishVolume", req, timeout=timeout, metadata=metadata)
+
+    def node_get_volume_stats(
+        self,
+        volume_id: str,
+        volume_path: str,
+        *,
+        staging_target_path: str = "",
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> t.VolumeStats:
+        """Usage (bytes, inodes) and condition of a published volume."""
+        req = csi_pb2.NodeGetVolumeStatsRequest(
+            volume_id=volume_id, volume_path=volume_path, staging_target_path=staging_target_path
+        )
+        resp = self.call("NodeGetVolumeStats", req, timeout=timeout, metadata=metadata)
+        return convert.volume_stats_from_pb(resp)
+
+    def node_expand_volume(
+        self,
+        volume_id: str,
+        volume_path: str,
+        *,
+        capacity_range: t.CapacityRange | None = None,
+        staging_target_path: str = "",
+        capability: t.VolumeCapability | None = None,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> int:
+        """Grow the filesystem of a volume on the node; returns the new capacity (0: unknown).
+
+        Raises :class:`~kubevol.csi.errors.CSIRPCUncertainError` on a non-final failure.
+        """
+        req = csi_pb2.NodeExpandVolumeRequest(
+            volume_id=volume_id,
+            volume_path=volume_path,
+            staging_target_path=staging_target_path,
+            secrets=dict(secrets or {}),
+        )
+        if capacity_range is not None:
+            req.capacity_range.CopyFrom(convert.capacity_range_to_pb(capacity_range))
+        if capability is not None:
+            req.volume_capability.CopyFrom(convert.capability_to_pb(capability))
+        resp = self.call("NodeExpandVolume", req, timeout=timeout, metadata=metadata)
+        return int(resp.capacity_bytes)
+
+    def node_get_capabilities(
+        self, *, refresh: bool = False, timeout: float | None = None, metadata: Metadata = None
+    ) -> frozenset[t.NodeCapability]:
+        """The node service's capabilities, asked once and cached; ``refresh`` asks again."""
+        with self._lock:
+            cached = self._node_caps
+        if cached is not None and not refresh:
+            return cached
+        resp = self.call(
+            "NodeGetCapabilities",
+            csi_pb2.NodeGetCapabilitiesRequest(),
+            timeout=timeout,
+            metadata=metadata,
+        )
+        caps = convert.node_capabilities_from_pb(resp)
+        with self._lock:
+            self._node_caps = caps
+        return caps
+
+    def node_supports(self, capability: t.NodeCapability) -> bool:
+        """Whether the (cached) node capabilities include ``capability``."""
+        return capability in self.node_get_capabilities()
+
+    def node_get_info(
+        self, *, timeout: float | None = None, metadata: Metadata = None
+    ) -> t.NodeInfo:
+        """The node id, volume limit and topology the driver reports for this node."""
+        resp = self.call(
+            "NodeGetInfo", csi_pb2.NodeGetInfoRequest(), timeout=timeout, metadata=metadata
+        )
+        return convert.node_info_from_pb(resp)
