@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from kubevol.errors import KubevolError
 
-COMMAND_MODULES: tuple[str, ...] = ("kubevol.cli.plugins",)
+COMMAND_MODULES: tuple[str, ...] = ("kubevol.cli.plugins", "kubevol.cli.metrics")
 
 #: Exit code for bad input (as argparse uses).
 EXIT_USAGE = 2
