@@ -109,23 +109,32 @@ def _get_fsxattr(fd: int) -> tuple[int, ...]:
     return _FSXATTR.unpack(buf)
 
 
-def _quota_usage(fd: int, project_id: int) -> DiskUsage | None:
+def _quotactl_fd(fd: int, cmd: int, qid: int, size: int) -> bytes:
+    """Call ``quotactl_fd(fd, cmd, qid, buf)`` on a ``size``-byte buffer; its bytes or ``OSError``."""
     libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(_IF_DQBLK.size)
-    cmd = (_Q_GETQUOTA << _SUBCMDSHIFT) | _PRJQUOTA
+    buf = ctypes.create_string_buffer(size)
     rc = libc.syscall(
         ctypes.c_long(_NR_QUOTACTL_FD),
         ctypes.c_uint(fd),
         ctypes.c_uint(cmd),
-        ctypes.c_int(project_id),
+        ctypes.c_int(qid),
         buf,
     )
     if rc != 0:
         err = ctypes.get_errno()
-        if err in _NO_QUOTA_ERRNOS:
-            return None
         raise OSError(err, os.strerror(err))
-    fields = _IF_DQBLK.unpack(buf.raw)
+    return buf.raw
+
+
+def _quota_usage(fd: int, project_id: int) -> DiskUsage | None:
+    try:
+        cmd = (_Q_GETQUOTA << _SUBCMDSHIFT) | _PRJQUOTA
+        raw = _quotactl_fd(fd, cmd, project_id, _IF_DQBLK.size)
+    except OSError as exc:
+        if exc.errno in _NO_QUOTA_ERRNOS:
+            return None
+        raise
+    fields = _IF_DQBLK.unpack(raw)
     curspace, curinodes, valid = fields[2], fields[5], fields[8]
     if valid & (_QIF_SPACE | _QIF_INODES) != _QIF_SPACE | _QIF_INODES:
         return None
