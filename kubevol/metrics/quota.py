@@ -110,7 +110,7 @@ def _get_fsxattr(fd: int) -> tuple[int, ...]:
 
 
 def _quotactl_fd(fd: int, cmd: int, qid: int, size: int) -> bytes:
-    """Call ``quotactl_fd(fd, cmd, qid, buf)`` on a ``size``-byte buffer; its bytes or ``OSError``."""
+    """Call ``quotactl_fd(fd, cmd, qid, buf)`` on a ``size``-byte buffer; return it or raise."""
     libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(size)
     rc = libc.syscall(
