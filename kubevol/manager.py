@@ -257,8 +257,8 @@ class VolumePluginMgr:
         with self._lock:
             self._refresh_probed_plugins()
             return [
-                *sorted(self._plugins.values(), key=VolumePlugin.get_plugin_name),
-                *sorted(self._probed.values(), key=VolumePlugin.get_plugin_name),
+                *sorted(self._plugins.values(), key=lambda p: p.get_plugin_name()),
+                *sorted(self._probed.values(), key=lambda p: p.get_plugin_name()),
             ]
 
     # -- typed finders: raise when the plugin lacks the capability ---------------------

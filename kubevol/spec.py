@@ -7,6 +7,7 @@ The kubernetes client's model classes are imported only when a manifest is loade
 from __future__ import annotations
 
 import json
+from inspect import signature
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,7 +113,12 @@ def deserialize(data: Mapping[str, Any], type_name: str) -> Any:
     """
     from kubernetes.client import ApiClient  # imported lazily: ~0.3 s
 
+    api = ApiClient()
     try:
-        return ApiClient().deserialize(_JSONResponse(data), type_name)
+        # Newer clients take the response text and its content type; older ones take a
+        # response object with a ``data`` attribute.
+        if "content_type" in signature(api.deserialize).parameters:
+            return api.deserialize(json.dumps(data), type_name, "application/json")
+        return api.deserialize(_JSONResponse(data), type_name)
     except (ValueError, TypeError) as exc:
         raise SpecError(f"not a valid {type_name[2:]} manifest: {exc}") from exc

@@ -7,6 +7,7 @@ mount table; ``kubevol.testing.FakeMounter`` records calls for unit tests.
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Sequence
 
 import attrs
@@ -67,6 +68,6 @@ class Mounter(abc.ABC):
         return any(mp.path == real for mp in self.list())
 
     @abc.abstractmethod
-    def get_mount_refs(self, path: str) -> list[str]:
+    def get_mount_refs(self, path: str) -> builtins.list[str]:
         """Every other mount point of the filesystem mounted at ``path``, with the same root
         (Kubernetes' ``SearchMountPoints``). Missing or corrupted path: ``[]``."""

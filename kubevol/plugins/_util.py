@@ -25,7 +25,7 @@ def quantity_bytes(quantity: Any) -> int | None:
     from kubernetes.utils import parse_quantity
 
     try:
-        value = Decimal(parse_quantity(quantity))  # type: ignore[no-untyped-call]  # untyped lib
+        value = Decimal(parse_quantity(quantity))
     except ValueError as exc:
         raise SpecError(f"{quantity!r} is not a valid quantity: {exc}") from exc
     return int(value.to_integral_value(rounding="ROUND_CEILING"))

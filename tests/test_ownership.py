@@ -1,0 +1,67 @@
+"""set_volume_ownership on real files."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kubevol import FSGroupChangePolicy, set_volume_ownership
+
+GROUP = 4321
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "vol"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "file").write_text("x")
+    (root / "top").write_text("y")
+    os.chmod(root / "top", 0o600)
+    os.symlink("/etc/hostname", root / "link")
+    return root
+
+
+def test_none_fs_group_changes_nothing(tree: Path) -> None:
+    """Without fsGroup nothing is touched."""
+    before = os.stat(tree / "top")
+    assert set_volume_ownership(str(tree), None) is False
+    assert os.stat(tree / "top") == before
+
+
+def test_always_sets_group_setgid_and_group_rw(tree: Path) -> None:
+    """Every entry gets the group; dirs get setgid+group x; files get group rw."""
+    assert set_volume_ownership(str(tree), GROUP, FSGroupChangePolicy.ALWAYS) is True
+    for path in (tree, tree / "sub"):
+        st = os.stat(path)
+        assert st.st_gid == GROUP
+        assert st.st_mode & stat.S_ISGID
+        assert st.st_mode & 0o070 == 0o070
+    st = os.stat(tree / "top")
+    assert st.st_gid == GROUP
+    assert st.st_mode & 0o060 == 0o060
+    assert not st.st_mode & stat.S_ISGID
+    assert os.stat(tree / "sub" / "file").st_gid == GROUP
+    # The link is re-owned but its target is not followed.
+    assert os.lstat(tree / "link").st_gid == GROUP
+    assert os.stat("/etc/hostname").st_gid != GROUP
+
+
+def test_read_only_grants_group_read_only(tree: Path) -> None:
+    """A read-only volume gets group read, not write."""
+    os.chmod(tree / "top", 0o400)
+    set_volume_ownership(str(tree), GROUP, read_only=True)
+    assert os.stat(tree / "top").st_mode & 0o070 == 0o040
+
+
+def test_on_root_mismatch_skips_walk_when_root_matches(tree: Path) -> None:
+    """OnRootMismatch skips the walk when the root already has the group and bits."""
+    os.chown(tree, -1, GROUP)
+    os.chmod(tree, 0o2770)
+    assert set_volume_ownership(str(tree), GROUP, FSGroupChangePolicy.ON_ROOT_MISMATCH) is False
+    assert os.stat(tree / "top").st_gid != GROUP
+    os.chmod(tree, 0o755)  # mismatch now: the walk runs
+    assert set_volume_ownership(str(tree), GROUP, FSGroupChangePolicy.ON_ROOT_MISMATCH) is True
+    assert os.stat(tree / "top").st_gid == GROUP

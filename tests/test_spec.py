@@ -1,0 +1,80 @@
+"""Spec: construction rules and loading from manifests."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from kubevol import Spec, SpecError
+
+
+def test_from_volume_names_the_pod_volume() -> None:
+    """A pod volume's Spec is named after the volume."""
+    spec = Spec.from_volume(client.V1Volume(name="data", empty_dir=client.V1EmptyDirVolumeSource()))
+    assert spec.name() == "data"
+    assert spec.persistent_volume is None
+
+
+def test_from_persistent_volume_names_the_pv_and_keeps_read_only() -> None:
+    """A PV's Spec is named after the PV and carries read_only."""
+    pv = client.V1PersistentVolume(metadata=client.V1ObjectMeta(name="pv-1"))
+    spec = Spec.from_persistent_volume(pv, read_only=True)
+    assert spec.name() == "pv-1"
+    assert spec.read_only is True
+
+
+def test_spec_needs_exactly_one_source() -> None:
+    """Neither or both of volume/persistent_volume is a ValueError naming the rule."""
+    with pytest.raises(ValueError, match="exactly one"):
+        Spec()
+    with pytest.raises(SpecError, match="exactly one"):
+        Spec(volume=client.V1Volume(name="a"), persistent_volume=client.V1PersistentVolume())
+
+
+def test_spec_is_frozen() -> None:
+    """Specs cannot be changed after construction."""
+    spec = Spec.from_volume(client.V1Volume(name="a"))
+    with pytest.raises(AttributeError):
+        spec.read_only = True  # type: ignore[misc]
+
+
+def test_from_manifest_yaml_pod_volume_uses_client_models() -> None:
+    """YAML of a pod volume becomes a V1Volume with the API's field names mapped."""
+    spec = Spec.from_manifest("name: cache\nemptyDir:\n  medium: Memory\n  sizeLimit: 64Mi\n")
+    assert isinstance(spec.volume, client.V1Volume)
+    assert spec.volume.empty_dir.medium == "Memory"
+    assert spec.volume.empty_dir.size_limit == "64Mi"
+
+
+def test_from_manifest_dict_persistent_volume() -> None:
+    """A PersistentVolume object dict becomes a V1PersistentVolume Spec."""
+    spec = Spec.from_manifest(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "pv-csi"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "csi": {"driver": "hostpath.kubevol.io", "volumeHandle": "vol-1"},
+            },
+        }
+    )
+    assert spec.name() == "pv-csi"
+    assert spec.persistent_volume.spec.csi.volume_handle == "vol-1"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ("- a\n- b\n", "must be a mapping"),
+        ("name: [unclosed", "not valid YAML"),
+        ({"kind": "Pod", "metadata": {"name": "p"}}, "'Pod' manifest"),
+        ({"emptyDir": {}}, "non-empty 'name'"),
+        ({"kind": "PersistentVolume", "metadata": {}}, "no metadata.name"),
+    ],
+)
+def test_from_manifest_rejects_bad_input_clearly(manifest: object, message: str) -> None:
+    """Malformed manifests raise SpecError saying what is wrong."""
+    with pytest.raises(SpecError, match=message):
+        Spec.from_manifest(manifest)  # type: ignore[arg-type]
