@@ -1,0 +1,60 @@
+"""The mount layer (Kubernetes' ``k8s.io/mount-utils``): the mount table, a real Linux
+mounter, corrupted-mount checks, safe cleanup and formatting, mount references and the
+unstage guard."""
+
+from kubevol.mount.format import SafeFormatAndMount
+from kubevol.mount.guard import (
+    GuardPolicy,
+    MountRef,
+    RefKind,
+    UnmountGuard,
+    UnmountVerdict,
+    check_unmount_device,
+)
+from kubevol.mount.helpers import (
+    CORRUPTED_MOUNT_ERRNOS,
+    cleanup_mount_point,
+    get_mount_refs,
+    is_corrupted_error,
+    is_corrupted_mount,
+    path_exists,
+    search_mount_points,
+)
+from kubevol.mount.interface import Mounter, MountPoint
+from kubevol.mount.linux import LinuxMounter
+from kubevol.mount.mountinfo import (
+    PROC_MOUNTINFO,
+    MountInfo,
+    parse_mountinfo,
+    parse_mountinfo_line,
+    parse_mountinfo_text,
+)
+from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
+
+__all__ = [
+    "CORRUPTED_MOUNT_ERRNOS",
+    "PROC_MOUNTINFO",
+    "GuardPolicy",
+    "LinuxMounter",
+    "MountInfo",
+    "MountPoint",
+    "MountRef",
+    "MountTable",
+    "MountTableCache",
+    "Mounter",
+    "RefKind",
+    "SafeFormatAndMount",
+    "UnmountGuard",
+    "UnmountVerdict",
+    "check_unmount_device",
+    "cleanup_mount_point",
+    "get_mount_refs",
+    "is_corrupted_error",
+    "is_corrupted_mount",
+    "parse_mountinfo",
+    "parse_mountinfo_line",
+    "parse_mountinfo_text",
+    "path_exists",
+    "read_mountinfo_bytes",
+    "search_mount_points",
+]

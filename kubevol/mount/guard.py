@@ -1,0 +1,411 @@
+"""The unstage guard: may a device mount path (a staging or global mount) be unmounted now?
+
+Before unmounting a device mount path the kubelet lists every other mount of the same
+major:minor with the same mountinfo root and refuses if any lies outside its own plugin
+path. Every mount of one Lustre (or CephFS, NFS...) filesystem has root ``/`` and one device
+number, so two volumes staged from one filesystem block each other's unstage for ever
+(Kubernetes issue 105323). Two policies:
+
+``kubelet``
+    Kubernetes exactly: ``GetMountRefs`` (same root, same major:minor) then ``HasMountRefs``
+    (a reference counts unless it contains the path's ``/plugins/kubernetes.io/…`` part).
+``safe``
+    Candidates are mounts of the same device whose root equals the device mount's root or
+    lies under it (a bind of a sub-directory uses the volume too). Each is attributed: a
+    mount of this volume blocks; another volume's mount does not (each mount keeps the
+    superblock alive) unless the device is detached afterwards; the kubelet root seen
+    through a bind is ignored; a mount outside the kubelet's tree blocks when a detach
+    follows or the source is a local block device, and is otherwise reported as a warning.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import posixpath
+import stat
+from typing import Any
+
+import attrs
+
+from kubevol.errors import DeviceStillMountedError, MountError
+from kubevol.mount.helpers import is_corrupted_error, path_exists
+from kubevol.mount.layout import VolumeIdentity, describe
+from kubevol.mount.mountinfo import PROC_MOUNTINFO, MountInfo
+from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
+
+#: The part of a device mount path Kubernetes' ``HasMountRefs`` looks for in a reference.
+KUBERNETES_PLUGIN_PATH_PREFIX = "/plugins/kubernetes.io/"
+
+
+class GuardPolicy(enum.StrEnum):
+    """Which rules decide whether a reference blocks the unmount."""
+
+    SAFE = "safe"
+    KUBELET = "kubelet"
+
+
+class RefKind(enum.StrEnum):
+    """Who a reference to the device mount belongs to."""
+
+    #: A mount of the same volume (a pod's bind mount, a sub-directory bind, ...).
+    SAME_VOLUME = "same-volume"
+    #: A kubelet-managed mount of another volume of the same filesystem.
+    OTHER_VOLUME = "other-volume"
+    #: The device mount path itself, seen through a bind mount of the kubelet root.
+    KUBELET_ROOT_ALIAS = "kubelet-root-alias"
+    #: A mount outside the kubelet's tree: someone else uses the filesystem.
+    FOREIGN = "foreign"
+
+
+@attrs.frozen(kw_only=True)
+class MountRef:
+    """One other mount of the device mount's filesystem, and what the policy makes of it."""
+
+    mount_point: str
+    kind: RefKind
+    blocking: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: ``{"mount_point", "kind", "blocking", "reason"}``."""
+        return {
+            "mount_point": self.mount_point,
+            "kind": self.kind.value,
+            "blocking": self.blocking,
+            "reason": self.reason,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class UnmountVerdict:
+    """Whether ``path`` may be unmounted under ``policy``, with every reference explained."""
+
+    path: str
+    policy: GuardPolicy
+    allowed: bool
+    refs: tuple[MountRef, ...]
+    #: One line saying why; for a blocked ``kubelet`` verdict, Kubernetes' error text.
+    message: str
+
+    @property
+    def blocking_refs(self) -> tuple[MountRef, ...]:
+        """The references that block the unmount."""
+        return tuple(r for r in self.refs if r.blocking)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Reasons of foreign references the policy let pass (``safe`` on a network fs)."""
+        return tuple(
+            f"{r.mount_point}: {r.reason}"
+            for r in self.refs
+            if r.kind is RefKind.FOREIGN and not r.blocking
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: ``{"path", "allowed", "policy", "refs": [...]}``."""
+        return {
+            "path": self.path,
+            "allowed": self.allowed,
+            "policy": self.policy.value,
+            "refs": [r.to_dict() for r in self.refs],
+        }
+
+    def raise_if_blocked(self) -> None:
+        """Raise :class:`~kubevol.errors.DeviceStillMountedError` unless allowed."""
+        if not self.allowed:
+            raise DeviceStillMountedError(
+                self.message, [r.mount_point for r in self.blocking_refs]
+            )
+
+
+def check_unmount_device(
+    device_mount_path: str,
+    *,
+    root_dir: str,
+    policy: GuardPolicy | str = GuardPolicy.SAFE,
+    detach_follows: bool = False,
+    mountinfo_path: str = PROC_MOUNTINFO,
+    table: MountTable | None = None,
+) -> UnmountVerdict:
+    """Decide whether ``device_mount_path`` may be unmounted (see the module docstring).
+
+    ``root_dir`` is the kubelet root the layout is read under; ``detach_follows`` says the
+    device will be detached from the node after the unmount. ``table`` is a snapshot to use
+    instead of reading ``mountinfo_path`` (from a :class:`~kubevol.mount.table.MountTableCache`).
+    A missing path or a corrupted mount is allowed with no references, as in Kubernetes.
+    Does not change anything. Raises ``ValueError`` for an unknown policy and
+    :class:`~kubevol.errors.MountError` when the path cannot be checked or the mount table
+    cannot be read or has no mount containing the path.
+    """
+    policy = GuardPolicy(policy)
+    path = os.path.abspath(device_mount_path)
+    try:
+        exists = path_exists(path)
+    except OSError as exc:
+        if not is_corrupted_error(exc):
+            raise MountError(exc.errno, f"cannot check {path!r}: {exc.strerror}") from exc
+        return _allowed_empty(path, policy, "is a corrupted mount: nothing uses it any more")
+    if not exists:
+        return _allowed_empty(path, policy, "does not exist: nothing to unmount")
+    if table is None:
+        table = MountTable(read_mountinfo_bytes(mountinfo_path))
+    context = _Context.build(table, path, os.path.realpath(root_dir), detach_follows)
+    if policy is GuardPolicy.KUBELET:
+        return _kubelet_verdict(context, path)
+    return _safe_verdict(context)
+
+
+class UnmountGuard:
+    """:func:`check_unmount_device` with a cached mount table: repeated checks on an
+    unchanged table do not read or parse it again. Close it (or use ``with``) when done."""
+
+    def __init__(
+        self,
+        *,
+        root_dir: str,
+        policy: GuardPolicy | str = GuardPolicy.SAFE,
+        mountinfo_path: str = PROC_MOUNTINFO,
+    ) -> None:
+        self.root_dir = root_dir
+        self.policy = GuardPolicy(policy)
+        self._cache = MountTableCache(mountinfo_path)
+
+    @property
+    def table_reads(self) -> int:
+        """How many times the mount table was actually read."""
+        return self._cache.reads
+
+    def check(self, device_mount_path: str, *, detach_follows: bool = False) -> UnmountVerdict:
+        """:func:`check_unmount_device` for ``device_mount_path`` with this guard's settings."""
+        return check_unmount_device(
+            device_mount_path,
+            root_dir=self.root_dir,
+            policy=self.policy,
+            detach_follows=detach_follows,
+            table=self._cache.table(),
+        )
+
+    def close(self) -> None:
+        """Release the mount table descriptor. Idempotent."""
+        self._cache.close()
+
+    def __enter__(self) -> UnmountGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _allowed_empty(path: str, policy: GuardPolicy, why: str) -> UnmountVerdict:
+    return UnmountVerdict(
+        path=path, policy=policy, allowed=True, refs=(), message=f"{path} {why}"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class _Context:
+    """Everything the policies need about the device mount and the kubelet root."""
+
+    table: MountTable
+    path: str  # resolved
+    root_dir: str  # resolved
+    entry: MountInfo  # the mount containing path
+    root: str  # path's place inside its filesystem
+    rel: str | None  # path relative to root_dir, if under it
+    volume: VolumeIdentity | None
+    volume_problem: str
+    aliases: tuple[str, ...]  # where else root_dir is visible
+    detach_follows: bool
+
+    @classmethod
+    def build(cls, table: MountTable, path: str, root_dir: str, detach_follows: bool) -> _Context:
+        real = os.path.realpath(path)
+        entry = table.find_containing(real)
+        if entry is None:
+            raise MountError(f"failed to get root path and major:minor for {real}")
+        root = posixpath.normpath(
+            posixpath.join(entry.root, posixpath.relpath(real, entry.mount_point))
+        )
+        rel = _relative_to(real, root_dir)
+        volume, problem = None, "the device mount path is not under the kubelet root"
+        if rel is not None:
+            described = describe(root_dir, rel)
+            if described is None:
+                problem = "the device mount path is not in the kubelet's layout"
+            else:
+                volume, problem = described.volume, described.problem
+        return cls(
+            table=table,
+            path=real,
+            root_dir=root_dir,
+            entry=entry,
+            root=root,
+            rel=rel,
+            volume=volume,
+            volume_problem=problem,
+            aliases=tuple(_root_aliases(table, root_dir)),
+            detach_follows=detach_follows,
+        )
+
+    def candidates(self, *, under: bool) -> list[MountInfo]:
+        """Other mounts of the device with the same root (or, with ``under``, below it)."""
+        return [
+            e
+            for e in self.table.with_device(
+                self.entry.major, self.entry.minor, self.root, under=under
+            )
+            if e.id != self.entry.id
+        ]
+
+
+def _kubelet_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
+    # SearchMountPoints: the same root exactly, the same major:minor.
+    entries = ctx.candidates(under=False)
+    refs = [e.mount_point for e in entries]
+    marker = given_path.find(KUBERNETES_PLUGIN_PATH_PREFIX)
+    path_to_find = given_path[marker:] if marker >= 0 else given_path
+    out = []
+    for entry, ref in zip(entries, refs, strict=True):
+        kind, why = _classify(ctx, entry)
+        if path_to_find in ref:
+            blocking, rule = False, f"ignored by the kubelet: it contains {path_to_find!r}"
+        else:
+            blocking, rule = True, f"counted by the kubelet: it lacks {path_to_find!r}"
+        out.append(MountRef(mount_point=ref, kind=kind, blocking=blocking, reason=f"{why}; {rule}"))
+    allowed = not any(r.blocking for r in out)
+    if allowed:
+        message = f"{given_path} may be unmounted: no reference counts for the kubelet"
+    else:
+        # Kubernetes' fmt.Errorf("... %q ... %v", deviceMountPath, refs).
+        message = (
+            f"the device mount path {_go_quote(given_path)} is still mounted by other "
+            f"references [{' '.join(refs)}]"
+        )
+    return UnmountVerdict(
+        path=given_path, policy=GuardPolicy.KUBELET, allowed=allowed, refs=tuple(out),
+        message=message,
+    )
+
+
+def _safe_verdict(ctx: _Context) -> UnmountVerdict:
+    out = []
+    for entry in ctx.candidates(under=True):
+        kind, why = _classify(ctx, entry)
+        blocking, rule = _safe_rule(ctx, entry, kind)
+        out.append(
+            MountRef(mount_point=entry.mount_point, kind=kind, blocking=blocking,
+                     reason=f"{why}; {rule}")
+        )
+    blockers = [r.mount_point for r in out if r.blocking]
+    if blockers:
+        message = (
+            f"the device mount path {_go_quote(ctx.path)} is still used by "
+            f"{', '.join(blockers)}"
+        )
+    else:
+        message = f"{ctx.path} may be unmounted: no other mount needs it"
+    return UnmountVerdict(
+        path=ctx.path, policy=GuardPolicy.SAFE, allowed=not blockers, refs=tuple(out),
+        message=message,
+    )
+
+
+def _safe_rule(ctx: _Context, entry: MountInfo, kind: RefKind) -> tuple[bool, str]:
+    if kind is RefKind.KUBELET_ROOT_ALIAS:
+        return False, "not a user: the same mount seen through another path"
+    if kind is RefKind.SAME_VOLUME:
+        if entry.mount_point == ctx.path:
+            return False, "stacked on the device mount path itself, which the unstage unmounts"
+        return True, "this volume is still in use there"
+    if kind is RefKind.OTHER_VOLUME:
+        if ctx.detach_follows:
+            return True, "the device is detached after the unmount, which would break it"
+        return False, "unmounting this path leaves that mount working (it holds the filesystem)"
+    if ctx.detach_follows:
+        return True, "the device is detached after the unmount, which would break it"
+    if _is_local_block_device(entry.source):
+        return True, f"{entry.source} is a local block device: the unstage may tear it down"
+    return False, (
+        "warning: cannot tell whether it uses this volume; unmounting this path leaves it "
+        "working since no detach follows and the source is not a local block device"
+    )
+
+
+def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
+    """Attribute ``entry`` to this volume, another volume, a root alias, or someone else."""
+    point = entry.mount_point
+    sub = "" if entry.root == ctx.root else f" (sub-directory {entry.root})"
+    if _relative_to(point, ctx.path) is not None:
+        return RefKind.SAME_VOLUME, f"inside the device mount path{sub}"
+    rel = _relative_to(point, ctx.root_dir)
+    via = ""
+    if rel is None:
+        for alias in ctx.aliases:
+            rel = _relative_to(point, alias)
+            if rel is not None:
+                via = f" through {alias}, a bind mount of the kubelet root"
+                break
+    if rel is not None and rel == ctx.rel and entry.root == ctx.root:
+        return RefKind.KUBELET_ROOT_ALIAS, f"the device mount path seen{via}"
+    if rel is None:
+        if ctx.rel is not None and entry.root == ctx.root and point.endswith("/" + ctx.rel):
+            return RefKind.KUBELET_ROOT_ALIAS, (
+                "ends with the device mount path's place under the kubelet root: "
+                "a bind mount of the kubelet root"
+            )
+        return RefKind.FOREIGN, f"mounted outside the kubelet root{sub}, source {entry.source}"
+    described = describe(ctx.root_dir, rel)
+    if described is None:
+        return RefKind.FOREIGN, f"under the kubelet root{via} but in no kubelet layout{sub}"
+    where = f"kubelet {described.role}{via}" + (
+        f" of pod {described.pod_uid}" if described.pod_uid else ""
+    )
+    if described.volume is None or ctx.volume is None:
+        problem = described.problem if described.volume is None else ctx.volume_problem
+        return RefKind.SAME_VOLUME, f"{where}{sub}; assumed to be this volume: {problem}"
+    if described.volume == ctx.volume:
+        return RefKind.SAME_VOLUME, f"{where} of this volume ({described.volume.description}){sub}"
+    return RefKind.OTHER_VOLUME, f"{where} of {described.volume.description}{sub}"
+
+
+def _relative_to(path: str, base: str) -> str | None:
+    """``path`` relative to ``base`` ("" when equal), or None when it is not under it."""
+    if path == base:
+        return ""
+    prefix = base.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else None
+
+
+def _root_aliases(table: MountTable, root_dir: str) -> list[str]:
+    """Other places where the directory ``root_dir`` is visible through a bind mount."""
+    entry = table.find_containing(root_dir)
+    if entry is None:
+        return []
+    fs_path = posixpath.normpath(
+        posixpath.join(entry.root, posixpath.relpath(root_dir, entry.mount_point))
+    )
+    aliases = []
+    for other in table.with_device(entry.major, entry.minor):
+        inner = _relative_to(fs_path, other.root)
+        if inner is None:
+            continue
+        alias = posixpath.normpath(posixpath.join(other.mount_point, inner))
+        if _relative_to(alias, root_dir) is None and _relative_to(root_dir, alias) is None:
+            aliases.append(alias)
+    return aliases
+
+
+def _is_local_block_device(source: str) -> bool:
+    if source.startswith("/dev/"):
+        return True
+    try:
+        return source.startswith("/") and stat.S_ISBLK(os.stat(source).st_mode)
+    except OSError:
+        return False
+
+
+def _go_quote(text: str) -> str:
+    """Go's ``%q`` for ordinary text: double quotes, backslash escapes."""
+    return json.dumps(text, ensure_ascii=False)

@@ -1,0 +1,157 @@
+"""Mount-point helpers shared by every mounter: corrupted-mount detection, the Kubernetes
+mount-reference search, and a cleanup that never deletes through a mount point."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import posixpath
+from typing import TYPE_CHECKING
+
+from kubevol.errors import CorruptedMountError, MountError
+from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
+
+if TYPE_CHECKING:
+    from kubevol.mount.interface import Mounter
+
+log = logging.getLogger(__name__)
+
+#: errno values a path answers with when the filesystem mounted on it no longer responds
+#: (Kubernetes' ``IsCorruptedMnt``).
+CORRUPTED_MOUNT_ERRNOS = frozenset(
+    {
+        errno.ENOTCONN,
+        errno.ESTALE,
+        errno.EIO,
+        errno.EACCES,
+        errno.EHOSTDOWN,
+        errno.EWOULDBLOCK,
+        errno.ENODEV,
+    }
+)
+
+
+def is_corrupted_error(err: BaseException | None) -> bool:
+    """True when ``err`` is an ``OSError`` whose errno means a corrupted mount."""
+    return isinstance(err, OSError) and err.errno in CORRUPTED_MOUNT_ERRNOS
+
+
+def path_exists(path: str) -> bool:
+    """Whether ``path`` exists, telling a corrupted mount apart from other failures.
+
+    Returns False when it does not exist. Raises
+    :class:`~kubevol.errors.CorruptedMountError` (it exists, but its filesystem no longer
+    answers) or the original ``OSError`` for any other failure.
+    """
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            raise CorruptedMountError(
+                exc.errno, f"corrupted mount at {path!r}: {exc.strerror}"
+            ) from exc
+        raise
+    return True
+
+
+def is_corrupted_mount(path: str) -> bool:
+    """True when ``path`` exists but its filesystem answers with a corrupted-mount errno."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return is_corrupted_error(exc)
+    return False
+
+
+def search_mount_points(table: MountTable, path: str) -> list[str]:
+    """Kubernetes' ``SearchMountPoints``: the other mount points showing what ``path`` shows.
+
+    Finds the last mount containing ``path``, takes its root joined with ``path``'s place
+    under the mount point, and returns every other entry with that exact root and the same
+    major:minor, in table order. ``path`` must be absolute and already resolved.
+    Raises :class:`~kubevol.errors.MountError` when no mount contains ``path``.
+    """
+    entry = table.find_containing(path)
+    if entry is None:
+        raise MountError(f"failed to get root path and major:minor for {path}")
+    root = posixpath.normpath(
+        posixpath.join(entry.root, posixpath.relpath(path, entry.mount_point))
+    )
+    return [
+        e.mount_point
+        for e in table.with_device(entry.major, entry.minor, root)
+        if e.id != entry.id
+    ]
+
+
+def get_mount_refs(
+    path: str, *, mountinfo_path: str = PROC_MOUNTINFO, cache: MountTableCache | None = None
+) -> list[str]:
+    """Kubernetes' ``GetMountRefs``: ``[]`` for a missing or corrupted path, else
+    :func:`search_mount_points` on the resolved path.
+
+    Raises the ``OSError`` of any other failure to check the path, and
+    :class:`~kubevol.errors.MountError` when the mount table cannot be read.
+    """
+    try:
+        if not path_exists(path):
+            return []
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            log.warning("mount refs: corrupted mount at %s, treated as unmounted", path)
+            return []
+        raise
+    table = cache.table() if cache is not None else MountTable(read_mountinfo_bytes(mountinfo_path))
+    return search_mount_points(table, os.path.realpath(path))
+
+
+def cleanup_mount_point(path: str, mounter: Mounter, *, extensive_check: bool = False) -> None:
+    """Unmount ``path`` if it is mounted, then remove the (now empty) directory.
+
+    Idempotent: a missing path is success. A corrupted mount is unmounted first. After an
+    unmount the path is checked again and must no longer be a mount point. The directory is
+    removed with ``rmdir`` only, never recursively: whatever an unmount failed to detach, or
+    any file left in the directory, stays where it was and the call raises
+    :class:`~kubevol.errors.MountError`. ``extensive_check`` uses the mount table
+    (:meth:`Mounter.is_mount_point`) instead of the fast device-number check, which misses
+    bind mounts of the same filesystem.
+    """
+    try:
+        if not path_exists(path):
+            log.debug("cleanup: %s does not exist, nothing to do", path)
+            return
+        corrupted = False
+    except OSError as exc:
+        if not is_corrupted_error(exc):
+            raise MountError(exc.errno, f"cannot check mount point {path!r}: {exc}") from exc
+        corrupted = True
+
+    if corrupted or _is_mounted(path, mounter, extensive_check):
+        mounter.unmount(path)
+        if _is_mounted(path, mounter, extensive_check):
+            raise MountError(f"{path!r} is still mounted after unmounting it; left in place")
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise MountError(
+            exc.errno, f"cannot remove mount point {path!r}: {exc.strerror}; left in place"
+        ) from exc
+
+
+def _is_mounted(path: str, mounter: Mounter, extensive_check: bool) -> bool:
+    if extensive_check:
+        return mounter.is_mount_point(path)
+    try:
+        return not mounter.is_likely_not_mount_point(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            return True
+        raise MountError(exc.errno, f"cannot check mount point {path!r}: {exc}") from exc

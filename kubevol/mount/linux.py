@@ -1,0 +1,202 @@
+"""The real mounter: mount(8) and umount(8) for changes, the kernel's mount table for answers."""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import errno
+import functools
+import logging
+import os
+import posixpath
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from kubevol.errors import MountError
+from kubevol.mount.helpers import get_mount_refs
+from kubevol.mount.interface import Mounter, MountPoint
+from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.table import MountTableCache
+
+log = logging.getLogger(__name__)
+
+#: What replaces a sensitive option wherever a command line is shown.
+MASKED = "<masked>"
+
+_AT_FDCWD = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
+_AT_NO_AUTOMOUNT = 0x800
+_AT_STATX_DONT_SYNC = 0x4000
+_STATX_ATTR_MOUNT_ROOT = 0x2000
+_STATX_SIZE = 256
+#: Byte offsets in ``struct statx`` (include/uapi/linux/stat.h).
+_STX_ATTRIBUTES = 8
+_STX_ATTRIBUTES_MASK = 56
+
+
+class LinuxMounter(Mounter):
+    """Mounts with ``mount``/``umount`` and reads ``mountinfo_path`` for the mount table.
+
+    The table is cached and re-read only when the kernel reports a change, so repeated
+    questions on a busy node stay cheap. Thread-safe.
+    """
+
+    def __init__(self, mountinfo_path: str = PROC_MOUNTINFO) -> None:
+        self.mountinfo_path = mountinfo_path
+        self._table = MountTableCache(mountinfo_path)
+
+    def close(self) -> None:
+        """Release the open mount table descriptor. Idempotent; the mounter stays usable."""
+        self._table.close()
+
+    def mount(
+        self, source: str, target: str, fstype: str = "", options: Sequence[str] = ()
+    ) -> None:
+        """Mount ``source`` at ``target``; see :meth:`Mounter.mount`. Raises
+        :class:`~kubevol.errors.MountError` naming the command and its output."""
+        self.mount_sensitive(source, target, fstype, options, ())
+
+    def mount_sensitive(
+        self,
+        source: str,
+        target: str,
+        fstype: str,
+        options: Sequence[str],
+        sensitive_options: Sequence[str],
+    ) -> None:
+        """Mount like :meth:`mount`; ``sensitive_options`` appear as ``<masked>`` in logs and
+        errors, and are scrubbed from the command's output before it is shown."""
+        options = list(options)
+        if "bind" in options and any(o not in ("bind", "remount") for o in options):
+            # Flags such as ro are ignored by the kernel on the bind itself; they take
+            # effect only on a remount of the bind.
+            others = [o for o in options if o not in ("bind", "remount")]
+            self._run_mount(source, target, fstype, ["bind"], sensitive_options)
+            try:
+                self._run_mount(source, target, fstype, ["bind", "remount", *others], ())
+            except MountError:
+                # Leave nothing half-done: a bind without its flags (say, writable instead
+                # of read-only) must not stay behind.
+                self._unmount_quietly(target)
+                raise
+            return
+        self._run_mount(source, target, fstype, options, sensitive_options)
+
+    def unmount(self, target: str) -> None:
+        """Unmount ``target`` (``umount``). Raises :class:`~kubevol.errors.MountError`,
+        including when ``target`` is not mounted."""
+        log.debug("unmounting %s", target)
+        result = _run(["umount", target])
+        if result.returncode != 0:
+            raise MountError(
+                f"unmount failed: exit status {result.returncode}; "
+                f"unmounting arguments: {target}; output: {result.stderr.strip()}"
+            )
+
+    def list(self) -> builtins.list[MountPoint]:
+        """Every entry of the mount table, in table order."""
+        return [
+            MountPoint(device=e.source, path=e.mount_point, type=e.fs_type, opts=e.options)
+            for e in self._table.table().entries()
+        ]
+
+    def is_mount_point(self, path: str) -> bool:
+        """Exact check against the mount table (after resolving symlinks)."""
+        real = os.path.realpath(path)
+        return self._table.table().find_mount_point(real) is not None
+
+    def is_likely_not_mount_point(self, path: str) -> bool:
+        """True when ``path`` is not the root of a mount (statx ``STATX_ATTR_MOUNT_ROOT``).
+
+        Where the kernel does not report that attribute, compares the device number with
+        the parent directory's, which misses bind mounts inside one filesystem. Raises
+        ``FileNotFoundError`` for a missing path and other ``OSError`` (ENOTCONN, ...) as
+        they come.
+        """
+        mount_root = _statx_mount_root(path)
+        if mount_root is not None:
+            return not mount_root
+        st = os.stat(path)
+        parent = os.stat(posixpath.dirname(path.rstrip("/")) or "/")
+        return st.st_dev == parent.st_dev
+
+    def get_mount_refs(self, path: str) -> builtins.list[str]:
+        """Kubernetes' ``GetMountRefs``; see :func:`kubevol.mount.helpers.get_mount_refs`."""
+        return get_mount_refs(path, cache=self._table)
+
+    def _run_mount(
+        self,
+        source: str,
+        target: str,
+        fstype: str,
+        options: Sequence[str],
+        sensitive: Sequence[str],
+    ) -> None:
+        args = ["mount"]
+        shown = ["mount"]
+        if fstype:
+            args += ["-t", fstype]
+            shown += ["-t", fstype]
+        if options or sensitive:
+            args += ["-o", ",".join([*options, *sensitive])]
+            shown += ["-o", ",".join([*options, *(MASKED for _ in sensitive)])]
+        args += [source, target]
+        shown += [source, target]
+        log.debug("mounting: %s", " ".join(shown))
+        result = _run(args)
+        if result.returncode != 0:
+            output = _scrub(result.stderr.strip(), sensitive)
+            raise MountError(
+                f"mount failed: exit status {result.returncode}; "
+                f"mounting command: {' '.join(shown)}; output: {output}"
+            )
+
+    def _unmount_quietly(self, target: str) -> None:
+        try:
+            self.unmount(target)
+        except MountError as exc:
+            log.warning("could not undo the bind mount at %s: %s", target, exc)
+
+
+def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise MountError(exc.errno, f"cannot run {args[0]}: {exc.strerror}") from exc
+
+
+def _scrub(text: str, sensitive: Sequence[str]) -> str:
+    for secret in sensitive:
+        if secret:
+            text = text.replace(secret, MASKED)
+    return text
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _statx_mount_root(path: str) -> bool | None:
+    """Whether ``path`` is a mount root per statx, or None when the kernel cannot say.
+
+    Raises ``OSError`` (``FileNotFoundError``, ENOTCONN, ...) when statx fails on the path.
+    """
+    try:
+        statx = _libc().statx
+    except AttributeError:  # a libc without statx: fall back to device numbers
+        return None
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    flags = _AT_STATX_DONT_SYNC | _AT_SYMLINK_NOFOLLOW | _AT_NO_AUTOMOUNT
+    rc = statx(_AT_FDCWD, os.fsencode(path), flags, 0, buf)
+    if rc != 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:  # a kernel older than statx
+            return None
+        raise OSError(err, os.strerror(err), path)
+    mask = int.from_bytes(buf.raw[_STX_ATTRIBUTES_MASK : _STX_ATTRIBUTES_MASK + 8], sys.byteorder)
+    if not mask & _STATX_ATTR_MOUNT_ROOT:
+        return None
+    attrs = int.from_bytes(buf.raw[_STX_ATTRIBUTES : _STX_ATTRIBUTES + 8], sys.byteorder)
+    return bool(attrs & _STATX_ATTR_MOUNT_ROOT)

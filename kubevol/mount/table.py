@@ -1,0 +1,299 @@
+"""A snapshot of the mount table that answers lookups without parsing every line, and a
+cache that re-reads the table only when the kernel says it changed.
+
+A node with many pods has tens of thousands of mounts; parsing them all into objects for one
+question ("who else mounts this filesystem?") costs more than the question. :class:`MountTable`
+keeps the raw bytes and finds candidate lines with substring searches (done in C), parsing
+only the lines it returns. Every candidate is parsed and checked field by field, so the
+answers are exactly those of a full parse.
+
+:class:`MountTableCache` keeps ``/proc/self/mountinfo`` open: the kernel flags
+``POLLPRI | POLLERR`` on that descriptor when the namespace's mount table changes, so an
+unchanged table is never read twice.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import select
+import threading
+
+from kubevol.errors import MountError, MountInfoError
+from kubevol.mount.mountinfo import (
+    PROC_MOUNTINFO,
+    MountInfo,
+    escape,
+    parse_mountinfo_line,
+    parse_mountinfo_text,
+)
+
+#: Reads of a changing proc mount table before giving up (Kubernetes' ``maxListTries``).
+_MAX_READ_TRIES = 3
+_READ_CHUNK = 1 << 16
+
+
+class MountTable:
+    """An immutable snapshot of one mountinfo text.
+
+    Lookups rely on one property of the kernel's format: the per-mount options (field 6)
+    always start with ``rw`` or ``ro``. Text that breaks it still parses with
+    :meth:`entries`; :meth:`find_containing` then falls back to a full scan.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    @classmethod
+    def from_text(cls, text: str) -> MountTable:
+        """A table over ``text`` (as read from a mountinfo file)."""
+        return cls(os.fsencode(text))
+
+    @property
+    def data(self) -> bytes:
+        """The raw mountinfo bytes."""
+        return self._data
+
+    def entries(self) -> list[MountInfo]:
+        """Every entry, in table order. Raises :class:`~kubevol.errors.MountInfoError`."""
+        return parse_mountinfo_text(os.fsdecode(self._data))
+
+    def find_mount_point(self, path: str) -> MountInfo | None:
+        """The last (top-most) entry mounted exactly at ``path``, or None."""
+        found = self._last_at(path, 0)
+        return found[1] if found else None
+
+    def find_containing(self, path: str) -> MountInfo | None:
+        """The last entry whose mount point is ``path`` or one of its ancestors.
+
+        This is the mount Kubernetes' ``SearchMountPoints`` picks with its reverse scan: the
+        latest mount over the path wins, whatever its depth. ``path`` must be absolute and
+        normalised.
+        """
+        best: MountInfo | None = None
+        low = 0
+        for ancestor in _self_and_ancestors(path):
+            # Deepest first; once a line matched, only a later line can win.
+            found = self._last_at(ancestor, low)
+            if found:
+                low, best = found
+        if best is not None:
+            return best
+        # Text not written by the kernel (options not starting with rw/ro): scan it all.
+        candidates = set(_self_and_ancestors(path))
+        matches = [e for e in self.entries() if e.mount_point in candidates]
+        return matches[-1] if matches else None
+
+    def with_device(
+        self, major: int, minor: int, root: str | None = None, *, under: bool = False
+    ) -> list[MountInfo]:
+        """Entries of device ``major:minor`` in table order.
+
+        With ``root``, only entries whose root equals it, or, with ``under=True``, equals it
+        or lies below it (a bind mount of a sub-directory).
+        """
+        needle = f" {major}:{minor} ".encode()
+        if root is not None:
+            needle += os.fsencode(escape(root))
+        out = []
+        for entry in self._lines_with(needle):
+            if entry.device != (major, minor):
+                continue
+            if root is None or entry.root == root or (under and _is_under(entry.root, root)):
+                out.append(entry)
+        return out
+
+    def _last_at(self, path: str, low: int) -> tuple[int, MountInfo] | None:
+        """The last entry mounted at ``path`` on a line after offset ``low``, with the offset
+        where its line ends."""
+        data = self._data
+        escaped = os.fsencode(escape(path))
+        needle = b" " + escaped + b" r"
+        end = len(data)
+        while True:
+            pos = data.rfind(needle, low, end)
+            if pos < 0:
+                return None
+            start, stop = _line_bounds(data, pos)
+            fields = data[start:stop].split(b" ", 5)
+            if len(fields) > 5 and fields[4] == escaped:
+                return stop, _parse(data, start, stop)
+            end = pos + len(needle) - 1
+
+    def _lines_with(self, needle: bytes) -> list[MountInfo]:
+        """Parsed lines containing ``needle``, each once, in table order."""
+        # rfind is markedly faster than find in CPython for short needles; collect backwards.
+        data = self._data
+        found = []
+        end = len(data)
+        while (pos := data.rfind(needle, 0, end)) >= 0:
+            start, stop = _line_bounds(data, pos)
+            found.append(_parse(data, start, stop))
+            end = start
+        found.reverse()
+        return found
+
+
+def _line_bounds(data: bytes, pos: int) -> tuple[int, int]:
+    start = data.rfind(b"\n", 0, pos) + 1
+    stop = data.find(b"\n", pos)
+    return start, (len(data) if stop < 0 else stop)
+
+
+def _parse(data: bytes, start: int, stop: int) -> MountInfo:
+    line = os.fsdecode(data[start:stop]).rstrip("\r")
+    try:
+        return parse_mountinfo_line(line, 0)
+    except MountInfoError:
+        # Counting lines is costly on a large table: only done to name a malformed one.
+        return parse_mountinfo_line(line, data.count(b"\n", 0, start) + 1)
+
+
+def _self_and_ancestors(path: str) -> list[str]:
+    out = [path]
+    while path != "/":
+        path = posixpath.dirname(path)
+        out.append(path)
+    return out
+
+
+def _is_under(path: str, base: str) -> bool:
+    """True when ``path`` equals ``base`` or lies below it (by path segments)."""
+    if base == "/":
+        return path.startswith("/")
+    return path == base or path.startswith(base + "/")
+
+
+def read_mountinfo_bytes(path: str = PROC_MOUNTINFO) -> bytes:
+    """Read a whole mountinfo file. For a proc file, re-read while the kernel reports that the
+    table changed during the read (at most 3 tries).
+
+    Raises :class:`~kubevol.errors.MountError` when the file cannot be read or keeps changing.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise MountError(exc.errno, f"cannot read mount table {path!r}: {exc.strerror}") from exc
+    try:
+        return _ConsistentReader(fd, path).read()
+    finally:
+        os.close(fd)
+
+
+class _ConsistentReader:
+    """Reads an open mountinfo descriptor; knows whether the table changed since the last read."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+        self.is_proc = os.path.realpath(path).startswith("/proc/")
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLPRI | select.POLLERR)
+
+    def changed(self) -> bool:
+        """True if the kernel flagged a mount-table change since the last check (proc files)."""
+        events = self._poll.poll(0)
+        return any(ev & (select.POLLPRI | select.POLLERR) for _, ev in events)
+
+    def read(self) -> bytes:
+        for _ in range(_MAX_READ_TRIES):
+            data = self._read_once()
+            # A proc read spanning several read(2) calls may mix two versions of the table;
+            # the poll flag tells whether anything changed meanwhile.
+            if not self.is_proc or not self.changed():
+                return data
+        raise MountError(f"mount table {self.path!r} kept changing while being read")
+
+    def _read_once(self) -> bytes:
+        try:
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            # A regular file comes in one read of its size; proc files report size 0.
+            # Asking for much more than is left costs a large allocation per call, so the
+            # first read asks for the size and later ones for a modest chunk.
+            size = os.fstat(self.fd).st_size
+            chunks = []
+            want = size or _READ_CHUNK
+            while chunk := os.read(self.fd, want):
+                chunks.append(chunk)
+                want = _READ_CHUNK
+        except OSError as exc:
+            raise MountError(
+                exc.errno, f"cannot read mount table {self.path!r}: {exc.strerror}"
+            ) from exc
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class MountTableCache:
+    """The current :class:`MountTable` of a mountinfo file, re-read only when it changed.
+
+    For a proc file, the change signal is the kernel's poll flag; for a regular file (a
+    fixture), its size, inode and modification time. Thread-safe. ``reads`` counts how often
+    the file was actually read. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, path: str = PROC_MOUNTINFO) -> None:
+        self.path = path
+        self.reads = 0
+        self._lock = threading.Lock()
+        self._reader: _ConsistentReader | None = None
+        self._table: MountTable | None = None
+        self._stamp: tuple[int, int, int] | None = None
+
+    def table(self) -> MountTable:
+        """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable."""
+        with self._lock:
+            reader = self._open()
+            if reader.is_proc:
+                stale = self._table is None or reader.changed()
+            else:
+                stamp = self._file_stamp()
+                stale = self._table is None or stamp != self._stamp
+                if stale and self._stamp is not None and stamp[0] != self._stamp[0]:
+                    # The fixture file was replaced: read the new inode.
+                    self._close_reader()
+                    reader = self._open()
+                self._stamp = stamp
+            if stale or self._table is None:
+                self._table = MountTable(reader.read())
+                self.reads += 1
+            return self._table
+
+    def close(self) -> None:
+        """Close the descriptor; the next :meth:`table` call reopens it. Idempotent."""
+        with self._lock:
+            self._close_reader()
+            self._table = None
+            self._stamp = None
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            os.close(self._reader.fd)
+        self._reader = None
+
+    def __enter__(self) -> MountTableCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> _ConsistentReader:
+        if self._reader is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise MountError(
+                    exc.errno, f"cannot read mount table {self.path!r}: {exc.strerror}"
+                ) from exc
+            self._reader = _ConsistentReader(fd, self.path)
+        return self._reader
+
+    def _file_stamp(self) -> tuple[int, int, int]:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise MountError(
+                exc.errno, f"cannot read mount table {self.path!r}: {exc.strerror}"
+            ) from exc
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
