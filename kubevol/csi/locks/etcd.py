@@ -226,6 +226,8 @@ class _Cluster:
         answer = client.post(
             client.get_url("/auth/authenticate"),
             json={"name": self._username, "password": self._password},
+            # etcd refuses to authenticate a request that carries an expired token.
+            headers={"Authorization": None},
         )
         token = answer.get("token") if isinstance(answer, dict) else None
         if not isinstance(token, str) or not token:
