@@ -1,0 +1,118 @@
+"""Copies of CSI messages that are safe to log: every ``csi_secret`` field is stripped.
+
+Which fields are secret is read from the ``(csi.v1.csi_secret)`` field option of the
+descriptors, recursively: a secret nested in any sub-message, repeated message or map of
+messages is found too (gocsi only drops top-level fields named "Secrets").
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from google.protobuf import text_format
+
+from kubevol.csi._pb import csi_pb2
+
+#: What a secret value is replaced with.
+STRIPPED = "***stripped***"
+
+Message = Any
+
+
+def _is_secret(field: Any) -> bool:
+    return bool(field.GetOptions().Extensions[csi_pb2.csi_secret])
+
+
+def _is_map(field: Any) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _is_repeated(field: Any) -> bool:
+    # ``is_repeated`` is the newer spelling; ``label`` works on every protobuf 5.x.
+    return bool(field.label == field.LABEL_REPEATED)
+
+
+class Redactor:
+    """Strips secrets, and optionally volume contexts, from copies of messages. Thread-safe."""
+
+    def __init__(self, *, drop_volume_context: bool = False) -> None:
+        self.drop_volume_context = drop_volume_context
+        self._lock = threading.Lock()
+        self._sensitive: dict[str, bool] = {}
+
+    def _has_sensitive(self, descriptor: Any, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether messages of this type can hold anything to strip (cached per type)."""
+        name = descriptor.full_name
+        with self._lock:
+            cached = self._sensitive.get(name)
+        if cached is not None:
+            return cached
+        found = False
+        for field in descriptor.fields:
+            if _is_secret(field) or (self.drop_volume_context and field.name == "volume_context"):
+                found = True
+                break
+            sub = field.message_type
+            if (
+                sub is not None
+                and sub.full_name not in seen
+                and self._has_sensitive(sub, seen | {name})
+            ):
+                found = True
+                break
+        with self._lock:
+            self._sensitive[name] = found
+        return found
+
+    def redact(self, message: Message) -> Message:
+        """A copy of ``message`` with every secret value replaced by :data:`STRIPPED`.
+
+        Map keys are kept (they name the secrets, not their values); a secret sub-message is
+        cleared. Returns ``message`` itself when its type holds nothing to strip.
+        """
+        if not self._has_sensitive(message.DESCRIPTOR):
+            return message
+        copy = type(message)()
+        copy.CopyFrom(message)
+        self._strip(copy)
+        return copy
+
+    def _strip(self, message: Message) -> None:
+        for field, value in message.ListFields():
+            if self.drop_volume_context and field.name == "volume_context":
+                message.ClearField(field.name)
+            elif _is_secret(field):
+                _strip_field(message, field, value)
+            elif field.message_type is not None and self._has_sensitive(field.message_type):
+                if _is_map(field):
+                    value_field = field.message_type.fields_by_name["value"]
+                    if value_field.message_type is not None:
+                        for item in value.values():
+                            self._strip(item)
+                elif _is_repeated(field):
+                    for item in value:
+                        self._strip(item)
+                else:
+                    self._strip(value)
+
+    def to_text(self, message: Message) -> str:
+        """The redacted message on one line, in protobuf text format."""
+        return str(text_format.MessageToString(self.redact(message), as_one_line=True))
+
+
+def _strip_field(message: Message, field: Any, value: Any) -> None:
+    if _is_map(field):
+        value_field = field.message_type.fields_by_name["value"]
+        if value_field.type == value_field.TYPE_STRING:
+            for key in list(value):
+                value[key] = STRIPPED
+        else:
+            message.ClearField(field.name)
+    elif field.type == field.TYPE_STRING:
+        if _is_repeated(field):
+            value[:] = [STRIPPED] * len(value)
+        else:
+            setattr(message, field.name, STRIPPED)
+    else:
+        message.ClearField(field.name)

@@ -1,0 +1,60 @@
+"""Write and serve CSI drivers in Python (gocsi's role).
+
+Subclass the service bases, put them in a :class:`StoragePlugin`, and :func:`serve` it::
+
+    class Identity(IdentityService):
+        def get_plugin_info(self, request, context):
+            return convert.plugin_info_to_pb(PluginInfo(name="x.example.com", vendor_version="1.0"))
+
+    serve(StoragePlugin(identity=Identity(), node=MyNode()))   # reads CSI_ENDPOINT, X_CSI_*
+"""
+
+from kubevol.csi.server.config import (
+    Mode,
+    PluginInfoOverride,
+    ServerConfig,
+    ServerConfigError,
+    parse_plugin_info,
+)
+from kubevol.csi.server.middleware import (
+    CallInfo,
+    Middleware,
+    current_request_id,
+)
+from kubevol.csi.server.serve import (
+    DEFAULT_GRACE,
+    ServerHandle,
+    StoragePlugin,
+    serve,
+    serve_in_background,
+)
+from kubevol.csi.server.services import (
+    ControllerService,
+    CSIService,
+    GroupControllerService,
+    IdentityService,
+    NodeService,
+    SnapshotMetadataService,
+)
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "CSIService",
+    "CallInfo",
+    "ControllerService",
+    "GroupControllerService",
+    "IdentityService",
+    "Middleware",
+    "Mode",
+    "NodeService",
+    "PluginInfoOverride",
+    "ServerConfig",
+    "ServerConfigError",
+    "ServerHandle",
+    "SnapshotMetadataService",
+    "StoragePlugin",
+    "current_request_id",
+    "parse_plugin_info",
+    "serve",
+    "serve_in_background",
+]
