@@ -12,6 +12,7 @@ from typing import Any
 
 from kubevol.errors import MountError, SpecError
 from kubevol.host import VolumeHost, validate_path_segment
+from kubevol.metrics import MetricsDu
 from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
 from kubevol.plugins._util import pod_uid, quantity_bytes, remove_tree_on_one_device
@@ -114,8 +115,6 @@ class EmptyDir(Mounter, Unmounter):
         return os.path.join(plugin_dir, self._volume_name, _READY_FILE)
 
     def get_metrics(self) -> Metrics:
-        from kubevol.metrics import MetricsDu  # metrics sit above the bases
-
         return MetricsDu(self.get_path()).get_metrics()
 
     def can_mount(self) -> None:

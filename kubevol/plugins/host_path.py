@@ -15,6 +15,7 @@ from typing import Any
 
 from kubevol.errors import HostPathTypeError, KubevolError, OperationError, SpecError
 from kubevol.host import VolumeHost
+from kubevol.metrics import MetricsNil
 from kubevol.plugin import (
     DeletableVolumePlugin,
     EventRecorder,
@@ -193,8 +194,7 @@ class HostPathVolume(Mounter, Unmounter):
         return self._path
 
     def get_metrics(self) -> Metrics:
-        from kubevol.metrics import MetricsNil  # the kubelet does not measure hostPath
-
+        # The kubelet does not measure hostPath volumes.
         return MetricsNil().get_metrics()
 
     def can_mount(self) -> None:
@@ -232,8 +232,6 @@ class HostPathDeleter(Deleter):
         return self._path
 
     def get_metrics(self) -> Metrics:
-        from kubevol.metrics import MetricsNil
-
         return MetricsNil().get_metrics()
 
     def delete(self) -> None:
