@@ -74,7 +74,8 @@ def test_disk_medium_tear_down_removes_everything(plugin: EmptyDirPlugin, node_r
     unmounter = plugin.new_unmounter("scratch", UID)
     unmounter.tear_down()
     assert not os.path.exists(mounter.get_path())
-    assert not (node_root / "pods" / UID / "plugins" / "kubernetes.io~empty-dir" / "scratch").exists()
+    plugin_dir = node_root / "pods" / UID / "plugins" / "kubernetes.io~empty-dir"
+    assert not (plugin_dir / "scratch").exists()
     unmounter.tear_down()
 
 
@@ -147,8 +148,9 @@ def test_unknown_medium_and_missing_uid_are_refused(plugin: EmptyDirPlugin) -> N
     """Unsupported media and pods without a UID give clear errors."""
     with pytest.raises(SpecError, match="medium 'HugePages'"):
         plugin.new_mounter(ed_spec(medium="HugePages"), pod(), VolumeOptions())
-    with pytest.raises(SpecError, match="no metadata.uid"):
-        plugin.new_mounter(ed_spec(), client.V1Pod(metadata=client.V1ObjectMeta()), VolumeOptions())
+    with pytest.raises(SpecError, match=r"no metadata\.uid"):
+        no_uid = client.V1Pod(metadata=client.V1ObjectMeta())
+        plugin.new_mounter(ed_spec(), no_uid, VolumeOptions())
     with pytest.raises(SpecError, match="not a valid quantity"):
         plugin.new_mounter(ed_spec(medium="Memory", size="lots"), pod(), VolumeOptions())
 
