@@ -130,13 +130,22 @@ def loop_image(tmp_path: Path) -> Iterator[Callable[[int], tuple[Path, str]]]:
         sh("losetup", "-d", device)
 
 
+#: How to make each filesystem quietly and over whatever the image held.
+_MKFS = {"ext4": ("mkfs.ext4", "-q", "-F"), "xfs": ("mkfs.xfs", "-q", "-f")}
+
+
 @pytest.fixture
-def ext4(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """Make and mount an ext4 filesystem on a loop device; unmount and detach at the end."""
+def loop_fs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Make and mount an ext4 or xfs filesystem on a loop device; unmount and detach at the end.
+
+    Raises ``OSError`` (after detaching the device) if the kernel refuses the mount.
+    """
     made: list[tuple[Path, str]] = []
 
     def make(
-        name: str = "ext4",
+        fstype: str = "ext4",
+        *,
+        name: str = "fs",
         size: int = 64 * 1024 * 1024,
         mkfs_opts: tuple[str, ...] = (),
         mount_opts: str = "",
@@ -144,17 +153,20 @@ def ext4(tmp_path: Path) -> Iterator[Callable[..., Path]]:
         image = tmp_path / f"{name}.img"
         with open(image, "wb") as f:
             f.truncate(size)
-        sh("mkfs.ext4", "-q", "-F", *mkfs_opts, str(image))
+        sh(*_MKFS[fstype], *mkfs_opts, str(image))
         device = sh("losetup", "-f", "--show", str(image)).strip()
         target = tmp_path / name
         target.mkdir()
         opts = ["-o", mount_opts] if mount_opts else []
         proc = subprocess.run(
-            ["mount", *opts, device, str(target)], capture_output=True, text=True, check=False
+            ["mount", "-t", fstype, *opts, device, str(target)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             sh("losetup", "-d", device)
-            raise OSError(f"mount {mount_opts or 'defaults'} {device}: {proc.stderr.strip()}")
+            raise OSError(f"mount -o {mount_opts or 'defaults'} {device}: {proc.stderr.strip()}")
         made.append((target, device))
         return target
 
