@@ -15,7 +15,11 @@ from collections.abc import Sequence
 
 from kubevol.errors import KubevolError
 
-COMMAND_MODULES: tuple[str, ...] = ("kubevol.cli.plugins", "kubevol.cli.metrics")
+COMMAND_MODULES: tuple[str, ...] = (
+    "kubevol.cli.plugins",
+    "kubevol.cli.metrics",
+    "kubevol.cli.mount_refs",
+)
 
 #: Exit code for bad input (as argparse uses).
 EXIT_USAGE = 2

@@ -359,9 +359,11 @@ def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
     described = describe(ctx.root_dir, rel)
     if described is None:
         return RefKind.FOREIGN, f"under the kubelet root{via} but in no kubelet layout{sub}"
-    where = f"kubelet {described.role}{via}" + (
+    where = f"kubelet {described.role}" + (
         f" of pod {described.pod_uid}" if described.pod_uid else ""
     )
+    if via:
+        where += f" (seen{via})"
     if described.volume is None or ctx.volume is None:
         problem = described.problem if described.volume is None else ctx.volume_problem
         return RefKind.SAME_VOLUME, f"{where}{sub}; assumed to be this volume: {problem}"
