@@ -1,0 +1,291 @@
+"""CSIClient against the test driver over a real unix socket: every RPC and error mapping."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import Served, ServeFactory
+from driver import NODE_ID, make_plugin
+
+from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
+from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, CSIRPCUncertainError
+from kubevol.csi.server import serve_in_background
+from kubevol.errors import UncertainProgressError, is_operation_finished
+
+CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER, fs_type="ext4")
+ALL_FAILURE_CODES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
+
+
+def test_identity_rpcs(served: Served) -> None:
+    """GetPluginInfo, GetPluginCapabilities and Probe come back as attrs types."""
+    c = served.client
+    assert c.get_plugin_info() == t.PluginInfo(
+        name="test.csi.kubevol.io", vendor_version="1.2.3", manifest={"k": "v"}
+    )
+    caps = c.get_plugin_capabilities()
+    assert caps.services == {t.PluginServiceType.CONTROLLER_SERVICE}
+    assert caps.volume_expansion == {t.VolumeExpansionType.ONLINE}
+    assert c.probe() is True
+
+
+def test_controller_volume_rpcs(served: Served) -> None:
+    """Create, list, validate, publish, expand, modify and delete round-trip their data."""
+    c = served.client
+    vol = c.create_volume(
+        "pvc-1",
+        [CAP],
+        capacity_range=t.CapacityRange(required_bytes=1 << 20),
+        parameters={"type": "fast"},
+        secrets={"password": "s"},
+        content_source=t.SnapshotSource(snapshot_id="snap-0"),
+        accessibility_requirements=t.TopologyRequirement(
+            requisite=[t.Topology(segments={"zone": "z1"})]
+        ),
+    )
+    assert vol == t.Volume(
+        volume_id="id-pvc-1",
+        capacity_bytes=1 << 20,
+        volume_context={"type": "fast"},
+        content_source=t.SnapshotSource(snapshot_id="snap-0"),
+        accessible_topology=[t.Topology(segments={"zone": "z1"})],
+    )
+    page = c.list_volumes(max_entries=10)
+    assert page.next_token == "more"
+    assert page.entries[0].volume.volume_id == "id-pvc-1"
+    assert page.entries[0].status == t.VolumeStatus(published_node_ids=(NODE_ID,))
+    result = c.validate_volume_capabilities(vol.volume_id, [CAP], volume_context={"a": "b"})
+    assert result.confirmed is not None
+    assert result.confirmed.volume_capabilities == (CAP,)
+    assert result.confirmed.volume_context == {"a": "b"}
+    assert c.controller_publish_volume(vol.volume_id, "node-9", CAP) == {
+        "device": "/dev/test",
+        "node": "node-9",
+    }
+    c.controller_unpublish_volume(vol.volume_id, "node-9")
+    expansion = c.controller_expand_volume(vol.volume_id, t.CapacityRange(required_bytes=5 << 20))
+    assert expansion == t.ControllerExpansion(capacity_bytes=5 << 20, node_expansion_required=True)
+    c.controller_modify_volume(vol.volume_id, {"iops": "100"})
+    c.delete_volume(vol.volume_id)
+    assert c.controller_get_capabilities() == {
+        t.ControllerCapability.CREATE_DELETE_VOLUME,
+        t.ControllerCapability.LIST_VOLUMES,
+    }
+    capacity = c.get_capacity(capabilities=[CAP], accessible_topology=t.Topology(segments={}))
+    assert capacity == t.Capacity(available_capacity=1 << 40, maximum_volume_size=1 << 30)
+
+
+def test_snapshot_and_group_rpcs(served: Served) -> None:
+    """Snapshots keep their creation time (UTC); group snapshots list their members."""
+    c = served.client
+    snap = c.create_snapshot("vol-1", "daily")
+    assert snap == t.Snapshot(
+        snapshot_id="snap-daily",
+        source_volume_id="vol-1",
+        size_bytes=4096,
+        creation_time=datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+        ready_to_use=True,
+    )
+    assert c.group_controller_get_capabilities() == {
+        t.GroupControllerCapability.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT
+    }
+    group = c.create_volume_group_snapshot("g", ["a", "b"])
+    assert group.group_snapshot_id == "group-g"
+    assert [s.source_volume_id for s in group.snapshots] == ["a", "b"]
+    assert all(s.group_snapshot_id == "group-g" for s in group.snapshots)
+
+
+def test_node_rpcs(served: Served, tmp_path: Path) -> None:
+    """Stage, publish (driver creates the target), stats, expand, unpublish (removes it)."""
+    c = served.client
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    target = tmp_path / "pod" / "mount"
+    c.node_stage_volume("v1", str(staging), CAP, publish_context={"device": "/dev/x"})
+    c.node_publish_volume("v1", str(target), CAP, staging_target_path=str(staging))
+    assert target.is_dir()
+    stats = c.node_get_volume_stats("v1", str(target))
+    usage = stats.by_unit(t.UsageUnit.BYTES)
+    assert usage is not None
+    assert usage.total > 0
+    assert stats.volume_condition == t.VolumeCondition(abnormal=False, message="fine")
+    assert (
+        c.node_expand_volume("v1", str(target), capacity_range=t.CapacityRange(required_bytes=9))
+        == 9
+    )
+    c.node_unpublish_volume("v1", str(target))
+    assert not target.exists()
+    c.node_unstage_volume("v1", str(staging))
+    info = c.node_get_info()
+    assert info == t.NodeInfo(
+        node_id=NODE_ID,
+        max_volumes_per_node=7,
+        accessible_topology=t.Topology(segments={"zone": "z1"}),
+    )
+    with pytest.raises(CSIRPCError) as err:
+        c.node_get_volume_stats("v1", str(tmp_path / "missing"))
+    assert err.value.code is grpc.StatusCode.NOT_FOUND
+
+
+def test_unimplemented_rpc_is_a_final_typed_error(served: Served) -> None:
+    """A method the driver does not override answers UNIMPLEMENTED, named by method."""
+    with pytest.raises(CSIRPCError) as err:
+        served.client.delete_snapshot("snap-1")
+    assert err.value.code is grpc.StatusCode.UNIMPLEMENTED
+    assert err.value.method == "/csi.v1.Controller/DeleteSnapshot"
+    assert not isinstance(err.value, UncertainProgressError)
+    assert is_operation_finished(err.value)
+
+
+@pytest.mark.parametrize("code", ALL_FAILURE_CODES, ids=lambda c: c.name)
+def test_publish_error_is_uncertain_exactly_for_non_final_codes(
+    served: Served, tmp_path: Path, code: grpc.StatusCode
+) -> None:
+    """NodePublish failures are uncertain for the kubelet's non-final codes, final otherwise."""
+    served.behaviour.fail["NodePublishVolume"] = (code, "boom")
+    with pytest.raises(CSIRPCError) as err:
+        served.client.node_publish_volume("v1", str(tmp_path / "t"), CAP)
+    assert err.value.code is code
+    assert err.value.message == "boom"
+    assert isinstance(err.value, CSIRPCUncertainError) == (code in NON_FINAL_CODES)
+    assert is_operation_finished(err.value) == (code not in NON_FINAL_CODES)
+
+
+@pytest.mark.parametrize(
+    "code", sorted(NON_FINAL_CODES, key=lambda c: c.name), ids=lambda c: c.name
+)
+def test_non_final_error_of_a_non_progressing_call_stays_plain(
+    served: Served, tmp_path: Path, code: grpc.StatusCode
+) -> None:
+    """NodeUnpublish and Create/Delete failures are never uncertain, whatever the code."""
+    served.behaviour.fail["NodeUnpublishVolume"] = (code, "busy")
+    served.behaviour.fail["DeleteVolume"] = (code, "busy")
+    with pytest.raises(CSIRPCError) as err:
+        served.client.node_unpublish_volume("v1", str(tmp_path / "t"))
+    assert err.value.code is code
+    assert not isinstance(err.value, CSIRPCUncertainError)
+    with pytest.raises(CSIRPCError) as err2:
+        served.client.delete_volume("v1")
+    assert not isinstance(err2.value, CSIRPCUncertainError)
+
+
+def test_stage_expand_and_controller_publish_are_uncertain_on_aborted(
+    served: Served, tmp_path: Path
+) -> None:
+    """Every stage, publish and expand call maps ABORTED to the uncertain variant."""
+    b, c = served.behaviour, served.client
+    for rpc in (
+        "NodeStageVolume",
+        "NodeExpandVolume",
+        "ControllerPublishVolume",
+        "ControllerExpandVolume",
+    ):
+        b.fail[rpc] = (grpc.StatusCode.ABORTED, "pending")
+    calls = [
+        lambda: c.node_stage_volume("v", str(tmp_path), CAP),
+        lambda: c.node_expand_volume("v", str(tmp_path)),
+        lambda: c.controller_publish_volume("v", "n", CAP),
+        lambda: c.controller_expand_volume("v", t.CapacityRange(required_bytes=1)),
+    ]
+    for call in calls:
+        with pytest.raises(CSIRPCUncertainError) as err:
+            call()
+        assert err.value.code is grpc.StatusCode.ABORTED
+
+
+def test_deadline_exceeded_is_uncertain_for_stage(served: Served, tmp_path: Path) -> None:
+    """A per-call timeout that expires during NodeStage raises the uncertain variant."""
+    served.behaviour.sleep["NodeStageVolume"] = 2.0
+    with pytest.raises(CSIRPCUncertainError) as err:
+        served.client.node_stage_volume("v", str(tmp_path), CAP, timeout=0.2)
+    assert err.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_nobody_listening_is_unavailable(tmp_path: Path) -> None:
+    """With no server, publish is uncertain UNAVAILABLE and an identity call a plain error."""
+    with CSIClient(f"unix://{tmp_path}/none.sock", timeout=2) as client:
+        with pytest.raises(CSIRPCUncertainError) as err:
+            client.node_publish_volume("v", str(tmp_path / "t"), CAP)
+        assert err.value.code is grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(CSIRPCError) as err2:
+            client.get_plugin_info()
+        assert err2.value.code is grpc.StatusCode.UNAVAILABLE
+        assert not isinstance(err2.value, CSIRPCUncertainError)
+
+
+def test_transport_failure_outside_grpc_is_uncertain_for_publish(
+    served: Served, tmp_path: Path
+) -> None:
+    """A non-gRPC failure (closed channel) is uncertain for publish, final for others."""
+    client = CSIClient(served.handle.address)
+    client.close()
+    with pytest.raises(CSIRPCUncertainError) as err:
+        client.node_publish_volume("v", str(tmp_path / "t"), CAP)
+    assert err.value.code is grpc.StatusCode.UNKNOWN
+    assert isinstance(err.value.__cause__, Exception)
+    with pytest.raises(CSIRPCError) as err2:
+        client.node_get_info()
+    assert not isinstance(err2.value, CSIRPCUncertainError)
+
+
+def test_node_capabilities_are_cached_until_refresh(served: Served) -> None:
+    """node_get_capabilities asks once; refresh=True asks again and updates the cache."""
+    b, c = served.behaviour, served.client
+    assert c.node_get_capabilities() == {t.NodeCapability.STAGE_UNSTAGE_VOLUME}
+    b.node_caps = {t.NodeCapability.GET_VOLUME_STATS}
+    assert c.node_get_capabilities() == {t.NodeCapability.STAGE_UNSTAGE_VOLUME}
+    assert b.calls.count("NodeGetCapabilities") == 1
+    assert c.node_get_capabilities(refresh=True) == {t.NodeCapability.GET_VOLUME_STATS}
+    assert c.node_supports(t.NodeCapability.GET_VOLUME_STATS)
+    assert b.calls.count("NodeGetCapabilities") == 2
+
+
+def test_metadata_and_user_agent_reach_the_driver(serve_driver: ServeFactory) -> None:
+    """Client-wide and per-call metadata are sent; the user agent names kubevol."""
+    served = serve_driver()
+    with CSIClient(
+        served.handle.address, metadata={"x-agent": "node-a"}, user_agent="agent/1"
+    ) as c:
+        c.node_get_info(metadata={"csi.requestid": "req-42"})
+    seen = served.behaviour.seen_metadata[-1]
+    assert seen["csi.requestid"] == "req-42"
+    assert seen["x-agent"] == "node-a"
+    assert seen["user-agent"].startswith("agent/1")
+
+
+def test_bare_path_and_tcp_endpoints(serve_driver: ServeFactory, tmp_path: Path) -> None:
+    """A bare socket path works like unix://, and tcp://127.0.0.1 works for tests."""
+    served = serve_driver()
+    with CSIClient(str(tmp_path / "csi.sock")) as c:
+        assert c.get_plugin_info().name == "test.csi.kubevol.io"
+    plugin, _ = make_plugin()
+    handle = serve_in_background(plugin, "tcp://127.0.0.1:0", env={})
+    try:
+        assert handle.address.startswith("tcp://127.0.0.1:")
+        assert not handle.address.endswith(":0")
+        with CSIClient(handle.address) as c:
+            assert c.node_get_info().node_id == NODE_ID
+    finally:
+        handle.stop(grace=1)
+    assert served.client.probe()
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["", "relative.sock", "http://x:1", "tcp://nohost", "unix://rel/x.sock"]
+)
+def test_bad_endpoints_are_rejected(endpoint: str) -> None:
+    """Endpoints that are not unix://ABS, tcp://HOST:PORT or an absolute path raise."""
+    with pytest.raises(CSIEndpointError):
+        CSIClient(endpoint)
+
+
+def test_client_is_a_context_manager(served: Served) -> None:
+    """Leaving the with-block closes the channel; close() is idempotent."""
+    with CSIClient(served.handle.address) as c:
+        assert c.probe()
+    c.close()
+    with pytest.raises(CSIRPCError):
+        c.probe()
