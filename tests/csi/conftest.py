@@ -15,10 +15,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from driver import Behaviour, make_plugin  # noqa: E402 - test helper next to this file
+from driver import Behaviour, make_plugin
 
-from kubevol.csi.client import CSIClient  # noqa: E402
-from kubevol.csi.server import ServerHandle, StoragePlugin, serve_in_background  # noqa: E402
+from kubevol.csi.client import CSIClient
+from kubevol.csi.server import ServerHandle, StoragePlugin, serve_in_background
 
 DRIVER_SCRIPT = Path(__file__).with_name("driver_process.py")
 

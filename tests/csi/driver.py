@@ -52,7 +52,7 @@ class Behaviour:
         """Record the call, then fail, sleep or block as configured."""
         with self.lock:
             self.calls.append(rpc)
-            self.seen_metadata.append({k: v for k, v in context.invocation_metadata()})
+            self.seen_metadata.append(dict(context.invocation_metadata()))
             self.seen_request_ids.append(current_request_id())
             entered = self.entered.get(rpc)
             failure = self.fail.get(rpc)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from driver import Behaviour, make_plugin  # noqa: E402 - path set up just above
+from driver import Behaviour, make_plugin
 
-from kubevol.csi.server import serve  # noqa: E402 - same
+from kubevol.csi.server import serve
 
 
 def main() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -140,7 +141,7 @@ def test_unimplemented_rpc_is_a_final_typed_error(served: Served) -> None:
     assert is_operation_finished(err.value)
 
 
-@pytest.mark.parametrize("code", ALL_FAILURE_CODES, ids=lambda c: c.name)
+@pytest.mark.parametrize("code", ALL_FAILURE_CODES, ids=str)
 def test_publish_error_is_uncertain_exactly_for_non_final_codes(
     served: Served, tmp_path: Path, code: grpc.StatusCode
 ) -> None:
@@ -154,9 +155,7 @@ def test_publish_error_is_uncertain_exactly_for_non_final_codes(
     assert is_operation_finished(err.value) == (code not in NON_FINAL_CODES)
 
 
-@pytest.mark.parametrize(
-    "code", sorted(NON_FINAL_CODES, key=lambda c: c.name), ids=lambda c: c.name
-)
+@pytest.mark.parametrize("code", sorted(NON_FINAL_CODES, key=str), ids=str)
 def test_non_final_error_of_a_non_progressing_call_stays_plain(
     served: Served, tmp_path: Path, code: grpc.StatusCode
 ) -> None:
@@ -184,7 +183,7 @@ def test_stage_expand_and_controller_publish_are_uncertain_on_aborted(
         "ControllerExpandVolume",
     ):
         b.fail[rpc] = (grpc.StatusCode.ABORTED, "pending")
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: c.node_stage_volume("v", str(tmp_path), CAP),
         lambda: c.node_expand_volume("v", str(tmp_path)),
         lambda: c.controller_publish_volume("v", "n", CAP),
