@@ -9,8 +9,10 @@ path-cleaned, so two distinct ids can never share a key.
 Taking a lock creates the key, attached to a fresh lease, in a transaction that succeeds
 only if the key does not exist. While the lock is held a background thread keeps the lease
 alive; a holder that dies stops refreshing and etcd deletes the key when the lease's TTL
-runs out, letting another process in. Releasing deletes the key (only if it still belongs
-to our lease) and revokes the lease.
+runs out, letting another process in. Releasing revokes the lease, which deletes the key
+in the same step (one request instead of a delete and a revoke); a key that meanwhile
+belongs to another lease is never touched. A waiter polls the key with reads, which etcd
+serves without a raft write, and tries the create transaction again once it is gone.
 
 The client is ``etcd3gw``, which speaks to etcd's HTTP/JSON gateway (``/v3/…`` from etcd
 3.4, found by asking ``/version``). Several endpoints give fail-over: a request that cannot
@@ -347,15 +349,9 @@ def _create_with_lease(client: Etcd3Client, key: bytes, value: bytes, lease_id: 
     return bool(kvs) and int(kvs[0].get("lease", 0)) == lease_id
 
 
-def _delete_if_ours(client: Etcd3Client, key: bytes, lease_id: int) -> None:
-    k = _b64(key)
-    client.transaction(
-        {
-            "compare": [{"key": k, "result": "EQUAL", "target": "LEASE", "lease": lease_id}],
-            "success": [{"request_delete_range": {"key": k}}],
-            "failure": [],
-        }
-    )
+def _key_exists(client: Etcd3Client, key: bytes) -> bool:
+    answer = client.post(client.get_url("/kv/range"), json={"key": _b64(key), "count_only": True})
+    return int(answer.get("count", 0)) > 0
 
 
 class EtcdHeldLock(HeldLock):
@@ -375,7 +371,7 @@ class EtcdHeldLock(HeldLock):
         return self._lost.is_set()
 
     def release(self) -> None:
-        """Delete the key and revoke the lease. Idempotent; never raises.
+        """Revoke the lease, which deletes the key. Idempotent; never raises.
 
         If etcd cannot be reached the key stays until the lease, no longer refreshed,
         expires (at most the provider's TTL later).
@@ -452,6 +448,14 @@ class EtcdLockProvider(VolumeLockProvider):
         self._held: set[EtcdHeldLock] = set()
         self._closed = False
 
+    def ping(self) -> None:
+        """Check that an endpoint answers (and accepts the credentials, if any).
+
+        For a driver that wants to fail at start-up rather than at its first call. Raises
+        :class:`LockProviderError` if no endpoint answers.
+        """
+        self._cluster.call("status check", lambda c: c.status())
+
     def key_for(self, kind: LockKind, key: str) -> str:
         """The etcd key that holds the lock for (kind, key)."""
         check_lock_key(kind, key)
@@ -467,9 +471,9 @@ class EtcdLockProvider(VolumeLockProvider):
         if self._closed:
             raise LockProviderError("etcd lock provider is closed")
         lease_id = self._cluster.call("lease grant", lambda c: _grant(c, self.ttl))
-        # Keep the lease alive while waiting too, so a wait longer than the TTL still works.
-        self._keepalive.add(lease_id, lambda: None)
         try:
+            # Keep the lease alive while waiting too, so a wait longer than the TTL works.
+            self._keepalive.add(lease_id, lambda: None)
             lock = self._wait_for(etcd_key, lease_id, deadline)
         except BaseException:
             self._drop_lease(lease_id)
@@ -489,12 +493,17 @@ class EtcdLockProvider(VolumeLockProvider):
                 with self._guard:
                     self._held.add(lock)
                 return lock
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            # Jitter so that waiters released together do not retry in lockstep.
-            time.sleep(min(delay * random.uniform(0.5, 1.0), remaining))
-            delay = min(delay * 2, _MAX_RETRY_DELAY)
+            # Busy: poll with reads (no raft write, unlike a failing create transaction)
+            # until the key is gone, then race for it again.
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                # Jitter so that waiters released together do not retry in lockstep.
+                time.sleep(min(delay * random.uniform(0.5, 1.0), remaining))
+                delay = min(delay * 2, _MAX_RETRY_DELAY)
+                if not self._cluster.call("lock poll", lambda c: _key_exists(c, key)):
+                    break
 
     def _drop_lease(self, lease_id: int) -> None:
         self._keepalive.remove(lease_id)
@@ -508,10 +517,6 @@ class EtcdLockProvider(VolumeLockProvider):
         self._keepalive.remove(lock.lease_id)
         with self._guard:
             self._held.discard(lock)
-        try:
-            self._cluster.call("lock delete", lambda c: _delete_if_ours(c, lock.key, lock.lease_id))
-        except LockProviderError as exc:
-            _log.warning("could not delete etcd lock %r: %s", lock.key.decode(), exc)
         self._drop_lease(lock.lease_id)
 
     def close(self) -> None:

@@ -44,6 +44,12 @@ def keys_under(client: Etcd3Client, prefix: str) -> dict[str, int]:
     }
 
 
+def lease_ids(client: Etcd3Client) -> set[int]:
+    """Ids of every lease etcd knows."""
+    answer = client.post(client.get_url("/lease/leases"), json={})
+    return {int(lease["ID"]) for lease in answer.get("leases", [])}
+
+
 def acquired(lock: object) -> EtcdHeldLock:
     """Narrow an acquire() result to a held etcd lock, failing the test otherwise."""
     assert isinstance(lock, EtcdHeldLock)
@@ -127,14 +133,11 @@ def test_failed_attempt_leaves_nothing_behind(
     """A timed-out acquire revokes the lease it granted and leaves the holder's key alone."""
     first, second = make_provider(), make_provider()
     held = acquired(first.acquire(LockKind.BY_ID, "vol", 0))
-    leases_before = {
-        int(lease["ID"]) for lease in etcd.post(etcd.get_url("/lease/leases"), json={})["leases"]
-    }
+    leases_before = lease_ids(etcd)
     assert second.acquire(LockKind.BY_ID, "vol", 0.2) is None
-    leases_after = {
-        int(lease["ID"]) for lease in etcd.post(etcd.get_url("/lease/leases"), json={})["leases"]
-    }
-    assert leases_after == leases_before
+    leases_after = lease_ids(etcd)
+    assert leases_after - leases_before == set()  # the attempt's lease is gone
+    assert held.lease_id in leases_after
     assert keys_under(etcd, f"/{domain}/") == {f"/{domain}/volumesByID/vol": held.lease_id}
 
 
@@ -218,6 +221,13 @@ def test_unreachable_etcd_raises_provider_error(
     provider = make_provider(endpoints=[f"127.0.0.1:{unused_port}"], dial_timeout=0.5)
     with pytest.raises(LockProviderError, match=f"127.0.0.1:{unused_port}"):
         provider.acquire(LockKind.BY_ID, "vol", 0)
+
+
+def test_ping_checks_reachability(make_provider: ProviderFactory, unused_port: int) -> None:
+    """ping succeeds against the live etcd and raises LockProviderError against a dead port."""
+    make_provider().ping()
+    with pytest.raises(LockProviderError, match="status check"):
+        make_provider(endpoints=[f"127.0.0.1:{unused_port}"]).ping()
 
 
 def test_threads_sharing_one_provider_never_overlap(make_provider: ProviderFactory) -> None:
