@@ -37,8 +37,8 @@ class VolumeIdentity:
     #: ``<driver>^<sha256hex(handle)>`` for CSI (comparable whether the handle or only its
     #: hash is known), the volume name for in-tree plugins.
     name: str
-    #: Human description (driver and handle when known).
-    description: str
+    #: Human description (driver and handle when known); not part of the identity.
+    description: str = attrs.field(eq=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,172 @@
+"""LinuxMounter on real mounts: mount, bind + remount, sensitive options, unmount, checks."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from kubevol.errors import MountError
+from kubevol.mount import LinuxMounter, parse_mountinfo
+from kubevol.testing.mount_rig import MountRig, mounted_at
+
+
+@pytest.fixture
+def mounter(rig: MountRig) -> Iterator[LinuxMounter]:
+    """A LinuxMounter whose mounts the rig removes if a test leaves any."""
+    m = LinuxMounter()
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def track(rig: MountRig, target: Path) -> None:
+    """Let the rig unmount ``target`` if the test fails before doing it."""
+    rig._mounts.append(target)
+
+
+def test_mount_and_unmount_tmpfs(rig: MountRig, mounter: LinuxMounter, tmp_path: Path) -> None:
+    """mount() puts a tmpfs in the table with its options; unmount() takes it out."""
+    target = tmp_path / "t"
+    target.mkdir()
+    track(rig, target)
+    mounter.mount("tmpfs", str(target), "tmpfs", ["size=1m", "mode=0700"])
+    [entry] = [e for e in parse_mountinfo() if e.mount_point == str(target)]
+    assert entry.fs_type == "tmpfs"
+    assert "size=1024k" in entry.super_options
+    assert mounter.is_mount_point(str(target))
+    assert not mounter.is_likely_not_mount_point(str(target))
+    assert any(mp.path == str(target) and mp.type == "tmpfs" for mp in mounter.list())
+    mounter.unmount(str(target))
+    assert not mounted_at(target)
+    assert mounter.is_likely_not_mount_point(str(target))
+
+
+def test_read_only_bind_is_bind_then_remount(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path
+) -> None:
+    """A bind with ro is read-only: the flag is applied by a remount of the bind."""
+    source = rig.tmpfs(tmp_path / "src")
+    target = tmp_path / "ro"
+    target.mkdir()
+    track(rig, target)
+    mounter.mount(str(source), str(target), "", ["bind", "ro"])
+    [entry] = [e for e in parse_mountinfo() if e.mount_point == str(target)]
+    assert entry.options[0] == "ro"
+    with pytest.raises(OSError) as info:
+        (target / "f").write_text("x")
+    assert info.value.errno == errno.EROFS
+    (source / "f").write_text("still writable at the source")
+    assert (target / "f").read_text() == "still writable at the source"
+
+
+def test_bind_of_same_filesystem_is_seen_by_statx(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path
+) -> None:
+    """A bind of a directory of the same filesystem is detected (statx mount root), which a
+    device-number comparison would miss."""
+    (tmp_path / "a").mkdir()
+    target = tmp_path / "b"
+    target.mkdir()
+    track(rig, target)
+    mounter.mount(str(tmp_path / "a"), str(target), "", ["bind"])
+    assert not mounter.is_likely_not_mount_point(str(target))
+    assert mounter.is_likely_not_mount_point(str(tmp_path / "a"))
+
+
+def test_is_likely_not_mount_point_raises_for_missing_path(
+    mounter: LinuxMounter, tmp_path: Path
+) -> None:
+    """A missing path raises FileNotFoundError, as the interface promises."""
+    with pytest.raises(FileNotFoundError):
+        mounter.is_likely_not_mount_point(str(tmp_path / "missing"))
+
+
+def test_failed_mount_never_shows_sensitive_options(
+    mounter: LinuxMounter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failing mount_sensitive masks the secret in the error and in the logs."""
+    target = tmp_path / "t"
+    target.mkdir()
+    caplog.set_level(logging.DEBUG, logger="kubevol")
+    with pytest.raises(MountError) as info:
+        mounter.mount_sensitive(
+            "tmpfs", str(target), "tmpfs", ["size=1m"], ["password=s3cr3t-value"]
+        )
+    assert "s3cr3t-value" not in str(info.value)
+    assert "<masked>" in str(info.value)
+    assert "s3cr3t-value" not in caplog.text
+    assert "<masked>" in caplog.text
+    assert not mounted_at(target)
+
+
+def test_failed_mount_names_the_command(mounter: LinuxMounter, tmp_path: Path) -> None:
+    """The error of a failed mount names the command, target and output."""
+    with pytest.raises(MountError) as info:
+        mounter.mount(str(tmp_path / "no-such-source"), str(tmp_path), "", ["bind"])
+    assert str(tmp_path / "no-such-source") in str(info.value)
+    assert "mount failed" in str(info.value)
+
+
+class FailingRemount(LinuxMounter):
+    """A real mounter whose remount step fails (the kernel rarely refuses one on demand)."""
+
+    def _run_mount(
+        self,
+        source: str,
+        target: str,
+        fstype: str,
+        options: Sequence[str],
+        sensitive: Sequence[str],
+    ) -> None:
+        if "remount" in options:
+            raise MountError("remount refused")
+        super()._run_mount(source, target, fstype, options, sensitive)
+
+
+def test_failed_remount_undoes_the_bind(rig: MountRig, tmp_path: Path) -> None:
+    """If the remount step of a bind fails, the real bind is unmounted again: nothing is
+    left half-done (a writable bind where a read-only one was asked for)."""
+    source = rig.tmpfs(tmp_path / "src")
+    target = tmp_path / "t"
+    target.mkdir()
+    track(rig, target)
+    mounter = FailingRemount()
+    with pytest.raises(MountError, match="remount refused"):
+        mounter.mount(str(source), str(target), "", ["bind", "ro"])
+    assert not mounted_at(target)
+    mounter.close()
+
+
+def test_unmount_of_unmounted_path_fails(mounter: LinuxMounter, tmp_path: Path) -> None:
+    """Unmounting a path that is not mounted raises MountError naming it."""
+    with pytest.raises(MountError, match=str(tmp_path)):
+        mounter.unmount(str(tmp_path))
+
+
+def test_get_mount_refs_lists_other_mounts_of_the_same_root(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path
+) -> None:
+    """get_mount_refs: other mounts with the same root and device; sub-directory binds and
+    other devices are not refs; a missing path gives []."""
+    dev = rig.loop()
+    a = rig.mount(dev, tmp_path / "a")
+    b = rig.mount(dev, tmp_path / "b")
+    (a / "sub").mkdir()
+    rig.bind(a / "sub", tmp_path / "c")
+    rig.tmpfs(tmp_path / "other")
+    assert mounter.get_mount_refs(str(a)) == [str(b)]
+    assert mounter.get_mount_refs(str(b)) == [str(a)]
+    assert mounter.get_mount_refs(str(tmp_path / "gone")) == []
+
+
+def test_get_mount_refs_of_a_corrupted_mount_is_empty(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path
+) -> None:
+    """A corrupted mount has no refs (Kubernetes treats it as unmounted)."""
+    broken = rig.corrupted(tmp_path / "fuse")
+    assert mounter.get_mount_refs(str(broken)) == []

@@ -1,0 +1,236 @@
+"""mountinfo parsing, the searchable MountTable, and the poll-based MountTableCache."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubevol.errors import MountError, MountInfoError
+from kubevol.mount import (
+    MountInfo,
+    MountTable,
+    MountTableCache,
+    parse_mountinfo,
+    parse_mountinfo_text,
+    search_mount_points,
+)
+from kubevol.mount.mountinfo import escape, unescape
+from kubevol.testing.mount_rig import MountRig
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "mountinfo"
+
+
+def test_parses_every_field() -> None:
+    """Each of the eleven fields lands in its attribute, options split on commas."""
+    [e] = parse_mountinfo_text(
+        "36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
+    )
+    assert e == MountInfo(
+        id=36,
+        parent_id=35,
+        major=98,
+        minor=0,
+        root="/mnt1",
+        mount_point="/mnt/parent",
+        options=("rw", "noatime"),
+        optional_fields=("master:1",),
+        fs_type="ext3",
+        source="/dev/root",
+        super_options=("rw", "errors=continue"),
+    )
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_any_number_of_optional_fields(count: int) -> None:
+    """Zero or several optional fields before the separator are all kept."""
+    fields = " ".join(f"shared:{i}" for i in range(count))
+    line = f"1 0 8:1 / /a rw {fields} - ext4 /dev/sda1 rw".replace("  ", " ")
+    [e] = parse_mountinfo_text(line)
+    assert e.optional_fields == tuple(f"shared:{i}" for i in range(count))
+    assert e.fs_type == "ext4"
+
+
+def test_octal_escapes_are_decoded() -> None:
+    """Octal escapes (``\\040`` ...) in paths and sources become their characters."""
+    [e] = parse_mountinfo_text(
+        r"5 1 0:40 /a\040b /mnt/with\040space\011tab\012nl\134bs rw - tmpfs my\040src rw"
+    )
+    assert e.root == "/a b"
+    assert e.mount_point == "/mnt/with space\ttab\nnl\\bs"
+    assert e.source == "my src"
+
+
+def test_escape_round_trips() -> None:
+    """escape() writes what the kernel writes; unescape() reads it back."""
+    path = "/a b\tc\nd\\e"
+    assert escape(path) == r"/a\040b\011c\012d\134e"
+    assert unescape(escape(path)) == path
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("1 0 8:1 / /a rw ext4 /dev/sda1 rw", "separator"),
+        ("1 0 8:1 / /a rw - ext4 /dev/sda1", "3 fields after"),
+        ("x 0 8:1 / /a rw - ext4 /dev/sda1 rw", "not a number"),
+        ("1 0 81 / /a rw - ext4 /dev/sda1 rw", "not a number"),
+    ],
+)
+def test_malformed_line_names_number_and_content(line: str, why: str) -> None:
+    """A malformed line raises MountInfoError (a ValueError) with its line number and text."""
+    text = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n\n" + line + "\n"
+    with pytest.raises(MountInfoError) as info:
+        parse_mountinfo_text(text)
+    assert "line 3" in str(info.value)
+    assert repr(line) in str(info.value)
+    assert why in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_table_names_the_malformed_line_it_hits() -> None:
+    """The table's partial parse still reports the right line number."""
+    table = MountTable.from_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 8:1 / /x rw junk\n")
+    with pytest.raises(MountInfoError, match="line 2"):
+        table.find_mount_point("/x")
+
+
+def test_lustre_reference_lines_parse() -> None:
+    """The Lustre lines from the reference (huge major, multi-NID source) parse."""
+    entries = {e.mount_point: e for e in parse_mountinfo(str(FIXTURES / "lustre.txt"))}
+    assert entries["/x"].device == (2389, 231328)
+    assert entries["/x"].source == "10.11.1.16@o2ib:/ictstr01"
+    assert entries["/lustre/shared"].source == "10.0.0.10@tcp1,10.0.0.11@tcp1:/shared"
+    assert entries["/lustre/shared"].super_options == ("rw", "flock", "lazystatfs")
+    team_b = [e for e in entries.values() if e.source.endswith("team b")]
+    assert len(team_b) == 2
+
+
+@pytest.mark.parametrize("name", ["lustre.txt", "cephfs.txt", "nfs.txt"])
+def test_fixture_refs_match_a_naive_search(name: str) -> None:
+    """For every mount in each fixture, the table's refs equal a plain full-scan search."""
+    text = (FIXTURES / name).read_text()
+    entries = parse_mountinfo_text(text)
+    table = MountTable.from_text(text)
+    for e in entries:
+        assert search_mount_points(table, e.mount_point) == naive_refs(entries, e.mount_point)
+
+
+def test_missing_file_is_a_mount_error(tmp_path: Path) -> None:
+    """An unreadable mountinfo file raises MountError naming it."""
+    with pytest.raises(MountError, match="nope"):
+        parse_mountinfo(str(tmp_path / "nope"))
+
+
+def test_parses_this_process_table() -> None:
+    """The live /proc/self/mountinfo parses and has the root mount."""
+    assert any(e.mount_point == "/" for e in parse_mountinfo())
+
+
+def naive_refs(entries: list[MountInfo], path: str) -> list[str]:
+    """SearchMountPoints written the obvious way, over fully parsed entries."""
+    for e in reversed(entries):
+        rel = posixpath.relpath(path, e.mount_point)
+        if path == e.mount_point or not (rel == ".." or rel.startswith("../")):
+            root = posixpath.normpath(posixpath.join(e.root, rel))
+            return [
+                o.mount_point
+                for o in entries
+                if o.id != e.id and o.root == root and o.device == e.device
+            ]
+    raise AssertionError("no containing mount")
+
+
+_segment = st.sampled_from(["a", "b", "a b", "c\\d", "kubelet", "r"])
+_path = st.lists(_segment, min_size=0, max_size=3).map(lambda s: "/" + "/".join(s))
+
+
+@st.composite
+def _tables(draw: st.DrawFn) -> list[MountInfo]:
+    n = draw(st.integers(min_value=1, max_value=25))
+    entries = [
+        MountInfo(
+            id=1, parent_id=0, major=8, minor=1, root="/", mount_point="/", options=("rw",),
+            optional_fields=(), fs_type="ext4", source="/dev/sda1", super_options=("rw",),
+        )
+    ]
+    for i in range(2, n + 1):
+        entries.append(
+            MountInfo(
+                id=i,
+                parent_id=1,
+                major=draw(st.sampled_from([0, 7, 8])),
+                minor=draw(st.sampled_from([1, 10])),
+                root=draw(_path),
+                mount_point=draw(_path),
+                options=(draw(st.sampled_from(["rw", "ro"])), "relatime"),
+                optional_fields=tuple(draw(st.lists(st.sampled_from(["shared:1", "master:2"]),
+                                                    max_size=2))),
+                fs_type=draw(st.sampled_from(["ext4", "lustre", "tmpfs"])),
+                source=draw(st.sampled_from(["/dev/loop1", "10.0.0.1@tcp:/fs", "/ r"])),
+                super_options=("rw",),
+            )
+        )
+    return entries
+
+
+def _render(e: MountInfo) -> str:
+    opt = " ".join(e.optional_fields)
+    return (
+        f"{e.id} {e.parent_id} {e.major}:{e.minor} {escape(e.root)} {escape(e.mount_point)} "
+        f"{','.join(e.options)}{' ' + opt if opt else ''} - {e.fs_type} {escape(e.source)} "
+        f"{','.join(e.super_options)}"
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=_tables(), path=_path)
+def test_table_search_equals_full_parse(entries: list[MountInfo], path: str) -> None:
+    """On any table, the substring-search lookups give exactly the full-parse answers."""
+    text = "\n".join(_render(e) for e in entries) + "\n"
+    assert parse_mountinfo_text(text) == entries
+    table = MountTable.from_text(text)
+    assert search_mount_points(table, path) == naive_refs(entries, path)
+    exact = [e for e in entries if e.mount_point == path]
+    assert table.find_mount_point(path) == (exact[-1] if exact else None)
+    for dev in {(e.major, e.minor) for e in entries}:
+        for root in {e.root for e in entries}:
+            under = [
+                e for e in entries
+                if e.device == dev and (e.root == root or e.root.startswith(root.rstrip("/") + "/"))
+            ]
+            assert table.with_device(*dev, root, under=True) == under
+
+
+def test_cache_rereads_proc_table_only_after_a_change(rig: MountRig) -> None:
+    """/proc/self/mountinfo is read once while unchanged; a new mount triggers one re-read."""
+    with MountTableCache() as cache:
+        first = cache.table()
+        for _ in range(10):
+            assert cache.table() is first
+        assert cache.reads == 1
+        target = rig.tmpfs(rig.base / "fresh")
+        changed = cache.table()
+        assert changed is not first
+        assert changed.find_mount_point(str(target)) is not None
+        assert cache.reads == 2
+        assert cache.table() is changed
+
+
+def test_cache_rereads_a_regular_file_when_it_changes(tmp_path: Path) -> None:
+    """A fixture file is re-read when it is rewritten or replaced, not otherwise."""
+    path = tmp_path / "mountinfo"
+    path.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n")
+    with MountTableCache(str(path)) as cache:
+        assert cache.table().find_mount_point("/x") is None
+        assert cache.table() is cache.table()
+        assert cache.reads == 1
+        new = tmp_path / "new"
+        new.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 8:1 / /x rw - ext4 /dev/sda1 rw\n")
+        os.replace(new, path)
+        assert cache.table().find_mount_point("/x") is not None
+        assert cache.reads == 2
