@@ -123,7 +123,7 @@ def _b64(data: bytes) -> str:
 
 
 class _TimeoutSession(requests.Session):
-    """A session that applies (connect, read) timeouts and an optional auth token.
+    """A session that applies separate connect and read timeouts to every request.
 
     etcd3gw passes one ``timeout`` for both phases; doing it here lets the dial timeout
     differ from the request timeout.
