@@ -155,15 +155,20 @@ def _resolve_id(kind: str, value: str) -> int:
         raise CSIServeError(f"{name}={value!r}: no such {kind}") from None
 
 
-def _secure_socket(path: str, config: ServerConfig) -> None:
+def _secure_socket(path: str, perms: int, uid: int, gid: int) -> None:
     try:
-        os.chmod(path, config.endpoint_perms)
-        uid = _resolve_id("user", config.endpoint_user)
-        gid = _resolve_id("group", config.endpoint_group)
+        os.chmod(path, perms)
         if uid != -1 or gid != -1:
             os.chown(path, uid, gid)
     except OSError as exc:
         raise CSIServeError(f"cannot set owner or mode of socket {path!r}: {exc}") from exc
+
+
+def _remove_own_socket(path: str) -> None:
+    """Remove the socket this server created (never anything that is not a socket)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
 
 
 # --- the server ---------------------------------------------------------------------
@@ -203,9 +208,7 @@ class ServerHandle:
                 return
             self.server.stop(grace).wait()
             if self.endpoint.scheme is Scheme.UNIX:
-                with contextlib.suppress(FileNotFoundError):
-                    if stat.S_ISSOCK(os.lstat(self.endpoint.address).st_mode):
-                        os.unlink(self.endpoint.address)
+                _remove_own_socket(self.endpoint.address)
             if self._lock_provider is not None and self._owns_lock_provider:
                 self._lock_provider.close()
             self._stopped.set()
@@ -254,6 +257,9 @@ def serve_in_background(
     if not address:
         raise CSIEndpointError("no endpoint: set CSI_ENDPOINT (e.g. unix:///run/csi/csi.sock)")
     parsed = parse_endpoint(address)
+    # Resolve the socket's owner before creating anything, so a typo leaves no socket.
+    uid = _resolve_id("user", config.endpoint_user)
+    gid = _resolve_id("group", config.endpoint_group)
     if plugin.before_serve is not None:
         plugin.before_serve(plugin, config)
     owns = lock_provider is None
@@ -267,6 +273,7 @@ def serve_in_background(
         options=[("grpc.so_reuseport", 0)],
     )
     server.add_generic_rpc_handlers([_generic_handler(s) for s in plugin.services_for(config.mode)])
+    bound = False
     try:
         if parsed.scheme is Scheme.UNIX:
             _remove_stale_socket(parsed.address)
@@ -276,14 +283,17 @@ def serve_in_background(
             raise CSIServeError(f"cannot listen on {parsed}: {exc}") from exc
         if not port:
             raise CSIServeError(f"cannot listen on {parsed}")
+        bound = True
         if parsed.scheme is Scheme.UNIX:
-            _secure_socket(parsed.address, config)
+            _secure_socket(parsed.address, config.endpoint_perms, uid, gid)
         elif parsed.address.endswith(":0"):
             host = parsed.address.rpartition(":")[0]
             parsed = Endpoint(scheme=Scheme.TCP, address=f"{host}:{port}")
         server.start()
     except BaseException:
         server.stop(None)
+        if bound and parsed.scheme is Scheme.UNIX:
+            _remove_own_socket(parsed.address)
         if provider is not None and owns:
             provider.close()
         raise
