@@ -50,10 +50,10 @@ def run(args: argparse.Namespace) -> int:
             render(data["refs"], "table", sys.stdout, columns=COLUMNS)
         else:
             print("no other mount of this filesystem")
-        for warning in verdict.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
     else:
         render(data, args.output, sys.stdout)
+    for warning in verdict.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return EXIT_ALLOWED if verdict.allowed else EXIT_BLOCKED
 
 
