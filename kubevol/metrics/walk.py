@@ -38,7 +38,7 @@ _lstat = os.lstat
 
 def _load_native() -> ModuleType | None:
     try:
-        from kubevol.metrics import _duwalk  # type: ignore[attr-defined]  # optional C ext
+        from kubevol.metrics import _duwalk
     except ImportError:
         return None
     module: ModuleType = _duwalk
