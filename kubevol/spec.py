@@ -7,8 +7,8 @@ The kubernetes client's model classes are imported only when a manifest is loade
 from __future__ import annotations
 
 import json
-from inspect import signature
 from collections.abc import Mapping
+from inspect import signature
 from typing import Any
 
 import attrs
