@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import select
 import threading
 
@@ -72,13 +73,20 @@ class MountTable:
         latest mount over the path wins, whatever its depth. ``path`` must be absolute and
         normalised.
         """
-        best: MountInfo | None = None
-        low = 0
-        for ancestor in _self_and_ancestors(path):
-            # Deepest first; once a line matched, only a later line can win.
-            found = self._last_at(ancestor, low)
-            if found:
-                low, best = found
+        data = self._data
+        found = self._last_at(path, 0)
+        low, best = found if found else (0, None)
+        if path != "/":
+            # Only a line after the best one so far can win: one regex pass over the rest
+            # finds every ancestor mount point at once.
+            last: tuple[int, int] | None = None
+            for match in _ancestors_pattern(path).finditer(data, low):
+                start, stop = _line_bounds(data, match.start())
+                fields = data[start:stop].split(b" ", 5)
+                if len(fields) > 5 and fields[4] == match.group(1):
+                    last = (start, stop)
+            if last is not None:
+                best = _parse(data, *last)
         if best is not None:
             return best
         # Text not written by the kernel (options not starting with rw/ro): scan it all.
@@ -149,6 +157,17 @@ def _parse(data: bytes, start: int, stop: int) -> MountInfo:
     except MountInfoError:
         # Counting lines is costly on a large table: only done to name a malformed one.
         return parse_mountinfo_line(line, data.count(b"\n", 0, start) + 1)
+
+
+def _ancestors_pattern(path: str) -> re.Pattern[bytes]:
+    """A regex matching `` <A> r`` for every proper ancestor A of ``path`` (``/`` included),
+    with the mount point in group 1: `` (/(?:a(?:/b)?)?) r`` for ``/a/b/c``."""
+    parts = [re.escape(os.fsencode(escape(p))) for p in path.strip("/").split("/")[:-1]]
+    inner = b""
+    for part in reversed(parts):
+        inner = b"(?:/" + part + inner + b")?"
+    body = inner[4:-2] if parts else b""  # the first component needs no leading "/"
+    return re.compile(b" (/(?:" + body + b")?) r" if parts else b" (/) r")
 
 
 def _self_and_ancestors(path: str) -> list[str]:
