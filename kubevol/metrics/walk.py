@@ -71,7 +71,7 @@ def walk(path: str, *, native: bool | None = None, threads: int | None = None) -
     root = _root_stat(path)
     if module is not None:
         try:
-            blocks, inodes = module.walk(path, threads or default_threads())
+            blocks, inodes = module.walk(path, default_threads() if threads is None else threads)
         except OSError as exc:
             raise MetricsError.fs_info_failed(exc.filename or path, exc) from exc
         return DiskUsage(bytes=blocks * BLOCK_UNIT, inodes=inodes)

@@ -242,3 +242,13 @@ def test_concurrent_churn_never_fails(tree: Path, native: bool) -> None:
         stop.set()
         thread.join()
     assert not errors
+
+
+@pytest.mark.parametrize("threads", [0, -1, 65])
+def test_native_walker_rejects_bad_thread_counts(tree: Path, threads: int) -> None:
+    """The C walker refuses thread counts outside [1, 64] instead of misbehaving."""
+    if not native_available():  # the Python walker ignores ``threads``: nothing to refuse
+        assert walk(str(tree), native=False, threads=threads).inodes > 0
+        return
+    with pytest.raises(ValueError, match="threads must be in"):
+        walk(str(tree), native=True, threads=threads)
