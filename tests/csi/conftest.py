@@ -6,33 +6,25 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from driver import Behaviour, make_plugin
+# The CSI test helpers are imported as ``tests.csi.*`` (as mypy names them).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kubevol.csi.client import CSIClient
-from kubevol.csi.server import ServerHandle, StoragePlugin, serve_in_background
-
-DRIVER_SCRIPT = Path(__file__).with_name("driver_process.py")
-
-
-class Served:
-    """A served test driver: its handle, behaviour knobs and a client."""
-
-    def __init__(self, handle: ServerHandle, behaviour: Behaviour, client: CSIClient) -> None:
-        self.handle = handle
-        self.behaviour = behaviour
-        self.client = client
-
-
-ServeFactory = Callable[..., Served]
+from kubevol.csi.server import StoragePlugin, serve_in_background
+from tests.csi.driver import Behaviour, make_plugin
+from tests.csi.support import (
+    DRIVER_SCRIPT,
+    ProcessFactory,
+    Served,
+    ServeFactory,
+    wait_for_socket,
+)
 
 
 @pytest.fixture
@@ -68,21 +60,6 @@ def served(serve_driver: ServeFactory) -> Served:
     return serve_driver()
 
 
-ProcessFactory = Callable[..., "subprocess.Popen[bytes]"]
-
-
-def wait_for_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    """Wait until ``path`` is a socket, failing early if ``proc`` died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.is_socket():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"driver process exited with {proc.returncode}")
-        time.sleep(0.05)
-    raise AssertionError(f"driver socket {path} did not appear")
-
-
 @pytest.fixture
 def driver_process(tmp_path: Path) -> Iterator[ProcessFactory]:
     """Start the test driver as a separate process; killed by PID afterwards."""
@@ -92,11 +69,10 @@ def driver_process(tmp_path: Path) -> Iterator[ProcessFactory]:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("X_CSI", "CSI_"))}
         full_env.update(env)
         full_env["CSI_ENDPOINT"] = f"unix://{socket_path}"
-        log = open(tmp_path / f"{socket_path.name}.log", "ab")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen(
-            [sys.executable, str(DRIVER_SCRIPT)], env=full_env, stdout=log, stderr=log
-        )
-        log.close()
+        with open(tmp_path / f"{socket_path.name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, str(DRIVER_SCRIPT)], env=full_env, stdout=log, stderr=log
+            )
         procs.append(proc)
         wait_for_socket(socket_path, proc)
         return proc

@@ -47,6 +47,8 @@ class Behaviour:
         self.node_caps: set[t.NodeCapability] = {t.NodeCapability.STAGE_UNSTAGE_VOLUME}
         self.node_id = NODE_ID
         self.plugin_name = DRIVER_NAME
+        #: When set, entering an RPC creates the file ``<entered_dir>/<RPC>`` (for other processes).
+        self.entered_dir: str | None = None
 
     def enter(self, rpc: str, context: Any) -> None:
         """Record the call, then fail, sleep or block as configured."""
@@ -60,6 +62,9 @@ class Behaviour:
             pause = self.sleep.get(rpc, 0.0)
         if entered is not None:
             entered.set()
+        if self.entered_dir:
+            with open(os.path.join(self.entered_dir, rpc), "w"):
+                pass
         if failure is not None:
             raise CSIRPCError(*failure)
         if pause:

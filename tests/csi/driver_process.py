@@ -2,7 +2,8 @@
 
 Reads ``CSI_ENDPOINT`` and every ``X_CSI_*`` variable like any gocsi driver. Test-only
 variables: ``TEST_DRIVER_SLEEP_<RPC>=seconds`` makes that RPC take that long, and
-``TEST_DRIVER_READY_FILE`` is written once the server listens.
+``TEST_DRIVER_READY_FILE`` is written before the server listens, and
+``TEST_DRIVER_ENTERED_DIR`` gets a file named after each RPC the driver enters.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from driver import Behaviour, make_plugin
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kubevol.csi.server import serve
+from tests.csi.driver import Behaviour, make_plugin
 
 
 def main() -> int:
@@ -25,6 +25,7 @@ def main() -> int:
     for key, value in os.environ.items():
         if key.startswith("TEST_DRIVER_SLEEP_"):
             behaviour.sleep[key[len("TEST_DRIVER_SLEEP_") :]] = float(value)
+    behaviour.entered_dir = os.environ.get("TEST_DRIVER_ENTERED_DIR")
     ready = os.environ.get("TEST_DRIVER_READY_FILE")
 
     def mark_ready(plugin: object, config: object) -> None:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Served, ServeFactory
-from driver import NODE_ID, make_plugin
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, CSIRPCUncertainError
 from kubevol.csi.server import serve_in_background
 from kubevol.errors import UncertainProgressError, is_operation_finished
+from tests.csi.driver import NODE_ID, make_plugin
+from tests.csi.support import Served, ServeFactory
 
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER, fs_type="ext4")
 ALL_FAILURE_CODES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]

@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import Served, ServeFactory
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from kubevol.csi import types as t
@@ -19,6 +18,7 @@ from kubevol.csi._pb import csi_pb2
 from kubevol.csi.errors import CSIRPCError, CSIRPCUncertainError
 from kubevol.csi.redact import STRIPPED, Redactor
 from kubevol.csi.server import ServerConfigError
+from tests.csi.support import Served, ServeFactory
 
 CAP = t.VolumeCapability.mount()
 CANARY = "CANARY-s3cr3t-8d1f"

@@ -15,8 +15,6 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import ProcessFactory, ServeFactory
-from driver import make_plugin
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -30,6 +28,8 @@ from kubevol.csi.server import (
     current_request_id,
     serve_in_background,
 )
+from tests.csi.driver import make_plugin
+from tests.csi.support import ProcessFactory, ServeFactory, wait_for_file
 
 CAP = t.VolumeCapability.mount()
 
@@ -242,7 +242,12 @@ def test_sigterm_drains_in_flight_calls_then_removes_socket(
 ) -> None:
     """A driver process stops on SIGTERM only after its in-flight call answered OK."""
     sock = tmp_path / "proc.sock"
-    proc = driver_process(sock, {"TEST_DRIVER_SLEEP_NodePublishVolume": "1.0"})
+    entered = tmp_path / "entered"
+    entered.mkdir()
+    proc = driver_process(
+        sock,
+        {"TEST_DRIVER_SLEEP_NodePublishVolume": "1.0", "TEST_DRIVER_ENTERED_DIR": str(entered)},
+    )
     results: list[str] = []
     with CSIClient(str(sock), timeout=20) as client:
 
@@ -252,7 +257,7 @@ def test_sigterm_drains_in_flight_calls_then_removes_socket(
 
         thread = threading.Thread(target=publish)
         thread.start()
-        time.sleep(0.4)
+        wait_for_file(entered / "NodePublishVolume")
         proc.send_signal(signal.SIGTERM)
         thread.join(10)
     assert results == ["ok"]
