@@ -1,0 +1,118 @@
+"""The CSI plugin manager for node agents that run CSI drivers as ordinary workloads
+(Nomad's ``dynamicplugins`` registry and ``csimanager``).
+
+- :class:`PluginRegistry`: plugins registered and deregistered at run time, with an ordered
+  lossless event stream, ``wait_for_plugin`` and state persisted across agent restarts.
+- :class:`CSIManager`: fingerprints every registered plugin (health, capabilities, node
+  info) on a resync period and on registry events, with a deterministic shutdown.
+- :class:`PluginSupervisor`: for the task that *is* a plugin: prepares its mount root, waits
+  until it is healthy, registers it and heartbeats it.
+- :class:`VolumeManager` (from :meth:`CSIManager.mounter_for_plugin`): stages and publishes
+  volumes under ``<root>/staging/<ns>/<vol>/<usage>`` and
+  ``<root>/per-alloc/<alloc>/<vol>/<usage>``, with a persisted :class:`UsageTracker` so a
+  restarted agent never unstages a volume in use.
+- :class:`VolumeChecker`: whether each mounted volume is healthy.
+"""
+
+from kubevol.csi.manager.checker import CheckMethod, VolumeChecker, VolumeHealth
+from kubevol.csi.manager.errors import (
+    ManagerShutdownError,
+    ManagerStateError,
+    PluginUnhealthyError,
+    PluginWaitTimeoutError,
+)
+from kubevol.csi.manager.instance import (
+    DEFAULT_FINGERPRINT_INTERVAL,
+    Fingerprinter,
+    InstanceManager,
+)
+from kubevol.csi.manager.manager import DEFAULT_RESYNC_PERIOD, CSIManager
+from kubevol.csi.manager.registry import (
+    WAIT_BACKOFF,
+    EventSubscription,
+    PluginRegistry,
+    PluginType,
+    RegisteredPlugin,
+    RegistryEvent,
+    RegistryEventType,
+)
+from kubevol.csi.manager.supervisor import (
+    PluginSupervisor,
+    PluginTaskConfig,
+    TaskEvent,
+    TaskEventType,
+)
+from kubevol.csi.manager.types import (
+    AccessMode,
+    AttachmentMode,
+    ControllerFingerprint,
+    CSIInfo,
+    CSIVolume,
+    HealthState,
+    MountInfo,
+    MountOptions,
+    NodeEvent,
+    NodeFingerprint,
+    TriggerNodeEvent,
+    UpdateNodeCSIInfoFunc,
+    UsageOptions,
+)
+from kubevol.csi.manager.usage import (
+    ALLOC_DIR_NAME,
+    STAGING_DIR_NAME,
+    UsageTracker,
+    VolumeKey,
+)
+from kubevol.csi.manager.volumes import (
+    DEFAULT_MOUNT_ACTION_TIMEOUT,
+    PluginVolumeState,
+    RetryPolicy,
+    VolumeManager,
+)
+
+__all__ = [
+    "ALLOC_DIR_NAME",
+    "DEFAULT_FINGERPRINT_INTERVAL",
+    "DEFAULT_MOUNT_ACTION_TIMEOUT",
+    "DEFAULT_RESYNC_PERIOD",
+    "STAGING_DIR_NAME",
+    "WAIT_BACKOFF",
+    "AccessMode",
+    "AttachmentMode",
+    "CSIInfo",
+    "CSIManager",
+    "CSIVolume",
+    "CheckMethod",
+    "ControllerFingerprint",
+    "EventSubscription",
+    "Fingerprinter",
+    "HealthState",
+    "InstanceManager",
+    "ManagerShutdownError",
+    "ManagerStateError",
+    "MountInfo",
+    "MountOptions",
+    "NodeEvent",
+    "NodeFingerprint",
+    "PluginRegistry",
+    "PluginSupervisor",
+    "PluginTaskConfig",
+    "PluginType",
+    "PluginUnhealthyError",
+    "PluginVolumeState",
+    "PluginWaitTimeoutError",
+    "RegisteredPlugin",
+    "RegistryEvent",
+    "RegistryEventType",
+    "RetryPolicy",
+    "TaskEvent",
+    "TaskEventType",
+    "TriggerNodeEvent",
+    "UpdateNodeCSIInfoFunc",
+    "UsageOptions",
+    "UsageTracker",
+    "VolumeChecker",
+    "VolumeHealth",
+    "VolumeKey",
+    "VolumeManager",
+]

@@ -1,0 +1,20 @@
+"""Exponential backoff shared by the registry wait and the mount retries."""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class Backoff:
+    """Delays ``initial``, ``initial * factor``, ... capped at ``maximum`` (seconds)."""
+
+    initial: float = attrs.field(validator=attrs.validators.gt(0))
+    maximum: float = attrs.field(validator=attrs.validators.gt(0))
+    factor: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))
+
+    def delay(self, attempt: int) -> float:
+        """The delay before retry number ``attempt`` (0 for the first retry)."""
+        # Past 64 doublings every sane cap is reached; stop there so the power cannot overflow.
+        step = min(max(0, attempt), 64)
+        return float(min(self.maximum, self.initial * self.factor**step))

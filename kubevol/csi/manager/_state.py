@@ -1,0 +1,70 @@
+"""Small JSON state files written atomically: the registry and the usage tracker persist
+through them, so a crash mid-write leaves either the old state or the new, never half."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any
+
+from kubevol.csi.manager.errors import ManagerStateError
+
+#: Bumped when the layout of a state file changes incompatibly.
+STATE_VERSION = 1
+
+
+def write_state(path: str, kind: str, payload: Any) -> None:
+    """Replace ``path`` with ``{"kind", "version", "data": payload}`` as JSON, atomically.
+
+    Writes a temporary file in the same directory (mode 0600), fsyncs it, renames it over
+    ``path`` and fsyncs the directory. Creates the directory if needed. Raises
+    :class:`ManagerStateError` naming the file when any step fails; the old file is then
+    left untouched.
+    """
+    directory = os.path.dirname(path) or "."
+    document = {"kind": kind, "version": STATE_VERSION, "data": payload}
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(document, f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise ManagerStateError(f"cannot write {kind} state to {path!r}: {exc}") from exc
+
+
+def read_state(path: str, kind: str) -> Any | None:
+    """The ``data`` of a file written by :func:`write_state`, or None when it does not exist.
+
+    Raises :class:`ManagerStateError` when the file cannot be read, is not JSON, holds
+    another kind of state or a version this kubevol does not know.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ManagerStateError(f"cannot read {kind} state from {path!r}: {exc}") from exc
+    if not isinstance(document, dict) or document.get("kind") != kind:
+        raise ManagerStateError(f"{path!r} does not hold {kind} state")
+    if document.get("version") != STATE_VERSION:
+        raise ManagerStateError(
+            f"{path!r} holds {kind} state version {document.get('version')!r}; "
+            f"this kubevol reads version {STATE_VERSION}"
+        )
+    return document.get("data")

@@ -1,0 +1,310 @@
+"""The CSI plugin manager (Nomad's ``csimanager``): one instance manager per registered
+plugin, kept in step with the registry by its events and a periodic resync, and the entry
+point to a plugin's volume mounter.
+
+Lifecycle::
+
+    mgr = CSIManager(registry, update_node_csi_info=..., trigger_node_event=...,
+                     state_dir="/var/lib/agent/csi")
+    mgr.run()                                   # resync now, then follow the registry
+    mounter = mgr.mounter_for_plugin("hostpath")
+    info = mounter.mount_volume(volume, alloc_id, usage)
+    ...
+    mgr.shutdown()                              # deterministic, see shutdown()
+
+Shutting down never unmounts volumes: an agent restart must leave allocations' volumes in
+place, and the next manager picks up the registry and the usage claims from ``state_dir``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from kubevol.csi.manager.errors import ManagerShutdownError, PluginWaitTimeoutError
+from kubevol.csi.manager.instance import (
+    DEFAULT_FINGERPRINT_INTERVAL,
+    DEFAULT_FINGERPRINT_RPC_TIMEOUT,
+    ClientFactory,
+    InstanceManager,
+)
+from kubevol.csi.manager.registry import (
+    EventSubscription,
+    PluginRegistry,
+    PluginType,
+    RegisteredPlugin,
+)
+from kubevol.csi.manager.types import CSIInfo, TriggerNodeEvent, UpdateNodeCSIInfoFunc
+from kubevol.csi.manager.usage import UsageTracker
+from kubevol.csi.manager.volumes import PluginVolumeState, RetryPolicy, VolumeManager
+from kubevol.errors import PluginNotFoundError
+from kubevol.host import validate_path_segment
+from kubevol.mount.interface import Mounter
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two full resyncs with the registry (Nomad's defaultPluginResyncPeriod).
+DEFAULT_RESYNC_PERIOD = 30.0
+#: How long ``mounter_for_plugin`` waits for a plugin's first good fingerprint.
+DEFAULT_MOUNTER_WAIT = 60.0
+
+_Key = tuple[PluginType, str]
+
+
+class CSIManager:
+    """Supervises every plugin in ``registry``. Thread-safe.
+
+    ``update_node_csi_info(name, info)`` receives every fingerprint (Nomad's
+    ``UpdateNodeCSIInfoFunc``); ``trigger_node_event(event)`` receives health transitions
+    and mount results. ``state_dir`` holds the usage claims (``usage/<plugin>.json``); without
+    it claims live in memory and are rebuilt from the per-allocation mounts on start.
+    ``mounter`` answers mount-point questions (default :class:`~kubevol.mount.LinuxMounter`).
+    """
+
+    def __init__(
+        self,
+        registry: PluginRegistry,
+        *,
+        update_node_csi_info: UpdateNodeCSIInfoFunc | None = None,
+        trigger_node_event: TriggerNodeEvent | None = None,
+        resync_period: float = DEFAULT_RESYNC_PERIOD,
+        fingerprint_interval: float = DEFAULT_FINGERPRINT_INTERVAL,
+        rpc_timeout: float = DEFAULT_FINGERPRINT_RPC_TIMEOUT,
+        state_dir: str | None = None,
+        mounter: Mounter | None = None,
+        client_factory: ClientFactory | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.registry = registry
+        self.resync_period = resync_period
+        self.fingerprint_interval = fingerprint_interval
+        self.rpc_timeout = rpc_timeout
+        self.state_dir = state_dir
+        self.retry = retry or RetryPolicy()
+        self._update_info = update_node_csi_info
+        self._trigger_node_event = trigger_node_event
+        self._client_factory = client_factory
+        if mounter is None:
+            from kubevol.mount.linux import LinuxMounter
+
+            mounter = LinuxMounter()
+        self._mounter = mounter
+        self._lock = threading.RLock()
+        self._instances: dict[_Key, InstanceManager] = {}
+        self._volume_states: dict[str, PluginVolumeState] = {}
+        self._volume_managers: dict[InstanceManager, VolumeManager] = {}
+        self._cancel = threading.Event()
+        self._shutdown_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._subscription: EventSubscription | None = None
+        self._stopped = False
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Start: subscribe to the registry, resync once (instances exist when this
+        returns), then follow registry events and resync every ``resync_period`` on a
+        thread. Idempotent. Raises ``ManagerShutdownError`` after :meth:`shutdown`."""
+        with self._shutdown_lock:
+            if self._stopped:
+                raise ManagerShutdownError("the CSI manager was shut down")
+            if self._thread is not None:
+                return
+            # Subscribe before the first resync: an event in between is then seen twice
+            # (harmless) rather than lost.
+            self._subscription = self.registry.subscribe()
+            self._resync()
+            self._thread = threading.Thread(target=self._loop, name="csi-manager", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        sub = self._subscription
+        assert sub is not None  # set by run() before the thread starts
+        next_resync = time.monotonic() + self.resync_period
+        while not self._cancel.is_set():
+            event = sub.get(timeout=max(0.0, next_resync - time.monotonic()))
+            if self._cancel.is_set():
+                return
+            if event is not None:
+                self._reconcile((event.plugin.type, event.plugin.name))
+            if time.monotonic() >= next_resync:
+                self._resync()
+                next_resync = time.monotonic() + self.resync_period
+
+    def shutdown(self) -> None:
+        """Stop everything, deterministically. Idempotent.
+
+        First the run loop is stopped and joined (so no resync or event can start an
+        instance afterwards), then every instance is shut down in parallel: each cancels
+        its calls and retries, reports a final unhealthy fingerprint, and has exited its
+        loop when this returns. Volumes stay mounted.
+        """
+        with self._shutdown_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._cancel.set()
+            if self._subscription is not None:
+                self._subscription.close()
+            if self._thread is not None:
+                self._thread.join()
+        with self._lock:
+            instances = list(self._instances.values())
+            self._instances.clear()
+            self._volume_managers.clear()
+        threads = [
+            threading.Thread(target=inst.shutdown, name=f"csi-shutdown-{inst.plugin.name}")
+            for inst in instances
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
+    # --- reconciling with the registry ----------------------------------------------
+
+    def _resync(self) -> None:
+        """Make the instances match the registry's newest instance of every plugin."""
+        wanted: set[_Key] = set()
+        for ptype in PluginType:
+            for name in self.registry.list_plugins(ptype):
+                wanted.add((ptype, name))
+        with self._lock:
+            wanted |= set(self._instances)
+        for key in sorted(wanted):
+            self._reconcile(key)
+
+    def _reconcile(self, key: _Key) -> None:
+        """Run an instance manager for the newest registered instance of ``key``, or none."""
+        found = self.registry.instances(*key)
+        if found:
+            self._ensure_instance(found[0])
+        else:
+            self._ensure_no_instance(key)
+
+    def _ensure_instance(self, plugin: RegisteredPlugin) -> None:
+        key = (plugin.type, plugin.name)
+        with self._lock:
+            if self._cancel.is_set():
+                return
+            current = self._instances.get(key)
+            if current is not None and current.plugin == plugin:
+                current.trigger()
+                return
+        if current is not None:
+            log.info(
+                "plugin %s moved from %s to %s",
+                plugin.name,
+                current.plugin.alloc_id,
+                plugin.alloc_id,
+            )
+            self._stop_instance(key, current)
+        inst = InstanceManager(
+            plugin,
+            update_info=self._update_info,
+            trigger_node_event=self._trigger_node_event,
+            fingerprint_interval=self.fingerprint_interval,
+            rpc_timeout=self.rpc_timeout,
+            client_factory=self._client_factory,
+        )
+        with self._lock:
+            if self._cancel.is_set():
+                return
+            self._instances[key] = inst
+            inst.start()
+
+    def _ensure_no_instance(self, key: _Key) -> None:
+        with self._lock:
+            current = self._instances.get(key)
+        if current is not None:
+            self._stop_instance(key, current)
+
+    def _stop_instance(self, key: _Key, inst: InstanceManager) -> None:
+        with self._lock:
+            if self._instances.get(key) is inst:
+                del self._instances[key]
+            self._volume_managers.pop(inst, None)
+        inst.shutdown()
+
+    # --- queries --------------------------------------------------------------------
+
+    def instance(self, plugin_type: PluginType | str, name: str) -> InstanceManager | None:
+        """The instance manager of a plugin, if one runs."""
+        with self._lock:
+            return self._instances.get((PluginType(plugin_type), name))
+
+    def plugin_info(self, plugin_type: PluginType | str, name: str) -> CSIInfo | None:
+        """The last fingerprint of a plugin's running instance (None if none)."""
+        inst = self.instance(plugin_type, name)
+        return None if inst is None else inst.latest
+
+    def wait_for_plugin(
+        self, plugin_type: PluginType | str, name: str, timeout: float
+    ) -> RegisteredPlugin:
+        """Wait until the plugin is registered (for a restarting agent); see
+        :meth:`PluginRegistry.wait_for_plugin`. Gives up when the manager shuts down."""
+        return self.registry.wait_for_plugin(plugin_type, name, timeout, cancel=self._cancel)
+
+    # --- volumes --------------------------------------------------------------------
+
+    def volume_state(self, plugin_id: str) -> PluginVolumeState:
+        """The usage claims and volume locks of a node plugin, created on first use:
+        loaded from ``state_dir`` if set, then completed from the per-allocation mounts
+        under the plugin's mount root."""
+        validate_path_segment(plugin_id, "plugin name")
+        with self._lock:
+            state = self._volume_states.get(plugin_id)
+            if state is not None:
+                return state
+            path = None
+            if self.state_dir is not None:
+                path = os.path.join(self.state_dir, "usage", f"{plugin_id}.json")
+            tracker = UsageTracker(path)
+            inst = self._instances.get((PluginType.CSI_NODE, plugin_id))
+            if inst is not None:
+                tracker.rebuild_from_mounts(inst.plugin.mount_root, self._mounter.is_mount_point)
+            state = PluginVolumeState(tracker=tracker)
+            self._volume_states[plugin_id] = state
+            return state
+
+    def mounter_for_plugin(
+        self, plugin_id: str, *, timeout: float = DEFAULT_MOUNTER_WAIT
+    ) -> VolumeManager:
+        """The volume mounter of node plugin ``plugin_id``'s running instance.
+
+        Waits up to ``timeout`` seconds for the instance's first good fingerprint (which
+        says whether volumes are staged). Raises ``PluginNotFoundError`` when no instance
+        runs, :class:`~kubevol.csi.manager.errors.PluginWaitTimeoutError` when it never
+        answered in time, ``ManagerShutdownError`` after :meth:`shutdown`.
+        """
+        if self._cancel.is_set():
+            raise ManagerShutdownError("the CSI manager was shut down")
+        inst = self.instance(PluginType.CSI_NODE, plugin_id)
+        if inst is None:
+            raise PluginNotFoundError(f"no csi-node plugin {plugin_id!r} is running")
+        if not inst.wait_first_fingerprint(timeout):
+            if inst.cancelled.is_set():
+                raise ManagerShutdownError(f"csi-node plugin {plugin_id!r} was shut down")
+            raise PluginWaitTimeoutError(
+                f"csi-node plugin {plugin_id!r} was not fingerprinted within {timeout:g}s"
+            )
+        state = self.volume_state(plugin_id)
+        with self._lock:
+            found = self._volume_managers.get(inst)
+            if found is not None:
+                return found
+            mounter = VolumeManager(
+                inst.plugin,
+                inst.volume_client(),
+                requires_staging=inst.requires_staging,
+                state=state,
+                mounter=self._mounter,
+                cancel=inst.cancelled,
+                trigger_node_event=self._trigger_node_event,
+                retry=self.retry,
+            )
+            if self._instances.get((PluginType.CSI_NODE, plugin_id)) is inst:
+                self._volume_managers[inst] = mounter
+            return mounter

@@ -1,0 +1,150 @@
+"""Fixtures for the CSI plugin manager tests: real plugin processes (``plugin_driver.py``)
+on unix sockets, and a finalizer that unmounts whatever the tests or the plugins mounted
+under the test's tmp_path.
+
+Run as root in a private mount namespace (``unshare -m --propagation private``): the
+plugins inherit it, so their bind mounts are visible to the test and vanish with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubevol.csi.manager import PluginRegistry, PluginType, RegisteredPlugin
+from kubevol.mount.mountinfo import parse_mountinfo
+
+DRIVER = Path(__file__).with_name("plugin_driver.py")
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """Poll ``predicate`` every 10 ms until it is true; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.01)
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below ``root``, in mount-table order."""
+    prefix = str(root).rstrip("/") + "/"
+    return [e.mount_point for e in parse_mountinfo() if (e.mount_point + "/").startswith(prefix)]
+
+
+class PluginProcess:
+    """One ``plugin_driver.py`` process; restartable on the same socket and log."""
+
+    def __init__(self, name: str, socket_path: str, log_path: Path, args: tuple[str, ...]) -> None:
+        self.name = name
+        self.socket_path = socket_path
+        self.log_path = log_path
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *extra: str) -> PluginProcess:
+        """Start the driver and wait until its socket accepts calls."""
+        assert self.proc is None or self.proc.poll() is not None
+        cmd = [sys.executable, str(DRIVER), "--endpoint", self.socket_path, "--name", self.name]
+        cmd += ["--log", str(self.log_path), *self.args, *extra]
+        self.proc = subprocess.Popen(cmd)
+        wait_until(lambda: os.path.exists(self.socket_path), 20, f"socket {self.socket_path}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the driver (its socket file stays behind, as after a crash)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM and wait (the driver removes its socket). Idempotent."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def calls(self, rpc: str | None = None) -> list[dict[str, Any]]:
+        """Logged calls, oldest first, optionally of one RPC."""
+        if not self.log_path.exists():
+            return []
+        entries = [json.loads(line) for line in self.log_path.read_text().splitlines() if line]
+        return [e for e in entries if rpc is None or e["rpc"] == rpc]
+
+    def registration(
+        self,
+        root: Path,
+        *,
+        alloc_id: str = "plugin-alloc-1",
+        plugin_type: PluginType = PluginType.CSI_NODE,
+    ) -> RegisteredPlugin:
+        """The registry entry an agent would make for this process."""
+        return RegisteredPlugin(
+            type=plugin_type,
+            name=self.name,
+            alloc_id=alloc_id,
+            socket_path=self.socket_path,
+            mount_root=str(root),
+        )
+
+
+PluginFactory = Callable[..., PluginProcess]
+
+
+@pytest.fixture
+def sock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short directory for unix sockets (their paths are limited to 107 bytes)."""
+    return tmp_path_factory.mktemp("s")
+
+
+@pytest.fixture
+def plugins(sock_dir: Path, tmp_path: Path) -> Iterator[PluginFactory]:
+    """Start plugin processes: ``plugins("name", "--no-stage", start=True)``; all are
+    stopped afterwards."""
+    made: list[PluginProcess] = []
+
+    def make(name: str, *args: str, start: bool = True) -> PluginProcess:
+        proc = PluginProcess(name, str(sock_dir / f"{name}.sock"), tmp_path / f"{name}.jsonl", args)
+        made.append(proc)
+        return proc.start() if start else proc
+
+    yield make
+    for proc in made:
+        proc.stop()
+
+
+@pytest.fixture(autouse=True)
+def unmount_leftovers(tmp_path: Path) -> Iterator[None]:
+    """Unmount, last first, everything still mounted under tmp_path after the test (the
+    test fails if it cannot)."""
+    if os.geteuid() != 0:
+        pytest.fail("the CSI manager tests need root: run them in `unshare -m` as root")
+    yield
+    problems = []
+    for path in reversed(mounts_under(tmp_path)):
+        result = subprocess.run(["umount", path], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            lazy = subprocess.run(["umount", "-l", path], capture_output=True, check=False)
+            if lazy.returncode != 0:
+                problems.append(f"umount {path}: {result.stderr.strip()}")
+    assert not problems, problems
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[PluginRegistry]:
+    """A registry persisted under tmp_path, closed afterwards."""
+    reg = PluginRegistry(str(tmp_path / "state" / "registry.json"))
+    yield reg
+    reg.close()
