@@ -170,3 +170,46 @@ def test_get_mount_refs_of_a_corrupted_mount_is_empty(
     """A corrupted mount has no refs (Kubernetes treats it as unmounted)."""
     broken = rig.corrupted(tmp_path / "fuse")
     assert mounter.get_mount_refs(str(broken)) == []
+
+
+def test_sensitive_options_reach_the_mount(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sensitive options are passed to mount(8) (the size takes effect) but logged masked."""
+    target = tmp_path / "t"
+    target.mkdir()
+    track(rig, target)
+    caplog.set_level(logging.DEBUG, logger="kubevol")
+    mounter.mount_sensitive("tmpfs", str(target), "tmpfs", ["mode=0700"], ["size=2m"])
+    [entry] = [e for e in parse_mountinfo() if e.mount_point == str(target)]
+    assert "size=2048k" in entry.super_options
+    assert "size=2m" not in caplog.text
+    assert "<masked>" in caplog.text
+
+
+def test_device_number_fallback(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without statx's mount-root attribute, a mount of another filesystem is still found
+    by comparing device numbers with the parent (a same-filesystem bind is not: documented)."""
+    from kubevol.mount import linux
+
+    monkeypatch.setattr(linux, "_statx_mount_root", lambda path: None)
+    tmpfs = rig.tmpfs(tmp_path / "t")
+    (tmp_path / "a").mkdir()
+    bind = rig.bind(tmp_path / "a", tmp_path / "b")
+    assert not mounter.is_likely_not_mount_point(str(tmpfs))
+    assert mounter.is_likely_not_mount_point(str(bind))
+    assert mounter.is_likely_not_mount_point(str(tmp_path / "a"))
+
+
+def test_corrupted_mount_is_still_a_mount_point(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path
+) -> None:
+    """statx (AT_STATX_DONT_SYNC) answers from the cached inode, so a dead FUSE mount is
+    reported as a mount point without waiting on the dead daemon; stat() gives ENOTCONN."""
+    broken = rig.corrupted(tmp_path / "fuse")
+    assert not mounter.is_likely_not_mount_point(str(broken))
+    with pytest.raises(OSError) as info:
+        broken.stat()
+    assert info.value.errno == errno.ENOTCONN

@@ -234,3 +234,15 @@ def test_cache_rereads_a_regular_file_when_it_changes(tmp_path: Path) -> None:
         os.replace(new, path)
         assert cache.table().find_mount_point("/x") is not None
         assert cache.reads == 2
+
+
+def test_table_falls_back_to_a_full_scan_for_hand_written_text() -> None:
+    """Options not starting with rw/ro (not kernel output) still find the containing mount."""
+    table = MountTable.from_text(
+        "1 0 8:1 / / defaults - ext4 /dev/sda1 rw\n2 1 7:1 / /mnt defaults - ext4 /dev/loop1 rw\n"
+        "3 1 7:1 / /other defaults - ext4 /dev/loop1 rw\n"
+    )
+    entry = table.find_containing("/mnt/x")
+    assert entry is not None
+    assert entry.id == 2
+    assert search_mount_points(table, "/mnt") == ["/other"]
