@@ -154,7 +154,7 @@ def check_unmount_device(
     context = _Context.build(table, path, os.path.realpath(root_dir), detach_follows)
     if policy is GuardPolicy.KUBELET:
         return _kubelet_verdict(context, path)
-    return _safe_verdict(context)
+    return _safe_verdict(context, path)
 
 
 class UnmountGuard:
@@ -289,7 +289,7 @@ def _kubelet_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
     )
 
 
-def _safe_verdict(ctx: _Context) -> UnmountVerdict:
+def _safe_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
     out = []
     for entry in ctx.candidates(under=True):
         kind, why = _classify(ctx, entry)
@@ -301,13 +301,13 @@ def _safe_verdict(ctx: _Context) -> UnmountVerdict:
     blockers = [r.mount_point for r in out if r.blocking]
     if blockers:
         message = (
-            f"the device mount path {_go_quote(ctx.path)} is still used by "
+            f"the device mount path {_go_quote(given_path)} is still used by "
             f"{', '.join(blockers)}"
         )
     else:
-        message = f"{ctx.path} may be unmounted: no other mount needs it"
+        message = f"{given_path} may be unmounted: no other mount needs it"
     return UnmountVerdict(
-        path=ctx.path, policy=GuardPolicy.SAFE, allowed=not blockers, refs=tuple(out),
+        path=given_path, policy=GuardPolicy.SAFE, allowed=not blockers, refs=tuple(out),
         message=message,
     )
 

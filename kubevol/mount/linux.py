@@ -173,7 +173,7 @@ def _scrub(text: str, sensitive: Sequence[str]) -> str:
     return text
 
 
-@functools.cache
+@functools.cache  # one handle on the C library for the process, like an import
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
