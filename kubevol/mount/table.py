@@ -19,6 +19,7 @@ import posixpath
 import re
 import select
 import threading
+import weakref
 
 from kubevol.errors import MountError, MountInfoError
 from kubevol.mount.mountinfo import (
@@ -259,6 +260,7 @@ class MountTableCache:
         self._reader: _ConsistentReader | None = None
         self._table: MountTable | None = None
         self._stamp: tuple[int, int, int] | None = None
+        self._closer: weakref.finalize[[int], MountTableCache] | None = None
 
     def table(self) -> MountTable:
         """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable."""
@@ -288,6 +290,8 @@ class MountTableCache:
 
     def _close_reader(self) -> None:
         if self._reader is not None:
+            if self._closer is not None:
+                self._closer.detach()
             os.close(self._reader.fd)
         self._reader = None
 
@@ -306,6 +310,8 @@ class MountTableCache:
                     exc.errno, f"cannot read mount table {self.path!r}: {exc.strerror}"
                 ) from exc
             self._reader = _ConsistentReader(fd, self.path)
+            # A cache dropped without close() must not leak its descriptor.
+            self._closer = weakref.finalize(self, os.close, fd)
         return self._reader
 
     def _file_stamp(self) -> tuple[int, int, int]:

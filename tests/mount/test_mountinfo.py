@@ -246,3 +246,20 @@ def test_table_falls_back_to_a_full_scan_for_hand_written_text() -> None:
     assert entry is not None
     assert entry.id == 2
     assert search_mount_points(table, "/mnt") == ["/other"]
+
+
+def test_dropped_cache_does_not_leak_its_descriptor() -> None:
+    """A cache dropped without close() releases its mountinfo descriptor; close is idempotent."""
+    import gc
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        MountTableCache().table()
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before
+    cache = MountTableCache()
+    cache.table()
+    cache.close()
+    cache.close()
+    assert cache.table().find_mount_point("/") is not None
+    cache.close()
