@@ -1,0 +1,349 @@
+"""Raw block CSI volumes (the kubelet's ``csiBlockMapper``).
+
+``set_up_device`` stages at ``volumeDevices/staging/<spec>`` (drivers with STAGE_UNSTAGE),
+``map_pod_device`` publishes at ``volumeDevices/publish/<spec>/<podUID>``; vol_data.json
+lives in ``volumeDevices/<spec>/data``. :func:`map_block_volume` and
+:func:`unmap_block_volume` then do what the kubelet's operation executor does with the
+published device: a bind mount at ``volumeDevices/<spec>/dev/<podUID>`` and a link in the
+pod's ``volumeDevices/kubernetes.io~csi/<spec>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from kubevol.csi import types as t
+from kubevol.csi.attach import attachment_name
+from kubevol.csi.plugin import paths
+from kubevol.csi.plugin.metrics import CSIMetrics
+from kubevol.csi.plugin.plugin import secret_lookup_error
+from kubevol.csi.plugin.source import (
+    FS_TYPE_BLOCK,
+    CSIVolumeSource,
+    persistent_source,
+    volume_capability,
+)
+from kubevol.csi.plugin.voldata import (
+    KEY_ATTACHMENT_ID,
+    KEY_DRIVER_NAME,
+    KEY_NODE_NAME,
+    KEY_SPEC_VOL_ID,
+    KEY_VOLUME_HANDLE,
+    VolumeDataError,
+    load_volume_data,
+    require,
+    save_volume_data,
+)
+from kubevol.errors import (
+    KubevolError,
+    MountError,
+    OperationError,
+    TransientOperationError,
+    is_operation_finished,
+)
+from kubevol.spec import Spec
+from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
+
+if TYPE_CHECKING:
+    from kubevol.csi.plugin.plugin import CSIPlugin
+    from kubevol.mount.interface import Mounter as MountInterface
+
+log = logging.getLogger(__name__)
+
+
+def new_block_mapper(plugin: CSIPlugin, spec: Spec, pod: Any) -> CSIBlockMapper:
+    """A mapper for a CSI block PersistentVolume; records vol_data.json in the data dir.
+
+    Raises :class:`~kubevol.errors.SpecError` for a non-CSI or inline spec and
+    :class:`~kubevol.errors.OperationError` when vol_data.json cannot be written (the data
+    directory is then removed).
+    """
+    from kubevol.plugins._util import pod_uid
+
+    source = persistent_source(spec)
+    uid = pod_uid(pod)
+    mapper = CSIBlockMapper(
+        plugin=plugin, spec_name=spec.name(), pod_uid=uid, driver=source.driver,
+        volume_handle=source.volume_handle, read_only=spec.read_only, spec=spec, pod=pod,
+    )
+    data_dir = paths.block_data_dir(plugin.host, spec.name())
+    node = plugin.host.get_node_name()
+    data = {
+        KEY_SPEC_VOL_ID: spec.name(),
+        KEY_VOLUME_HANDLE: source.volume_handle,
+        KEY_DRIVER_NAME: source.driver,
+        KEY_NODE_NAME: node,
+        KEY_ATTACHMENT_ID: attachment_name(source.volume_handle, source.driver, node),
+    }
+    try:
+        os.makedirs(data_dir, mode=0o750, exist_ok=True)
+        save_volume_data(data_dir, data)
+    except OSError as exc:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise OperationError(f"failed to save volume info data: {exc}") from exc
+    return mapper
+
+
+def new_block_unmapper(plugin: CSIPlugin, volume_name: str, pod_uid: str) -> CSIBlockMapper:
+    """An unmapper from ``volumeDevices/<volume>/data/vol_data.json``; raises
+    :class:`~kubevol.csi.plugin.voldata.VolumeDataError` when it is missing or corrupt."""
+    data_dir = paths.block_data_dir(plugin.host, volume_name)
+    try:
+        data = load_volume_data(data_dir)
+        driver, handle = require(data, data_dir, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
+    except VolumeDataError as exc:
+        raise VolumeDataError(
+            f"unmapper failed to load volume data file [{data_dir}]: {exc}"
+        ) from exc
+    return CSIBlockMapper(
+        plugin=plugin, spec_name=volume_name, pod_uid=pod_uid, driver=driver,
+        volume_handle=handle, read_only=False, spec=None, pod=None,
+    )
+
+
+class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
+    """Stages and publishes (and undoes both for) one block volume of one pod."""
+
+    def __init__(
+        self,
+        *,
+        plugin: CSIPlugin,
+        spec_name: str,
+        pod_uid: str,
+        driver: str,
+        volume_handle: str,
+        read_only: bool,
+        spec: Spec | None,
+        pod: Any,
+    ) -> None:
+        self.plugin = plugin
+        self.spec_name = spec_name
+        self.pod_uid = pod_uid
+        self.driver = driver
+        self.volume_handle = volume_handle
+        self.read_only = read_only
+        self.spec = spec
+        self.pod = pod
+        host = plugin.host
+        self._staging = paths.block_staging_path(host, spec_name)
+        self._publish = paths.block_publish_path(host, spec_name, pod_uid)
+
+    # --- paths ----------------------------------------------------------------------
+
+    def get_global_map_path(self, spec: Spec) -> str:
+        return paths.block_global_map_path(self.plugin.host, spec.name())
+
+    def get_pod_device_map_path(self) -> tuple[str, str]:
+        return (
+            self.plugin.host.get_pod_volume_device_dir(self.pod_uid, paths.CSI_PLUGIN_NAME),
+            self.spec_name,
+        )
+
+    def get_staging_path(self) -> str:
+        return self._staging
+
+    def get_publish_path(self) -> str:
+        """``volumeDevices/publish/<spec>/<podUID>``."""
+        return self._publish
+
+    def get_metrics(self) -> Metrics:
+        """NodeGetVolumeStats on the publish path."""
+        return CSIMetrics(
+            plugin=self.plugin, driver=self.driver, volume_id=self.volume_handle,
+            target_path=self._publish,
+        ).get_metrics()
+
+    # --- set up ---------------------------------------------------------------------
+
+    def _prepare(self, where: str) -> tuple[CSIVolumeSource, Any, dict[str, str] | None]:
+        if self.spec is None:
+            raise OperationError(f"{where}: this is an unmapper (no spec)")
+        source = persistent_source(self.spec)
+        try:
+            publish_context = self.plugin.publish_context(source)
+        except Exception as exc:
+            raise TransientOperationError(f"{where} failed to get publish context: {exc}") from exc
+        client = self.plugin.transient_client(self.driver, where)
+        return source, client, publish_context
+
+    def _capability(self, source: CSIVolumeSource, caps: frozenset[t.NodeCapability]) -> Any:
+        return volume_capability(
+            source.access_mode, FS_TYPE_BLOCK,
+            single_node_multi_writer=t.NodeCapability.SINGLE_NODE_MULTI_WRITER in caps,
+        )
+
+    def _secrets(self, source: CSIVolumeSource, which: str) -> dict[str, str]:
+        ref = source.node_stage_secret_ref if which == "stage" else source.node_publish_secret_ref
+        namespace = str(getattr(getattr(self.pod, "metadata", None), "namespace", "") or "")
+        try:
+            return self.plugin.secrets(ref, namespace)
+        except KubevolError as exc:
+            assert ref is not None
+            what = "NodeStageSecretRef" if which == "stage" else "NodePublishSecretRef"
+            raise OperationError(secret_lookup_error(ref, namespace, exc, what)) from exc
+
+    def set_up_device(self) -> str:
+        """NodeStageVolume at the staging path when the driver stages; returns that path
+        (``""`` for a driver without STAGE_UNSTAGE). A final failure removes the files the
+        mapper made."""
+        source, client, publish_context = self._prepare("blockMapper.SetUpDevice")
+        try:
+            caps = self.plugin.node_capabilities(client)
+        except KubevolError as exc:
+            raise OperationError(
+                f"blockMapper.stageVolumeForBlock failed to check STAGE_UNSTAGE_VOLUME: {exc}"
+            ) from exc
+        if t.NodeCapability.STAGE_UNSTAGE_VOLUME not in caps:
+            return ""
+        try:
+            secrets = self._secrets(source, "stage")
+            os.makedirs(self._staging, mode=0o750, exist_ok=True)
+            client.node_stage_volume(
+                self.volume_handle, self._staging, self._capability(source, caps),
+                publish_context=publish_context, secrets=secrets,
+                volume_context=source.volume_attributes, timeout=self.plugin.timeout,
+            )
+        except Exception as exc:
+            if is_operation_finished(exc):
+                self._cleanup_orphan_device_files()
+            raise
+        return self._staging
+
+    def map_pod_device(self) -> str:
+        """NodePublishVolume at ``volumeDevices/publish/<spec>/<podUID>`` (parent created
+        here, the path itself by the driver); returns that path."""
+        source, client, publish_context = self._prepare("blockMapper.MapPodDevice")
+        try:
+            caps = self.plugin.node_capabilities(client)
+        except KubevolError as exc:
+            raise OperationError(
+                f"blockMapper.MapPodDevice failed to get capabilities: {exc}"
+            ) from exc
+        staging = self._staging if t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps else ""
+        secrets = self._secrets(source, "publish")
+        try:
+            os.makedirs(os.path.dirname(self._publish), mode=0o750, exist_ok=True)
+        except OSError as exc:
+            raise OperationError(
+                f"blockMapper.publishVolumeForBlock failed to create dir: {exc}"
+            ) from exc
+        client.node_publish_volume(
+            self.volume_handle, self._publish, self._capability(source, caps),
+            staging_target_path=staging, readonly=self.read_only,
+            publish_context=publish_context, secrets=secrets,
+            volume_context=source.volume_attributes, timeout=self.plugin.timeout,
+        )
+        return self._publish
+
+    # --- tear down ------------------------------------------------------------------
+
+    def unmap_pod_device(self) -> None:
+        """NodeUnpublishVolume of the publish path, if it still exists."""
+        client = self.plugin.transient_client(self.driver, "blockMapper.UnmapPodDevice")
+        if not os.path.lexists(self._publish):
+            log.info("publish path %s already gone, skipping NodeUnpublishVolume", self._publish)
+            return
+        try:
+            client.node_unpublish_volume(self.volume_handle, self._publish,
+                                         timeout=self.plugin.timeout)
+        except KubevolError as exc:
+            raise OperationError(f"blockMapper.unpublishVolumeForBlock failed: {exc}") from exc
+
+    def tear_down_device(self, map_path: str, device_path: str) -> None:
+        """NodeUnstageVolume of the staging path (if it exists and the driver stages), then
+        remove the mapper's directories and vol_data.json."""
+        client = self.plugin.transient_client(self.driver, "blockMapper.TearDownDevice")
+        if os.path.lexists(self._staging):
+            try:
+                caps = self.plugin.node_capabilities(client)
+                if t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps:
+                    client.node_unstage_volume(self.volume_handle, self._staging,
+                                               timeout=self.plugin.timeout)
+            except KubevolError as exc:
+                raise OperationError(f"blockMapper.unstageVolumeForBlock failed: {exc}") from exc
+        self._cleanup_orphan_device_files()
+
+    def _cleanup_orphan_device_files(self) -> None:
+        """Remove publish/<spec>, staging/<spec> and volumeDevices/<spec> once empty of
+        mounts; problems are logged, as the kubelet does."""
+        host = self.plugin.host
+        for path in (paths.block_publish_dir(host, self.spec_name), self._staging):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("cannot remove %s: %s", path, exc)
+        volume_dir = paths.block_volume_dir(host, self.spec_name)
+        try:
+            _remove_all_one_filesystem(volume_dir)
+        except OSError as exc:
+            log.warning("cannot remove %s: %s", volume_dir, exc)
+
+
+def _remove_all_one_filesystem(path: str) -> None:
+    """Delete ``path`` recursively, refusing (before deleting anything) when a mount lies
+    below it. Absent is fine."""
+    if not os.path.lexists(path):
+        return
+    from kubevol.plugins._util import remove_tree_on_one_device
+
+    remove_tree_on_one_device(path)
+
+
+# --- what the kubelet's operation executor does with a mapped device ---------------------
+
+
+def map_block_volume(
+    mounter: MountInterface,
+    *,
+    device_path: str,
+    global_map_path: str,
+    pod_device_dir: str,
+    volume_map_name: str,
+    pod_uid: str,
+) -> None:
+    """Bind ``device_path`` at ``<global_map_path>/<pod_uid>`` and link
+    ``<pod_device_dir>/<volume_map_name>`` to it (the kubelet's ``MapBlockVolume``, without
+    its loop-device lock). Idempotent. Raises :class:`~kubevol.errors.MountError`."""
+    os.makedirs(global_map_path, mode=0o750, exist_ok=True)
+    bind = os.path.join(global_map_path, pod_uid)
+    if not os.path.lexists(bind):
+        with open(bind, "a"):
+            pass
+    if not mounter.is_mount_point(bind):
+        mounter.mount(device_path, bind, "", ["bind"])
+    os.makedirs(pod_device_dir, mode=0o750, exist_ok=True)
+    link = os.path.join(pod_device_dir, volume_map_name)
+    if os.path.lexists(link):
+        if os.path.islink(link) and os.readlink(link) == device_path:
+            return
+        raise MountError(
+            f"cannot map block volume: {link} exists and is not a link to {device_path}"
+        )
+    os.symlink(device_path, link)
+
+
+def unmap_block_volume(
+    mounter: MountInterface,
+    *,
+    global_map_path: str,
+    pod_device_dir: str,
+    volume_map_name: str,
+    pod_uid: str,
+) -> None:
+    """Undo :func:`map_block_volume`: remove the pod's link, unmount and remove the bind.
+    Idempotent."""
+    link = os.path.join(pod_device_dir, volume_map_name)
+    if os.path.islink(link):
+        os.unlink(link)
+    bind = os.path.join(global_map_path, pod_uid)
+    if os.path.lexists(bind):
+        while mounter.is_mount_point(bind):
+            mounter.unmount(bind)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(bind)

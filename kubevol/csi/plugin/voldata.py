@@ -1,0 +1,106 @@
+"""``vol_data.json``: what the CSI plugin records beside each mount so that it can tear the
+mount down, and a restarted agent can rebuild its state, without the API server.
+
+The file is a flat JSON object of strings with the kubelet's keys, written the way Go's
+``json.Encoder`` writes a ``map[string]string`` (sorted keys, no spaces, ``<``, ``>`` and
+``&`` escaped, a final newline), so a kubelet and kubevol can read each other's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+
+from kubevol.errors import KubevolError
+
+VOL_DATA_FILE = "vol_data.json"
+
+KEY_SPEC_VOL_ID = "specVolID"
+KEY_VOLUME_HANDLE = "volumeHandle"
+KEY_DRIVER_NAME = "driverName"
+KEY_NODE_NAME = "nodeName"
+KEY_ATTACHMENT_ID = "attachmentID"
+KEY_LIFECYCLE_MODE = "volumeLifecycleMode"
+KEY_SELINUX_MOUNT_CONTEXT = "seLinuxMountContext"
+
+
+class VolumeDataError(KubevolError, ValueError):
+    """A ``vol_data.json`` is unreadable, not a JSON object of strings, or lacks a key."""
+
+
+class VolumeDataMissingError(VolumeDataError, FileNotFoundError):
+    """There is no ``vol_data.json`` where one was expected."""
+
+
+def _go_json(data: Mapping[str, str]) -> str:
+    text = json.dumps(dict(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # encoding/json escapes these for safe embedding in HTML; do the same, byte for byte.
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def vol_data_path(directory: str) -> str:
+    """``<directory>/vol_data.json``."""
+    return os.path.join(directory, VOL_DATA_FILE)
+
+
+def save_volume_data(directory: str, data: Mapping[str, str]) -> None:
+    """Write ``<directory>/vol_data.json`` atomically (``directory`` must exist).
+
+    Raises ``OSError`` when it cannot be written; no partial file is ever left.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".vol_data.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_go_json(data) + "\n")  # json.Encoder.Encode ends with a newline
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # what os.Create gives under the usual umask
+        os.replace(tmp, vol_data_path(directory))
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def load_volume_data(directory: str) -> dict[str, str]:
+    """Read ``<directory>/vol_data.json``.
+
+    Raises :class:`VolumeDataMissingError` when it does not exist and
+    :class:`VolumeDataError` when it cannot be read or is not a JSON object of strings.
+    """
+    path = vol_data_path(directory)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError as exc:
+        raise VolumeDataMissingError(f"volume data file [{path}] does not exist") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise VolumeDataError(f"failed to open volume data file [{path}]: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise VolumeDataError(f"failed to parse volume data file [{path}]: {exc}") from exc
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise VolumeDataError(
+            f"failed to parse volume data file [{path}]: expected a JSON object of strings"
+        )
+    return data
+
+
+def require(data: Mapping[str, str], directory: str, *keys: str) -> tuple[str, ...]:
+    """The values of ``keys`` in ``data``; :class:`VolumeDataError` naming the first missing."""
+    values = []
+    for key in keys:
+        value = data.get(key, "")
+        if not value:
+            raise VolumeDataError(f"volume data file [{vol_data_path(directory)}] has no {key!r}")
+        values.append(value)
+    return tuple(values)

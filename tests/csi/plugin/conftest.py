@@ -1,0 +1,87 @@
+"""Fixtures for the CSI plugin tests: a kubelet root, a real CSI driver on a unix socket,
+a registry with the driver registered, and the plugin initialised on a NodeVolumeHost.
+
+Everything is real: bind mounts, loop devices, gRPC. The rig's finalizer unmounts anything
+still mounted under the test's directory, stops the driver and closes the clients.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Test helpers are imported as ``tests.csi.plugin.*`` (as mypy names them).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from kubevol.csi import types as t
+from kubevol.csi.plugin import CSIPlugin
+from kubevol.csi.registration import DriverRegistry
+from kubevol.host import NodeVolumeHost
+from tests.csi.plugin.csiplugin_driver import (
+    DRIVER_NAME,
+    DirDriver,
+    serve_dir_driver,
+    unmount_all_under,
+)
+from tests.csi.plugin.rig import NODE_NAME, LoopDevices, Rig, RigFactory
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[RigFactory]:
+    """Build a Rig: ``make_rig(node_caps=..., controller_caps=..., register=True, **plugin)``."""
+    if os.geteuid() != 0:
+        pytest.fail("the CSI plugin tests need root (real mounts)")
+    made: list[Rig] = []
+
+    def make(
+        *,
+        node_caps: set[t.NodeCapability] | None = None,
+        controller_caps: set[t.ControllerCapability] | None = None,
+        register: bool = True,
+        max_volumes: int = 0,
+        host_kwargs: dict[str, Any] | None = None,
+        **plugin_kwargs: Any,
+    ) -> Rig:
+        base = tmp_path / f"rig{len(made)}"
+        (base / "kubelet").mkdir(parents=True)
+        (base / "state").mkdir()
+        driver = DirDriver(
+            base / "state", node_caps=node_caps, controller_caps=controller_caps,
+            max_volumes=max_volumes,
+        )
+        handle = serve_dir_driver(driver, base / "csi.sock")
+        registry = DriverRegistry(node_info_timeout=10, client_timeout=20)
+        plugin = CSIPlugin(registry=registry, timeout=20, attach_timeout=5, **plugin_kwargs)
+        host = NodeVolumeHost(root_dir=str(base / "kubelet"), node_name=NODE_NAME,
+                              **(host_kwargs or {}))
+        plugin.init(host)
+        rig = Rig(base, driver, plugin, host, handle)
+        made.append(rig)
+        if register:
+            registry.register_driver(DRIVER_NAME, handle.address, ["1.0.0"])
+        return rig
+
+    yield make
+    for rig in reversed(made):
+        unmount_all_under(rig.base)
+        rig.registry.close()
+        rig.handle.stop(grace=1)
+
+
+@pytest.fixture
+def rig(make_rig: RigFactory) -> Rig:
+    """A Rig whose driver stages (STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS)."""
+    return make_rig()
+
+
+@pytest.fixture
+def loops(tmp_path: Path) -> Iterator[LoopDevices]:
+    """Loop devices detached at the end of the test."""
+    ld = LoopDevices(tmp_path)
+    yield ld
+    ld.cleanup()

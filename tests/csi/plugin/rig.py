@@ -1,0 +1,124 @@
+"""Helpers of the CSI plugin tests: the Rig (kubelet root, real driver, registry, plugin),
+Spec and pod builders, loop devices."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubevol.csi.plugin import CSIPlugin
+from kubevol.csi.registration import DriverRegistry
+from kubevol.host import NodeVolumeHost
+from kubevol.spec import Spec
+from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, DirDriver
+
+NODE_NAME = "node-1"
+POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
+
+
+class Rig:
+    """One test's CSI world: kubelet root, driver, registry, plugin."""
+
+    def __init__(
+        self, base: Path, driver: DirDriver, plugin: CSIPlugin, host: NodeVolumeHost, handle: Any
+    ) -> None:
+        self.base = base
+        self.root = base / "kubelet"
+        self.driver = driver
+        self.plugin = plugin
+        self.host = host
+        self.handle = handle
+
+    @property
+    def registry(self) -> DriverRegistry:
+        """The plugin's driver registry."""
+        return self.plugin.registry
+
+
+def pv_spec(
+    name: str,
+    handle: str,
+    *,
+    driver: str = DRIVER_NAME,
+    fs_type: str = "ext4",
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",),
+    block: bool = False,
+    read_only: bool = False,
+    attributes: dict[str, str] | None = None,
+    extra_csi: dict[str, Any] | None = None,
+) -> Spec:
+    """A Spec for a CSI PersistentVolume."""
+    csi: dict[str, Any] = {"driver": driver, "volumeHandle": handle}
+    if fs_type:
+        csi["fsType"] = fs_type
+    if attributes:
+        csi["volumeAttributes"] = attributes
+    csi.update(extra_csi or {})
+    return Spec.from_manifest(
+        {
+            "kind": "PersistentVolume",
+            "apiVersion": "v1",
+            "metadata": {"name": name},
+            "spec": {
+                "csi": csi,
+                "accessModes": list(access_modes),
+                "volumeMode": "Block" if block else "Filesystem",
+                "capacity": {"storage": "1Gi"},
+            },
+        },
+        read_only=read_only,
+    )
+
+
+def inline_spec(name: str, *, driver: str = DRIVER_NAME, attributes: dict[str, str] | None = None,
+                fs_type: str = "") -> Spec:
+    """A Spec for an inline (ephemeral) CSI pod volume."""
+    csi: dict[str, Any] = {"driver": driver}
+    if attributes:
+        csi["volumeAttributes"] = attributes
+    if fs_type:
+        csi["fsType"] = fs_type
+    return Spec.from_manifest({"name": name, "csi": csi})
+
+
+def make_pod(uid: str = POD_UID, name: str = "web-0", namespace: str = "shop") -> Any:
+    """A V1Pod with a UID, name, namespace and service account."""
+    from kubernetes import client as k8s
+
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+        spec=k8s.V1PodSpec(containers=[], service_account_name="builder"),
+    )
+
+
+
+
+class LoopDevices:
+    """Loop devices over sparse image files; detached by :meth:`cleanup`."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.devices: list[str] = []
+
+    def make(self, size_mib: int = 8) -> str:
+        """A fresh loop device (unformatted)."""
+        img = self.base / f"loop{len(self.devices)}.img"
+        with open(img, "wb") as f:
+            f.truncate(size_mib << 20)
+        out = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True,
+                             text=True, check=True)
+        dev = out.stdout.strip()
+        self.devices.append(dev)
+        return dev
+
+    def cleanup(self) -> None:
+        """Detach every device made."""
+        for dev in self.devices:
+            subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+        self.devices.clear()
+
+
+#: ``make_rig(node_caps=..., controller_caps=..., register=True, **plugin_kwargs) -> Rig``.
+RigFactory = Callable[..., Rig]
