@@ -1,0 +1,153 @@
+"""The engine: one driver instance's state, its store, its backend and its locks.
+
+Locking: a per-key lock serialises the calls on one volume (or one name being created), so
+slow work (copies, mounts) on different volumes runs in parallel; a short mutex guards the
+state itself. A change is applied to the in-memory state and saved to the store as one
+step: when saving fails, the in-memory state is rolled back and the call fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import attrs
+
+from kubevol.csi.drivers.engine.backend import VolumeBackend
+from kubevol.csi.drivers.engine.records import GroupSnapshotRecord, SnapshotRecord, VolumeRecord
+from kubevol.csi.drivers.engine.settings import DriverSettings
+from kubevol.csi.drivers.engine.state import DriverState, StateStore
+
+T = TypeVar("T")
+
+
+@attrs.define
+class _Entry:
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+    users: int = 0
+
+
+class KeyedLocks:
+    """One lock per key, created on first use and dropped when nobody holds or waits."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+
+    @contextlib.contextmanager
+    def hold(self, *keys: str) -> Iterator[None]:
+        """Hold the locks of ``keys`` (taken in sorted order, so callers cannot deadlock)."""
+        ordered = sorted(set(keys))
+        with self._mutex:
+            entries = [self._entries.setdefault(k, _Entry()) for k in ordered]
+            for entry in entries:
+                entry.users += 1
+        taken: list[_Entry] = []
+        try:
+            for entry in entries:
+                entry.lock.acquire()
+                taken.append(entry)
+            yield
+        finally:
+            for entry in reversed(taken):
+                entry.lock.release()
+            with self._mutex:
+                for key, entry in zip(ordered, entries, strict=True):
+                    entry.users -= 1
+                    if entry.users == 0:
+                        del self._entries[key]
+
+
+class Engine:
+    """State, store, backend and locks of one driver instance; the services' shared core."""
+
+    def __init__(self, settings: DriverSettings, backend: VolumeBackend, store: StateStore) -> None:
+        self.settings = settings
+        self.backend = backend
+        self._store = store
+        self._state = store.load()
+        self._mutex = threading.Lock()
+        #: Per volume id, snapshot id ("snap:" prefix) or name being created ("name:").
+        self.locks = KeyedLocks()
+        self._reserved = 0
+
+    # --- reads ----------------------------------------------------------------------
+
+    def read(self, fn: Callable[[DriverState], T]) -> T:
+        """``fn(state)`` under the mutex; ``fn`` must not keep references to the dicts."""
+        with self._mutex:
+            return fn(self._state)
+
+    def volume(self, volume_id: str) -> VolumeRecord | None:
+        """The volume ``volume_id``, or None."""
+        return self.read(lambda s: s.volumes.get(volume_id))
+
+    def snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
+        """The snapshot ``snapshot_id``, or None."""
+        return self.read(lambda s: s.snapshots.get(snapshot_id))
+
+    def group(self, group_id: str) -> GroupSnapshotRecord | None:
+        """The group snapshot ``group_id``, or None."""
+        return self.read(lambda s: s.groups.get(group_id))
+
+    def volumes(self) -> list[VolumeRecord]:
+        """Every volume."""
+        return self.read(lambda s: list(s.volumes.values()))
+
+    def snapshots(self) -> list[SnapshotRecord]:
+        """Every snapshot."""
+        return self.read(lambda s: list(s.snapshots.values()))
+
+    def used_bytes(self) -> int:
+        """Capacity given to volumes, plus what creations in progress reserved."""
+        with self._mutex:
+            return sum(v.capacity_bytes for v in self._state.volumes.values()) + self._reserved
+
+    # --- writes ---------------------------------------------------------------------
+
+    def commit(self, fn: Callable[[DriverState], T]) -> T:
+        """Apply ``fn`` to the state and save it; on a failed save, undo and re-raise."""
+        with self._mutex:
+            before = (
+                dict(self._state.volumes),
+                dict(self._state.snapshots),
+                dict(self._state.groups),
+            )
+            try:
+                result = fn(self._state)
+                self._store.save(self._state)
+            except BaseException:
+                self._state.volumes, self._state.snapshots, self._state.groups = before
+                raise
+            return result
+
+    def put_volume(self, volume: VolumeRecord) -> None:
+        """Store (or replace) a volume record."""
+        self.commit(lambda s: s.volumes.__setitem__(volume.volume_id, volume))
+
+    def drop_volume(self, volume_id: str) -> None:
+        """Forget a volume."""
+        self.commit(lambda s: s.volumes.pop(volume_id, None))
+
+    @contextlib.contextmanager
+    def reservation(self, size: int, available: Callable[[int, int], None]) -> Iterator[None]:
+        """Reserve ``size`` bytes for a creation in progress.
+
+        ``available(used, size)`` runs under the mutex and raises when ``size`` does not fit;
+        the reservation ends when the block exits (by then the volume record counts instead).
+        """
+        with self._mutex:
+            used = sum(v.capacity_bytes for v in self._state.volumes.values()) + self._reserved
+            available(used, size)
+            self._reserved += size
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._reserved -= size
+
+    def close(self) -> None:
+        """Release the backend's resources."""
+        self.backend.close()

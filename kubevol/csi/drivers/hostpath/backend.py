@@ -1,0 +1,386 @@
+"""The hostpath driver's storage: directories and loop-backed image files under a state
+directory, staged and published with real bind mounts.
+
+Layout under ``root``::
+
+    volumes/<id>/        a mount volume          snapshots/<id>/      its snapshot
+    volumes/<id>.img     a block volume (sparse) snapshots/<id>.img   its snapshot
+
+Staging a mount volume bind-mounts its directory at the staging path; staging a block
+volume attaches its image to a loop device. Publishing bind-mounts the staging path (mount
+access) or the loop device node (block access, onto a file) at the target, then remounts
+read-only when asked. Every step checks the mount table first, so repeating it after a crash
+or a restart neither stacks mounts nor fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+
+from kubevol.csi import types as t
+from kubevol.csi.drivers.engine.backend import Source, VolumeBackend
+from kubevol.csi.drivers.engine.records import (
+    AccessKind,
+    Publication,
+    SnapshotRecord,
+    Staging,
+    VolumeRecord,
+)
+from kubevol.csi.drivers.engine.rpc import Code, fail
+from kubevol.csi.drivers.hostpath import loop
+from kubevol.errors import MetricsError, MountError
+from kubevol.metrics import MetricsBlock, MetricsDu
+from kubevol.mount import LinuxMounter, cleanup_mount_point, is_corrupted_mount
+from kubevol.mount.mountinfo import parse_mountinfo
+
+#: Unmounts tried on one target before giving up (mounts may be stacked there).
+MAX_STACKED_MOUNTS = 8
+
+
+def mounted(mounter: LinuxMounter, path: str) -> bool:
+    """Whether ``path`` is a mount point (a corrupted mount counts as mounted)."""
+    if is_corrupted_mount(path):
+        return True
+    return os.path.lexists(path) and mounter.is_mount_point(path)
+
+
+def unmount_all(mounter: LinuxMounter, path: str) -> None:
+    """Unmount ``path`` until it is no longer a mount point (stacked mounts included)."""
+    for _ in range(MAX_STACKED_MOUNTS):
+        if not mounted(mounter, path):
+            return
+        mounter.unmount(path)
+    if mounted(mounter, path):
+        raise MountError(f"{path} is still mounted after {MAX_STACKED_MOUNTS} unmounts")
+
+
+def remove_target(mounter: LinuxMounter, path: str) -> None:
+    """Unmount ``path`` and remove it (an empty directory or a file). Never recursive: a
+    directory that is not empty after unmounting stays and the call raises."""
+    unmount_all(mounter, path)
+    if os.path.isdir(path) and not os.path.islink(path):
+        cleanup_mount_point(path, mounter, extensive_check=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def bind_options(publication_or_staging: Publication | Staging, readonly: bool) -> list[str]:
+    """``bind`` plus the capability's mount flags, plus ``ro`` when read-only."""
+    access = publication_or_staging.capability.access_type
+    flags = list(access.mount_flags) if isinstance(access, t.MountAccess) else []
+    return ["bind", *flags, *(["ro"] if readonly else [])]
+
+
+def copy_tree(source: str, dest: str) -> None:
+    """Copy a directory tree (links as links, owners and modes kept) into new ``dest``."""
+    shutil.copytree(source, dest, symlinks=True, copy_function=shutil.copy2)
+    shutil.copystat(source, dest)
+
+
+def copy_sparse(source: str, dest: str) -> None:
+    """Copy an image file keeping its holes (``cp --sparse=always``)."""
+    result = subprocess.run(
+        ["cp", "--sparse=always", source, dest], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise OSError(f"cp {source} {dest} failed: {result.stderr.strip()}")
+
+
+def mounts_under(path: str) -> list[str]:
+    """Mount points at or below ``path`` in this process's mount table."""
+    prefix = path.rstrip("/") + "/"
+    return [
+        e.mount_point
+        for e in parse_mountinfo()
+        if e.mount_point == path or e.mount_point.startswith(prefix)
+    ]
+
+
+def remove_tree(path: str) -> None:
+    """Delete a volume's or snapshot's directory, refusing when a mount lies inside it
+    (deleting through a mount point would destroy someone else's data)."""
+    inside = mounts_under(os.path.realpath(path))
+    if inside:
+        fail(Code.FAILED_PRECONDITION, f"cannot delete {path}: mounts inside it: {inside}")
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)
+
+
+def mount_usage(path: str, capacity: int) -> tuple[t.VolumeUsage, ...]:
+    """Bytes and inodes of the directory tree at ``path`` against ``capacity`` bytes."""
+    metrics = MetricsDu(path).get_metrics()
+    used = metrics.used or 0
+    available = max(0, min(capacity - used, metrics.available or 0))
+    return (
+        t.VolumeUsage(unit=t.UsageUnit.BYTES, total=capacity, used=used, available=available),
+        t.VolumeUsage(
+            unit=t.UsageUnit.INODES,
+            total=metrics.inodes or 0,
+            used=metrics.inodes_used or 0,
+            available=metrics.inodes_free or 0,
+        ),
+    )
+
+
+def path_condition(mounter: LinuxMounter, path: str) -> t.VolumeCondition | None:
+    """Abnormal when ``path`` (where the volume should be mounted) is gone, corrupted or no
+    longer a mount point; None when it looks right."""
+    if is_corrupted_mount(path):
+        return t.VolumeCondition(abnormal=True, message=f"the mount at {path} is corrupted")
+    if not os.path.lexists(path):
+        return t.VolumeCondition(abnormal=True, message=f"{path} does not exist any more")
+    if not mounter.is_mount_point(path):
+        return t.VolumeCondition(abnormal=True, message=f"{path} is no longer mounted")
+    return None
+
+
+HEALTHY = t.VolumeCondition(abnormal=False, message="volume is healthy")
+
+
+class HostPathBackend(VolumeBackend):
+    """Directories and loop-backed images under ``root``; see the module docstring."""
+
+    def __init__(self, root: str, mounter: LinuxMounter | None = None) -> None:
+        self.root = root
+        self.mounter = mounter or LinuxMounter()
+        self.volumes_dir = os.path.join(root, "volumes")
+        self.snapshots_dir = os.path.join(root, "snapshots")
+        for directory in (self.volumes_dir, self.snapshots_dir):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+
+    # --- where things are -------------------------------------------------------------
+
+    def volume_path(self, vol: VolumeRecord) -> str:
+        """The volume's directory or image file."""
+        suffix = ".img" if vol.kind is AccessKind.BLOCK else ""
+        return os.path.join(self.volumes_dir, vol.volume_id + suffix)
+
+    def snapshot_path(self, snap: SnapshotRecord) -> str:
+        """The snapshot's directory or image file."""
+        suffix = ".img" if snap.kind is AccessKind.BLOCK else ""
+        return os.path.join(self.snapshots_dir, snap.snapshot_id + suffix)
+
+    def _source_path(self, source: Source) -> str | None:
+        if isinstance(source, SnapshotRecord):
+            return self.snapshot_path(source)
+        if isinstance(source, VolumeRecord):
+            return self.volume_path(source)
+        return None
+
+    # --- controller -----------------------------------------------------------------
+
+    def create_volume(self, volume: VolumeRecord, source: Source) -> None:
+        """Make the directory (mode 0777, like a hostPath volume) or the sparse image,
+        filled from ``source``, under a temporary name renamed into place when complete."""
+        path = self.volume_path(volume)
+        if os.path.lexists(path):
+            return
+        src = self._source_path(source)
+        if src is not None and not os.path.exists(src):
+            fail(Code.NOT_FOUND, f"the storage of the source ({src}) is missing")
+        tmp = os.path.join(self.volumes_dir, f".{volume.volume_id}.partial")
+        self._remove(tmp)
+        try:
+            if volume.kind is AccessKind.BLOCK:
+                if src is not None:
+                    copy_sparse(src, tmp)
+                with open(tmp, "ab") as f:
+                    f.truncate(max(volume.capacity_bytes, os.fstat(f.fileno()).st_size))
+            elif src is not None:
+                copy_tree(src, tmp)
+            else:
+                os.mkdir(tmp)
+                os.chmod(tmp, 0o777)
+            os.rename(tmp, path)
+        except BaseException:
+            self._remove(tmp)
+            raise
+
+    def _remove(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            remove_tree(path)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def delete_volume(self, volume: VolumeRecord) -> None:
+        """Remove the directory or image; FAILED_PRECONDITION when a mount lies inside the
+        directory or a loop device still uses the image."""
+        path = self.volume_path(volume)
+        if volume.kind is AccessKind.BLOCK and os.path.exists(path):
+            devices = loop.devices_for(path)
+            if devices:
+                fail(Code.FAILED_PRECONDITION, f"image {path} is still attached to {devices}")
+        self._remove(path)
+
+    def expand_volume(self, volume: VolumeRecord, new_size: int) -> bool:
+        """Grow a block volume's image (the node must refresh its loop device); a directory
+        has nothing to grow."""
+        if volume.kind is not AccessKind.BLOCK:
+            return False
+        with open(self.volume_path(volume), "r+b") as f:
+            f.truncate(new_size)
+        return True
+
+    def create_snapshot(self, snapshot: SnapshotRecord, volume: VolumeRecord) -> None:
+        """Copy the volume's directory or image to the snapshot's place."""
+        dest = self.snapshot_path(snapshot)
+        if os.path.lexists(dest):
+            return
+        src = self.volume_path(volume)
+        if not os.path.exists(src):
+            fail(Code.FAILED_PRECONDITION, f"the storage of volume {volume.volume_id} is missing")
+        tmp = os.path.join(self.snapshots_dir, f".{snapshot.snapshot_id}.partial")
+        self._remove(tmp)
+        try:
+            if snapshot.kind is AccessKind.BLOCK:
+                copy_sparse(src, tmp)
+            else:
+                copy_tree(src, tmp)
+            os.rename(tmp, dest)
+        except BaseException:
+            self._remove(tmp)
+            raise
+
+    def delete_snapshot(self, snapshot: SnapshotRecord) -> None:
+        """Remove the snapshot's copy."""
+        self._remove(self.snapshot_path(snapshot))
+
+    def volume_condition(self, volume: VolumeRecord) -> t.VolumeCondition:
+        """Abnormal when the volume's directory or image is gone."""
+        path = self.volume_path(volume)
+        if not os.path.exists(path):
+            return t.VolumeCondition(abnormal=True, message=f"{path} is missing")
+        return HEALTHY
+
+    def health_problem(self) -> str | None:
+        """The state directory must be writable."""
+        if not os.access(self.volumes_dir, os.W_OK):
+            return f"{self.volumes_dir} is not writable"
+        return None
+
+    # --- node -----------------------------------------------------------------------
+
+    def _check_staging_dir(self, path: str) -> None:
+        if not os.path.isdir(path):
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"staging path {path} is not a directory (the CO creates it)",
+            )
+
+    def stage(self, volume: VolumeRecord, staging: Staging) -> Staging:
+        """Bind the directory at the staging path, or attach the image to a loop device."""
+        self._check_staging_dir(staging.path)
+        source = self.volume_path(volume)
+        if not os.path.exists(source):
+            fail(Code.FAILED_PRECONDITION, f"the storage of volume {volume.volume_id} is missing")
+        if volume.kind is AccessKind.BLOCK:
+            attached = loop.devices_for(source)
+            if staging.device in attached:
+                return staging
+            device = attached[0] if attached else loop.attach(source)
+            return Staging(path=staging.path, capability=staging.capability, device=device)
+        if not mounted(self.mounter, staging.path):
+            self.mounter.mount(source, staging.path, "", bind_options(staging, False))
+        return staging
+
+    def unstage(self, volume: VolumeRecord, staging: Staging) -> None:
+        """Unmount the staging path, or detach the loop device."""
+        if volume.kind is AccessKind.BLOCK:
+            image = self.volume_path(volume)
+            if os.path.exists(image) and staging.device in loop.devices_for(image):
+                loop.detach(staging.device)
+            return
+        unmount_all(self.mounter, staging.path)
+
+    def _publish_source(self, volume: VolumeRecord, staging: Staging | None) -> str:
+        if staging is None:
+            fail(Code.FAILED_PRECONDITION, f"volume {volume.volume_id} must be staged first")
+        if volume.kind is AccessKind.BLOCK:
+            return staging.device
+        if not mounted(self.mounter, staging.path):
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"staging path {staging.path} is not mounted: stage the volume again",
+            )
+        return staging.path
+
+    def publish(
+        self, volume: VolumeRecord, publication: Publication, staging: Staging | None
+    ) -> None:
+        """Bind the staging path (mount) or the loop device (block, onto a file) at the
+        target, read-only when asked."""
+        source = self._publish_source(volume, staging)
+        self.bind_at_target(source, publication, volume.kind)
+
+    def bind_at_target(self, source: str, publication: Publication, kind: AccessKind) -> None:
+        """Create the target (directory or file) and bind ``source`` there, unless mounted."""
+        target = publication.target_path
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if kind is AccessKind.BLOCK:
+            if os.path.isdir(target):
+                fail(Code.FAILED_PRECONDITION, f"block target {target} is a directory")
+            with open(target, "a"):
+                pass
+        else:
+            if os.path.lexists(target) and not os.path.isdir(target):
+                fail(Code.FAILED_PRECONDITION, f"mount target {target} is not a directory")
+            os.makedirs(target, exist_ok=True)
+        if mounted(self.mounter, target):
+            return
+        try:
+            self.mounter.mount(source, target, "", bind_options(publication, publication.readonly))
+        except MountError:
+            with contextlib.suppress(OSError):
+                remove_target(self.mounter, target)
+            raise
+
+    def unpublish(self, volume: VolumeRecord, publication: Publication) -> None:
+        """Unmount the target and remove it."""
+        remove_target(self.mounter, publication.target_path)
+
+    def volume_stats(self, volume: VolumeRecord, path: str) -> t.VolumeStats:
+        """Usage through :mod:`kubevol.metrics` (du for directories, the device size for
+        block), with a condition that is abnormal when the mount or the storage is gone."""
+        block_staging = (
+            volume.kind is AccessKind.BLOCK
+            and volume.staging is not None
+            and volume.staging.path == path
+        )
+        condition = None if block_staging else path_condition(self.mounter, path)
+        if is_corrupted_mount(path) or not os.path.lexists(path):
+            # The path itself is gone or broken: there is nothing to measure.
+            return t.VolumeStats(volume_condition=condition)
+        usage = self.measure(volume, path)
+        if condition is None:
+            storage = self.volume_condition(volume)
+            condition = storage if storage.abnormal else HEALTHY
+        return t.VolumeStats(usage=usage, volume_condition=condition)
+
+    def measure(self, volume: VolumeRecord, path: str) -> tuple[t.VolumeUsage, ...]:
+        """Usage of the volume at ``path``. Block: the device's size (staging paths of
+        block volumes hold no device, so the volume's capacity is reported there)."""
+        try:
+            if volume.kind is AccessKind.BLOCK:
+                if volume.staging is not None and path == volume.staging.path:
+                    total = volume.capacity_bytes
+                else:
+                    total = MetricsBlock(path).get_metrics().capacity or 0
+                return (t.VolumeUsage(unit=t.UsageUnit.BYTES, total=total),)
+            return mount_usage(path, volume.capacity_bytes)
+        except MetricsError as exc:
+            if isinstance(exc.__cause__, OSError) and exc.__cause__.errno == errno.ENOENT:
+                fail(Code.NOT_FOUND, f"{path} does not exist")
+            raise
+
+    def node_expand(self, volume: VolumeRecord, path: str) -> int:
+        """Refresh the loop device's size (block) and report the capacity."""
+        if volume.kind is AccessKind.BLOCK and volume.staging and volume.staging.device:
+            loop.refresh_size(volume.staging.device)
+            return loop.device_size(volume.staging.device)
+        return volume.capacity_bytes
