@@ -1,0 +1,264 @@
+"""The operation executor: runs volume operations, one at a time per key, with backoff.
+
+This is the kubelet's ``nestedpendingoperations``. Every operation has a key
+``(volume, pod, node)``; an empty pod or node is a wildcard that matches any pod or node,
+so an operation on the whole volume (``pod=""``) excludes every per-pod operation on it
+and the reverse. While an operation on a matching key is running, a new request is refused
+with :class:`~kubevol.node.errors.OperationPendingError`. After a failure the key backs off
+exponentially (500 ms, doubling, at most 2 min 2 s): the *same* operation asked again
+before the wait is over is refused with :class:`~kubevol.node.errors.OperationBackoffError`;
+a *different* operation may run at once and resets the backoff. Success forgets the key.
+
+Operations run on worker threads (``workers=0`` runs them inline in the caller, which
+tests use for determinism). The executor never interprets an operation's error: retry
+meaning (transient, uncertain, final) is for the operation itself to record in the actual
+state; here every failure backs off.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import attrs
+
+from kubevol.node.errors import OperationBackoffError, OperationPendingError
+
+log = logging.getLogger(__name__)
+
+#: The wildcard pod or node of a key.
+ANY = ""
+
+#: The kubelet's backoff: first wait, and the longest wait (2 min 2 s).
+INITIAL_BACKOFF = 0.5
+MAX_BACKOFF = 122.0
+
+
+class OperationKind(enum.StrEnum):
+    """What an operation does; the backoff of a key is kept per kind."""
+
+    ATTACH = "attach"
+    WAIT_FOR_ATTACH = "wait-for-attach"
+    MOUNT_DEVICE = "mount-device"
+    SET_UP = "set-up"
+    TEAR_DOWN = "tear-down"
+    UNMOUNT_DEVICE = "unmount-device"
+    DETACH = "detach"
+    MAP = "map"
+    UNMAP = "unmap"
+    UNMAP_DEVICE = "unmap-device"
+    EXPAND = "expand"
+
+
+@attrs.frozen(kw_only=True)
+class OperationKey:
+    """``(volume, pod, node)``; an empty ``pod`` or ``node`` matches any."""
+
+    volume: str
+    pod: str = ANY
+    node: str = ANY
+
+    def matches(self, other: OperationKey) -> bool:
+        """Whether the two keys conflict under the wildcard rules."""
+        return (
+            self.volume == other.volume
+            and (ANY in (self.pod, other.pod) or self.pod == other.pod)
+            and (ANY in (self.node, other.node) or self.node == other.node)
+        )
+
+    def __str__(self) -> str:
+        return f"(volume={self.volume!r}, pod={self.pod or '*'}, node={self.node or '*'})"
+
+
+@attrs.define
+class _Backoff:
+    """Exponential backoff of one key (the kubelet's ``ExponentialBackoff``)."""
+
+    initial: float
+    cap: float
+    duration: float = 0.0
+    last_error: BaseException | None = None
+    last_error_time: float | None = None
+
+    def update(self, err: BaseException, now: float) -> None:
+        self.duration = self.initial if self.duration == 0 else min(self.duration * 2, self.cap)
+        self.last_error = err
+        self.last_error_time = now
+
+    def retry_in(self, now: float) -> float:
+        """Seconds left before a retry is allowed (0 when allowed)."""
+        if self.last_error_time is None:
+            return 0.0
+        return max(0.0, self.last_error_time + self.duration - now)
+
+
+@attrs.define
+class _Record:
+    key: OperationKey
+    kind: OperationKind
+    pending: bool
+    backoff: _Backoff
+
+
+@attrs.frozen(kw_only=True)
+class OperationFailure:
+    """The last failure of a key that is backing off."""
+
+    key: OperationKey
+    kind: OperationKind
+    error: BaseException
+    retry_in: float
+
+
+class OperationExecutor:
+    """Runs operations under the nested-pending-operations rules. Thread-safe.
+
+    ``workers`` threads run operations (0: inline, in the caller of :meth:`run`);
+    ``clock`` is a monotonic clock in seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int = 8,
+        clock: Callable[[], float] = time.monotonic,
+        initial_backoff: float = INITIAL_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self._clock = clock
+        self._initial = initial_backoff
+        self._cap = max_backoff
+        self._records: list[_Record] = []
+        self._cond = threading.Condition()
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="kubevol-op")
+            if workers > 0
+            else None
+        )
+
+    def run(
+        self, key: OperationKey, kind: OperationKind, operation: Callable[[], None]
+    ) -> concurrent.futures.Future[None]:
+        """Start ``operation`` under ``key``; returns its future.
+
+        Raises :class:`OperationPendingError` when an operation on a matching key is
+        running and :class:`OperationBackoffError` when the same kind failed on the key
+        and its backoff is not over. Neither starts anything.
+        """
+        with self._cond:
+            record = self._find(key)
+            if record is not None:
+                if record.pending:
+                    raise OperationPendingError(
+                        f"an operation ({record.kind}) is already running for {record.key}; "
+                        f"{kind} was not started",
+                        record.key,
+                    )
+                wait = record.backoff.retry_in(self._clock())
+                if wait > 0 and record.kind == kind:
+                    raise OperationBackoffError(
+                        f"{kind} for {key} failed; no retries permitted for {wait:.3f} s "
+                        f"(backoff {record.backoff.duration:g} s): {record.backoff.last_error}",
+                        key,
+                        wait,
+                        record.backoff.last_error,
+                    )
+                if record.kind != kind:
+                    # Another operation on the key: the old backoff says nothing about it.
+                    record.backoff = _Backoff(self._initial, self._cap)
+                    record.kind = kind
+                record.pending = True
+                record.key = key
+            else:
+                record = _Record(
+                    key=key, kind=kind, pending=True, backoff=_Backoff(self._initial, self._cap)
+                )
+                self._records.append(record)
+        if self._pool is None:
+            future: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._execute(record, operation, future)
+            return future
+        future = concurrent.futures.Future()
+        self._pool.submit(self._execute, record, operation, future)
+        return future
+
+    def _find(self, key: OperationKey) -> _Record | None:
+        """The record that conflicts with ``key``: a pending one first, else the exact one,
+        else the first matching one (the kubelet's ``isOperationExists``)."""
+        found: _Record | None = None
+        for record in self._records:
+            if not record.key.matches(key):
+                continue
+            if record.pending:
+                return record
+            if found is None or record.key == key:
+                found = record
+        return found
+
+    def _execute(
+        self,
+        record: _Record,
+        operation: Callable[[], None],
+        future: concurrent.futures.Future[None],
+    ) -> None:
+        error: BaseException | None = None
+        try:
+            operation()
+        except Exception as exc:  # every failure of an operation backs its key off
+            error = exc
+            log.info("%s for %s failed: %s", record.kind, record.key, exc)
+        with self._cond:
+            if error is None:
+                self._records.remove(record)
+            else:
+                record.backoff.update(error, self._clock())
+                record.pending = False
+            self._cond.notify_all()
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    def is_pending(self, key: OperationKey) -> bool:
+        """Whether an operation on a key matching ``key`` is running."""
+        with self._cond:
+            record = self._find(key)
+            return record is not None and record.pending
+
+    def pending(self) -> list[tuple[OperationKey, OperationKind]]:
+        """The running operations."""
+        with self._cond:
+            return [(r.key, r.kind) for r in self._records if r.pending]
+
+    def failures(self) -> list[OperationFailure]:
+        """Keys whose last operation failed, with the error and the wait left."""
+        now = self._clock()
+        with self._cond:
+            return [
+                OperationFailure(
+                    key=r.key, kind=r.kind, error=r.backoff.last_error,
+                    retry_in=r.backoff.retry_in(now),
+                )
+                for r in self._records
+                if not r.pending and r.backoff.last_error is not None
+            ]
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no operation runs; False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while any(r.pending for r in self._records):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the workers (after the running operations when ``wait``). Idempotent."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait)

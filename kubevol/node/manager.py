@@ -1,0 +1,220 @@
+"""``NodeVolumeManager``: the node volume manager, assembled (the kubelet's volume manager).
+
+It owns the desired and actual states, the operation executor, the reconciler and the
+disk-usage check, and offers what a node agent needs::
+
+    manager = NodeVolumeManager(host, plugin_mgr)
+    manager.reconstruct()            # after a start or a crash: rebuild from disk
+    manager.set_pod(desired_pod(...))
+    result = manager.sync(timeout=120)   # or manager.run(stop_event) in a daemon
+    manager.remove_pod(uid); manager.sync()
+    manager.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import attrs
+
+from kubevol.errors import is_operation_finished
+from kubevol.host import NodeVolumeHost
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.node.executor import (
+    INITIAL_BACKOFF,
+    MAX_BACKOFF,
+    OperationExecutor,
+    OperationFailure,
+)
+from kubevol.node.operations import OperationGenerator
+from kubevol.node.reconciler import Reconciler
+from kubevol.node.reconstruct import (
+    FailedVolume,
+    OrphanDeviceMount,
+    Reconstruction,
+    clean_failed_volume,
+    list_pod_volume_dirs,
+    scan,
+)
+from kubevol.node.state import ActualState, DesiredPod, DesiredState
+from kubevol.node.usage import VolumeUsage
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen(kw_only=True)
+class SyncResult:
+    """How a :meth:`NodeVolumeManager.sync` ended."""
+
+    converged: bool
+    #: What is still not as desired (empty when converged).
+    pending: tuple[str, ...]
+    #: Operations whose last attempt failed.
+    failures: tuple[OperationFailure, ...]
+    #: True when it stopped early because only final errors were left.
+    stuck: bool = False
+
+
+def _manage_all(_uid: str) -> bool:
+    return True
+
+
+class NodeVolumeManager:
+    """Mounts the volumes of the pods it is told about and unmounts those of pods that left.
+
+    ``managed(uid)`` says which pods found on disk it may tear down (default: all, as the
+    kubelet does); ``workers`` threads run operations (0: inline, for tests).
+    """
+
+    def __init__(
+        self,
+        host: NodeVolumeHost,
+        mgr: VolumePluginMgr,
+        *,
+        workers: int = 8,
+        attach_by_node: bool = True,
+        managed: Callable[[str], bool] = _manage_all,
+        mountinfo_path: str = PROC_MOUNTINFO,
+        initial_backoff: float = INITIAL_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self.host = host
+        self.mgr = mgr
+        self.managed = managed
+        self.mountinfo_path = mountinfo_path
+        self.desired = DesiredState()
+        self.actual = ActualState()
+        self.executor = OperationExecutor(
+            workers=workers, initial_backoff=initial_backoff, max_backoff=max_backoff
+        )
+        self.usage = VolumeUsage(host, mgr, mountinfo_path=mountinfo_path)
+        self.generator = OperationGenerator(
+            host=host, mgr=mgr, actual=self.actual, usage=self.usage
+        )
+        self.reconciler = Reconciler(
+            desired=self.desired,
+            actual=self.actual,
+            executor=self.executor,
+            generator=self.generator,
+            attach_by_node=attach_by_node,
+            managed=managed,
+        )
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def set_pod(self, pod: DesiredPod) -> None:
+        """Want ``pod`` and its volumes (replacing what was wanted for its UID)."""
+        self.desired.set_pod(pod)
+
+    def remove_pod(self, uid: str) -> None:
+        """Stop wanting pod ``uid``: its volumes are torn down, its directory removed."""
+        self.desired.remove_pod(uid)
+        self.reconciler.forget_pod_later(uid)
+
+    # -- reconstruction ---------------------------------------------------------------------
+
+    def reconstruct(self, *, clean: bool = True) -> Reconstruction:
+        """Rebuild the actual state from disk and merge it in (known volumes are kept).
+
+        With ``clean``, volumes that could not be rebuilt are cleaned once when their pod is
+        managed and not desired, and orphan device mounts no desired volume claims are
+        unmounted through the guards; what was done is in the result.
+        """
+        result = scan(self.host, self.mgr, mountinfo_path=self.mountinfo_path)
+        self.actual.merge(result.actual_state())
+        pods_on_disk = {d.pod_uid for d in list_pod_volume_dirs(self.host.get_pods_dir())}
+        for uid in pods_on_disk | {f.dir.pod_uid for f in result.volumes}:
+            if self.managed(uid) and self.desired.pod(uid) is None:
+                self.reconciler.forget_pod_later(uid)
+        if not clean:
+            return result
+        result = result.with_failures([self._clean_failure(f) for f in result.failures])
+        claimed = {v.device_mount_path for v in self.desired.volumes_to_mount()}
+        return result.with_orphans(
+            [self._clean_orphan(o) for o in result.orphans if o.path not in claimed]
+        )
+
+    def _clean_failure(self, failed: FailedVolume) -> FailedVolume:
+        uid = failed.dir.pod_uid
+        if not self.managed(uid):
+            return attrs.evolve(failed, cleanup="left: the pod is not managed here")
+        if self.desired.pod(uid) is not None:
+            return attrs.evolve(failed, cleanup="left: the pod is desired; set-up redoes it")
+        outcome = clean_failed_volume(self.mgr, failed, self.host.get_mounter())
+        log.info("volume %s that could not be rebuilt: %s", failed.dir.path, outcome)
+        self.reconciler.forget_pod_later(uid)
+        return attrs.evolve(failed, cleanup=outcome)
+
+    def _clean_orphan(self, orphan: OrphanDeviceMount) -> OrphanDeviceMount:
+        try:
+            self.generator.unmount_orphan_device(orphan)()
+        except Exception as exc:  # reported to the caller with the orphan
+            return attrs.evolve(orphan, cleanup=f"failed: {exc}")
+        return attrs.evolve(orphan, cleanup="cleaned")
+
+    # -- running ----------------------------------------------------------------------------
+
+    def reconcile(self) -> int:
+        """One reconciler pass; returns how many operations it started."""
+        return self.reconciler.reconcile()
+
+    def sync(self, timeout: float = 120.0, period: float = 0.02) -> SyncResult:
+        """Reconcile until the actual state matches the desired state.
+
+        Stops early (``stuck``) when nothing runs and only final errors, met during this
+        call, are left; else after ``timeout`` seconds, retrying failed operations as their
+        backoff allows.
+        """
+        deadline = time.monotonic() + timeout
+        # Failures from before this call get one more try before they count as stuck.
+        earlier = {id(f.error) for f in self.executor.failures()}
+        while True:
+            started = self.reconcile()
+            if started:
+                self.executor.wait_idle(max(0.0, deadline - time.monotonic()))
+                continue
+            self.executor.wait_idle(max(0.0, deadline - time.monotonic()))
+            pending = self.reconciler.pending_work()
+            failures = self.executor.failures()
+            if not pending:
+                # Anything started by the last pass is done: one more pass to be sure.
+                if self.reconcile() == 0 and not self.reconciler.pending_work():
+                    return SyncResult(converged=True, pending=(), failures=tuple(failures))
+                continue
+            if failures and all(
+                is_operation_finished(f.error) and id(f.error) not in earlier for f in failures
+            ):
+                return SyncResult(
+                    converged=False, pending=tuple(pending), failures=tuple(failures), stuck=True
+                )
+            if time.monotonic() >= deadline:
+                return SyncResult(converged=False, pending=tuple(pending), failures=tuple(failures))
+            waits = [f.retry_in for f in failures if f.retry_in > 0]
+            delay = min(waits) if waits else period
+            time.sleep(max(0.0, min(delay, 1.0, deadline - time.monotonic())))
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        period: float = 0.1,
+        before_pass: Callable[[], None] | None = None,
+    ) -> None:
+        """Reconcile every ``period`` seconds until ``stop`` is set (a daemon's loop).
+
+        ``before_pass`` runs first in every pass, e.g. to refresh the desired pods.
+        """
+        while not stop.is_set():
+            if before_pass is not None:
+                before_pass()
+            self.reconcile()
+            stop.wait(period)
+
+    def close(self) -> None:
+        """Wait for running operations and release resources. Idempotent."""
+        self.executor.shutdown(wait=True)
+        self.usage.close()

@@ -1,0 +1,546 @@
+"""The volume operations, generated from the plugin bases (the kubelet's operation generator).
+
+Each ``OperationGenerator`` method returns a callable that performs one step on the node
+with the volume's plugin and records the outcome in the :class:`~kubevol.node.state.ActualState`,
+keeping the retry meaning of the plugin's error:
+
+- success marks the step done (attached, device mounted, set up, ...);
+- :class:`~kubevol.errors.UncertainProgressError` marks a step that was not done
+  *uncertain* (it may have happened: the reconciler retries it or undoes it);
+- a final error on a step that was uncertain marks it not done; on a step that was not
+  done it changes nothing, as does :class:`~kubevol.errors.TransientOperationError`.
+
+The error is raised again so the executor backs the key off. :func:`operation_key`
+gives each operation the key the kubelet uses, so that, say, a device is never staged
+while one of its pods is being torn down.
+
+Unmounting a device is guarded twice: no pod path on disk may still use the volume
+(:class:`~kubevol.node.usage.VolumeUsage`), and no mount reference that the kubelet's
+``HasMountRefs`` rule counts may remain (from the plugin's ``get_device_mount_refs``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kubevol.errors import (
+    DeviceStillMountedError,
+    KubevolError,
+    MountError,
+    PluginNotFoundError,
+    UncertainProgressError,
+    is_operation_finished,
+)
+from kubevol.host import NodeVolumeHost
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount.helpers import is_corrupted_error
+from kubevol.node.errors import VolumeInUseError
+from kubevol.node.executor import ANY, OperationKey, OperationKind
+from kubevol.node.reconstruct import OrphanDeviceMount
+from kubevol.node.state import (
+    ActualState,
+    AttachedVolume,
+    MountedVolume,
+    MountState,
+    VolumeToMount,
+)
+from kubevol.node.usage import VolumeUsage
+from kubevol.spec import Spec
+from kubevol.types import (
+    CSIVolumePhase,
+    DeviceMounterArgs,
+    FSGroupChangePolicy,
+    MounterArgs,
+    NodeResizeOptions,
+    VolumeOptions,
+)
+from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper
+
+log = logging.getLogger(__name__)
+
+Operation = Callable[[], None]
+
+#: The part of a device mount path that the kubelet's ``HasMountRefs`` looks for.
+_PLUGIN_PATH_MARKER = "/plugins/kubernetes.io/"
+
+#: How long a mount waits for its device to be attached (the kubelet's ``waitForAttachTimeout``).
+WAIT_FOR_ATTACH_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+def counted_mount_refs(device_mount_path: str, refs: Sequence[str]) -> list[str]:
+    """The references the kubelet's ``HasMountRefs`` counts: those that do not contain the
+    device mount path from its ``/plugins/kubernetes.io/`` part on (or the whole path when it
+    has none), i.e. every reference except the same mount seen through a bind of the root."""
+    marker = device_mount_path.find(_PLUGIN_PATH_MARKER)
+    part = device_mount_path[marker:] if marker >= 0 else device_mount_path
+    return [ref for ref in refs if part not in ref]
+
+
+def operation_key(kind: OperationKind, unique_name: str, pod_uid: str, node: str) -> OperationKey:
+    """The key an operation runs under.
+
+    Device-wide steps (wait-for-attach, mount/unmount device, unmap device, expand) take
+    the whole volume; attach and detach add the node. Set-up and map take the whole volume
+    too when it is shared between pods (``pod_uid`` empty), so pods of one device are set up
+    one at a time; tear-down and unmap are per pod.
+    """
+    if kind in (OperationKind.ATTACH, OperationKind.DETACH):
+        return OperationKey(volume=unique_name, pod=ANY, node=node)
+    if kind in (
+        OperationKind.SET_UP,
+        OperationKind.MAP,
+        OperationKind.TEAR_DOWN,
+        OperationKind.UNMAP,
+    ):
+        return OperationKey(volume=unique_name, pod=pod_uid)
+    return OperationKey(volume=unique_name)
+
+
+def volume_options(spec: Spec) -> VolumeOptions:
+    """Mount options and PV name from a PersistentVolume spec; defaults for pod volumes."""
+    pv = spec.persistent_volume
+    if pv is None:
+        return VolumeOptions()
+    options = tuple(getattr(pv.spec, "mount_options", None) or ()) if pv.spec else ()
+    return VolumeOptions(mount_options=options, pv_name=spec.name())
+
+
+def mounter_args(pod: Any, fs_group: int | None) -> MounterArgs:
+    """Ownership wishes of ``pod`` (its ``securityContext``)."""
+    context = getattr(getattr(pod, "spec", None), "security_context", None)
+    policy = getattr(context, "fs_group_change_policy", None)
+    return MounterArgs(
+        fs_group=fs_group,
+        fs_user=getattr(context, "run_as_user", None),
+        fs_group_change_policy=FSGroupChangePolicy(policy) if policy else None,
+    )
+
+
+class OperationGenerator:
+    """Makes the operations of one node. Every operation is safe to run again."""
+
+    def __init__(
+        self,
+        *,
+        host: NodeVolumeHost,
+        mgr: VolumePluginMgr,
+        actual: ActualState,
+        usage: VolumeUsage,
+        wait_for_attach_timeout: datetime.timedelta = WAIT_FOR_ATTACH_TIMEOUT,
+    ) -> None:
+        self.host = host
+        self.mgr = mgr
+        self.actual = actual
+        self.usage = usage
+        self.wait_for_attach_timeout = wait_for_attach_timeout
+
+    @property
+    def node_name(self) -> str:
+        """This node's name."""
+        return self.host.get_node_name()
+
+    # -- error bookkeeping (the kubelet's markDeviceErrorState / markVolumeErrorState) ---
+
+    def _device_error(self, unique_name: str, err: BaseException, dmp: str) -> None:
+        volume = self.actual.volume(unique_name)
+        if volume is None:
+            return
+        if is_operation_finished(err) and volume.device_state is MountState.UNCERTAIN:
+            self.actual.set_device_state(unique_name, MountState.UNMOUNTED)
+        elif (
+            isinstance(err, UncertainProgressError)
+            and volume.device_state is MountState.UNMOUNTED
+        ):
+            self.actual.set_device_state(unique_name, MountState.UNCERTAIN, dmp)
+
+    def _pod_error(self, v: VolumeToMount, err: BaseException, path: str) -> None:
+        current = self.actual.pod_volume(v.unique_name, v.pod_uid)
+        state = current.state if current is not None else MountState.UNMOUNTED
+        if is_operation_finished(err) and state is MountState.UNCERTAIN:
+            self.actual.set_pod_state(v.unique_name, v.pod_uid, MountState.UNMOUNTED)
+        elif isinstance(err, UncertainProgressError) and state is MountState.UNMOUNTED:
+            self.actual.set_pod_state(
+                v.unique_name,
+                v.pod_uid,
+                MountState.UNCERTAIN,
+                spec_name=v.spec_name,
+                outer_name=v.outer_name,
+                path=path,
+            )
+
+    # -- attach ------------------------------------------------------------------------
+
+    def _attachable(self, plugin_name: str) -> Any:
+        plugin = self.mgr.find_attachable_plugin_by_name(plugin_name)
+        if plugin is None:
+            raise PluginNotFoundError(f"volume plugin {plugin_name!r} does not attach volumes")
+        return plugin
+
+    def attach(self, v: VolumeToMount) -> Operation:
+        """Attach the volume to this node (the node attaches it itself)."""
+
+        def run() -> None:
+            attacher = self._attachable(v.plugin_name).new_attacher()
+            try:
+                device_path = attacher.attach(v.spec, self.node_name)
+            except UncertainProgressError:
+                self.actual.set_attach_state(v.unique_name, MountState.UNCERTAIN)
+                raise
+            self.actual.set_attach_state(v.unique_name, MountState.MOUNTED, device_path)
+
+        return run
+
+    def wait_for_attach(self, v: VolumeToMount) -> Operation:
+        """Wait until someone else (a controller) attached the volume; record its device."""
+
+        def run() -> None:
+            attacher = self._attachable(v.plugin_name).new_attacher()
+            current = self.actual.volume(v.unique_name)
+            known = current.device_path if current is not None else ""
+            device_path = attacher.wait_for_attach(
+                v.spec, known, v.pod, self.wait_for_attach_timeout
+            )
+            self.actual.set_attach_state(v.unique_name, MountState.MOUNTED, device_path)
+
+        return run
+
+    def detach(self, av: AttachedVolume) -> Operation:
+        """Detach the volume from this node, then forget it. Refused while pods use it."""
+
+        def run() -> None:
+            self._refuse_if_used(av)
+            detacher = self._attachable(av.plugin_name).new_detacher()
+            detacher.detach(av.volume_name, self.node_name)
+            self.actual.set_attach_state(av.unique_name, MountState.UNMOUNTED)
+            self.actual.remove_volume(av.unique_name)
+
+        return run
+
+    # -- device mount --------------------------------------------------------------------
+
+    def _device_mountable(self, plugin_name: str) -> Any:
+        plugin = self.mgr.find_device_mountable_plugin_by_name(plugin_name)
+        if plugin is None:
+            raise PluginNotFoundError(f"volume plugin {plugin_name!r} does not mount devices")
+        return plugin
+
+    def mount_device(self, v: VolumeToMount) -> Operation:
+        """Mount (stage) the device at its global path once for every pod."""
+
+        def run() -> None:
+            plugin = self._device_mountable(v.plugin_name)
+            device_mounter = plugin.new_attacher() if v.attachable else plugin.new_device_mounter()
+            dmp = device_mounter.get_device_mount_path(v.spec)
+            current = self.actual.volume(v.unique_name)
+            device_path = current.device_path if current is not None else ""
+            try:
+                if v.attachable:
+                    device_path = device_mounter.wait_for_attach(
+                        v.spec, device_path, v.pod, self.wait_for_attach_timeout
+                    )
+                device_mounter.mount_device(
+                    v.spec, device_path, dmp, DeviceMounterArgs(fs_group=v.fs_group)
+                )
+            except Exception as exc:
+                self._device_error(v.unique_name, exc, dmp)
+                raise
+            self.actual.set_device_state(v.unique_name, MountState.MOUNTED, dmp)
+            if device_path:
+                self.actual.set_attach_state(v.unique_name, MountState.MOUNTED, device_path)
+
+        return run
+
+    def _refuse_if_used(self, av: AttachedVolume) -> None:
+        users = self.usage.users(av.unique_name, av.plugin_name, av.mode)
+        if users:
+            raise VolumeInUseError(
+                f"volume {av.unique_name!r} is still used by pods on disk: {', '.join(users)}",
+                users,
+            )
+
+    def unmount_device(self, av: AttachedVolume) -> Operation:
+        """Unmount (unstage) the device once no pod uses it, through both guards."""
+
+        def run() -> None:
+            plugin = self._device_mountable(av.plugin_name)
+            dmp = av.device_mount_path or plugin.new_device_mounter().get_device_mount_path(
+                av.spec
+            )
+            self._refuse_if_used(av)
+            self._unmount_device_path(plugin, dmp, av.unique_name)
+            self.actual.set_device_state(av.unique_name, MountState.UNMOUNTED)
+
+        return run
+
+    def _unmount_device_path(self, plugin: Any, dmp: str, unique_name: str | None) -> None:
+        refs = counted_mount_refs(dmp, plugin.get_device_mount_refs(dmp))
+        if refs:
+            raise DeviceStillMountedError(
+                f"the device mount path {dmp!r} is still mounted by other references {refs}",
+                refs,
+            )
+        try:
+            plugin.new_device_unmounter().unmount_device(dmp)
+        except Exception:
+            if unique_name is not None:
+                self.actual.set_device_state(unique_name, MountState.UNCERTAIN)
+            raise
+
+    def unmount_orphan_device(self, orphan: OrphanDeviceMount) -> Operation:
+        """Unmount a device mount no pod volume leads to, through the mount-reference guard."""
+
+        def run() -> None:
+            if not orphan.plugin_name:
+                raise PluginNotFoundError(
+                    f"no registered plugin owns the mount {orphan.path}; left in place"
+                )
+            plugin = self._device_mountable(orphan.plugin_name)
+            self._unmount_device_path(plugin, orphan.path, None)
+
+        return run
+
+    # -- set up / tear down ------------------------------------------------------------------
+
+    def set_up(self, v: VolumeToMount) -> Operation:
+        """Set the volume up for the pod (publish, bind, create the directory...)."""
+
+        def run() -> None:
+            plugin = self.mgr.find_plugin_by_name(v.plugin_name)
+            mounter = plugin.new_mounter(v.spec, v.pod, volume_options(v.spec))
+            path = mounter.get_path()
+            try:
+                mounter.set_up(mounter_args(v.pod, v.fs_group))
+            except Exception as exc:
+                self._pod_error(v, exc, path)
+                raise
+            self.actual.set_pod_state(
+                v.unique_name,
+                v.pod_uid,
+                MountState.MOUNTED,
+                spec_name=v.spec_name,
+                outer_name=v.outer_name,
+                path=path,
+            )
+            volume = self.actual.volume(v.unique_name)
+            if volume is not None and volume.size is None and v.size is not None:
+                self.actual.set_size(v.unique_name, v.size)
+
+        return run
+
+    def tear_down(self, av: AttachedVolume, m: MountedVolume) -> Operation:
+        """Tear the pod's volume down; the pod is then forgotten for this volume."""
+
+        def run() -> None:
+            plugin = self.mgr.find_plugin_by_name(av.plugin_name)
+            plugin.new_unmounter(m.spec_name, m.pod_uid).tear_down()
+            self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
+
+        return run
+
+    # -- block -----------------------------------------------------------------------------
+
+    def _mapper_plugin(self, plugin_name: str) -> Any:
+        plugin = self.mgr.find_mapper_plugin_by_name(plugin_name)
+        if plugin is None:
+            raise PluginNotFoundError(f"volume plugin {plugin_name!r} does not map block volumes")
+        return plugin
+
+    def map(self, v: VolumeToMount) -> Operation:
+        """Map a block volume into the pod: stage the device, publish it, then link it at the
+        pod's device path and bind it under the global map path (one file per pod)."""
+
+        def run() -> None:
+            plugin = self._mapper_plugin(v.plugin_name)
+            mapper = plugin.new_block_volume_mapper(v.spec, v.pod, volume_options(v.spec))
+            global_map_path = mapper.get_global_map_path(v.spec)
+            map_dir, link = mapper.get_pod_device_map_path()
+            pod_link = os.path.join(map_dir, link)
+            current = self.actual.volume(v.unique_name)
+            device_path = current.device_path if current is not None else ""
+            if isinstance(mapper, CustomBlockVolumeMapper) and (
+                current is None or current.device_state is not MountState.MOUNTED
+            ):
+                try:
+                    mapper.set_up_device()
+                except Exception as exc:
+                    self._device_error(v.unique_name, exc, global_map_path)
+                    raise
+            self.actual.set_device_state(v.unique_name, MountState.MOUNTED, global_map_path)
+            try:
+                if isinstance(mapper, CustomBlockVolumeMapper):
+                    device_path = mapper.map_pod_device() or device_path
+                if not device_path:
+                    raise MountError(f"block volume {v.unique_name!r} has no device path to map")
+                _map_block_device(self.host, device_path, global_map_path, pod_link, v.pod_uid)
+            except Exception as exc:
+                self._pod_error(v, exc, pod_link)
+                if not isinstance(exc, UncertainProgressError):
+                    # Mapping may have been half done: make sure it is undone later.
+                    self.actual.set_pod_state(
+                        v.unique_name, v.pod_uid, MountState.UNCERTAIN,
+                        spec_name=v.spec_name, outer_name=v.outer_name, path=pod_link,
+                    )
+                raise
+            self.actual.set_pod_state(
+                v.unique_name, v.pod_uid, MountState.MOUNTED,
+                spec_name=v.spec_name, outer_name=v.outer_name, path=pod_link,
+            )
+
+        return run
+
+    def unmap(self, av: AttachedVolume, m: MountedVolume) -> Operation:
+        """Undo :meth:`map` for one pod."""
+
+        def run() -> None:
+            plugin = self._mapper_plugin(av.plugin_name)
+            unmapper = plugin.new_block_volume_unmapper(m.spec_name, m.pod_uid)
+            global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
+            map_dir, link = unmapper.get_pod_device_map_path()
+            _unmap_block_device(self.host, global_map_path, os.path.join(map_dir, link), m.pod_uid)
+            if isinstance(unmapper, CustomBlockVolumeUnmapper):
+                unmapper.unmap_pod_device()
+            self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
+
+        return run
+
+    def unmap_device(self, av: AttachedVolume) -> Operation:
+        """Tear the block device down once no pod maps it."""
+
+        def run() -> None:
+            plugin = self._mapper_plugin(av.plugin_name)
+            unmapper = plugin.new_block_volume_unmapper(av.spec.name(), "")
+            global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
+            self._refuse_if_used(av)
+            refs = _bind_refs(self.host, global_map_path)
+            if refs:
+                raise DeviceStillMountedError(
+                    f"the block device of {av.unique_name!r} is still mapped for pods {refs}",
+                    refs,
+                )
+            try:
+                if isinstance(unmapper, CustomBlockVolumeUnmapper):
+                    unmapper.tear_down_device(global_map_path, av.device_path)
+                _remove_map_path(global_map_path)
+            except Exception:
+                self.actual.set_device_state(av.unique_name, MountState.UNCERTAIN)
+                raise
+            self.actual.set_device_state(av.unique_name, MountState.UNMOUNTED)
+
+        return run
+
+    # -- expand ------------------------------------------------------------------------------
+
+    def expand(self, v: VolumeToMount, new_size: int) -> Operation:
+        """Grow the volume on the node to ``new_size`` bytes."""
+
+        def run() -> None:
+            plugin = self.mgr.find_node_expandable_plugin_by_name(v.plugin_name)
+            if plugin is None:
+                raise PluginNotFoundError(f"volume plugin {v.plugin_name!r} cannot expand on nodes")
+            current = self.actual.volume(v.unique_name)
+            if current is None:
+                raise KubevolError(f"volume {v.unique_name!r} is not on the node")
+            if plugin.requires_fs_resize():
+                pod = self.actual.pod_volume(v.unique_name, v.pod_uid)
+                done = plugin.node_expand(
+                    NodeResizeOptions(
+                        volume_spec=v.spec,
+                        device_path=current.device_path,
+                        device_mount_path=pod.path if pod is not None else "",
+                        device_stage_path=current.device_mount_path,
+                        new_size=new_size,
+                        old_size=current.size or 0,
+                        csi_volume_phase=CSIVolumePhase.PUBLISHED,
+                    )
+                )
+                if not done:
+                    raise UncertainProgressError(
+                        f"expansion of {v.unique_name!r} to {new_size} bytes is not complete yet"
+                    )
+            self.actual.set_size(v.unique_name, new_size)
+
+        return run
+
+
+# -- the block mapping the kubelet does itself (util.MapBlockVolume / UnmapBlockVolume) ---
+
+
+def _map_block_device(
+    host: NodeVolumeHost, device_path: str, global_map_path: str, pod_link: str, pod_uid: str
+) -> None:
+    """Bind ``device_path`` at ``<global_map_path>/<pod uid>`` and link it from the pod."""
+    mounter = host.get_mounter()
+    os.makedirs(global_map_path, mode=0o750, exist_ok=True)
+    bind = os.path.join(global_map_path, pod_uid)
+    if not os.path.lexists(bind):
+        with open(bind, "w", encoding="utf-8"):
+            pass
+    if mounter.is_likely_not_mount_point(bind):
+        mounter.mount(device_path, bind, "", ["bind"])
+    os.makedirs(os.path.dirname(pod_link), mode=0o750, exist_ok=True)
+    if os.path.islink(pod_link):
+        if os.readlink(pod_link) == device_path:
+            return
+        os.unlink(pod_link)
+    os.symlink(device_path, pod_link)
+
+
+def _unmap_block_device(
+    host: NodeVolumeHost, global_map_path: str, pod_link: str, pod_uid: str
+) -> None:
+    """Remove the pod's link and unbind ``<global_map_path>/<pod uid>``. Idempotent."""
+    if os.path.islink(pod_link):
+        os.unlink(pod_link)
+    bind = os.path.join(global_map_path, pod_uid)
+    mounter = host.get_mounter()
+    try:
+        mounted = not mounter.is_likely_not_mount_point(bind)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if not is_corrupted_error(exc):
+            raise
+        mounted = True
+    if mounted:
+        mounter.unmount(bind)
+    os.unlink(bind)
+
+
+def _bind_refs(host: NodeVolumeHost, global_map_path: str) -> list[str]:
+    """Pod UIDs whose bind of the device is still under the global map path."""
+    mounter = host.get_mounter()
+    try:
+        names = sorted(os.listdir(global_map_path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    refs = []
+    for name in names:
+        path = os.path.join(global_map_path, name)
+        try:
+            if not mounter.is_likely_not_mount_point(path):
+                refs.append(name)
+        except FileNotFoundError:
+            continue
+    return refs
+
+
+def _remove_map_path(global_map_path: str) -> None:
+    """Remove the global map directory once nothing is bound in it (plain files only)."""
+    try:
+        names = os.listdir(global_map_path)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(global_map_path, name)
+        if os.path.isfile(path) and not os.path.ismount(path):
+            os.unlink(path)
+    try:
+        os.rmdir(global_map_path)
+    except OSError as exc:
+        raise MountError(
+            exc.errno, f"cannot remove the global map path {global_map_path!r}: {exc.strerror}"
+        ) from exc

@@ -1,0 +1,272 @@
+"""The reconciler: each pass starts the operations that move the actual state toward the
+desired state (the kubelet's volume manager reconciler), in the kubelet's order:
+
+1. tear down (or unmap) every pod volume that is no longer desired;
+2. for every desired pod volume: attach (or wait for attachment), mount the device, then
+   set the volume up for the pod (or map it); grow it when a larger size is desired;
+3. for every volume no pod wants and no pod uses any more: unmount the device (or unmap
+   it), then detach it, then forget it;
+4. remove the directories of pods that are gone once nothing of theirs is left.
+
+Operations run through the :class:`~kubevol.node.executor.OperationExecutor`, so a pass
+never starts a second operation on a busy key and respects backoff; uncertain states are
+treated as "not done" by step 2 and as "maybe done" by steps 1 and 3, so interrupted work is
+either finished or undone. ``managed`` limits which pods the reconciler may tear down: pods
+it does not manage (found on disk, unknown to the caller) are left alone, and so are the
+devices they use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from kubevol.errors import KubevolError
+from kubevol.node.errors import OperationBackoffError, OperationPendingError
+from kubevol.node.executor import OperationExecutor, OperationKey, OperationKind
+from kubevol.node.operations import Operation, OperationGenerator, operation_key
+from kubevol.node.state import (
+    ActualState,
+    AttachedVolume,
+    DesiredState,
+    MountState,
+    VolumeMode,
+    VolumeToMount,
+)
+from kubevol.plugins._util import remove_tree_on_one_device
+
+log = logging.getLogger(__name__)
+
+
+def _manage_all(_uid: str) -> bool:
+    return True
+
+
+class Reconciler:
+    """Starts operations; call :meth:`reconcile` periodically. Thread-safe.
+
+    ``attach_by_node`` makes the node attach volumes itself (no controller); otherwise it
+    waits for someone else to attach them.
+    """
+
+    def __init__(
+        self,
+        *,
+        desired: DesiredState,
+        actual: ActualState,
+        executor: OperationExecutor,
+        generator: OperationGenerator,
+        attach_by_node: bool = True,
+        managed: Callable[[str], bool] = _manage_all,
+    ) -> None:
+        self.desired = desired
+        self.actual = actual
+        self.executor = executor
+        self.generator = generator
+        self.attach_by_node = attach_by_node
+        self.managed = managed
+        self._pods_to_clean: set[str] = set()
+        self._lock = threading.Lock()
+
+    def forget_pod_later(self, uid: str) -> None:
+        """Remove pod ``uid``'s directory once it is not desired and nothing of it is left."""
+        with self._lock:
+            self._pods_to_clean.add(uid)
+
+    def reconcile(self) -> int:
+        """One pass; returns how many operations were started."""
+        started = self._unmount_pods()
+        started += self._mount_desired()
+        started += self._release_devices()
+        self._clean_pod_dirs()
+        return started
+
+    def _start(self, kind: OperationKind, unique: str, pod_uid: str, op: Operation) -> int:
+        key = operation_key(kind, unique, pod_uid, self.generator.node_name)
+        try:
+            self.executor.run(key, kind, op)
+        except (OperationPendingError, OperationBackoffError) as exc:
+            log.debug("not starting %s: %s", kind, exc)
+            return 0
+        return 1
+
+    # 1 ------------------------------------------------------------------------------------
+
+    def _unmount_pods(self) -> int:
+        started = 0
+        for av in self.actual.volumes():
+            for m in av.pods:
+                if not self.managed(m.pod_uid):
+                    continue
+                if self.desired.is_desired(av.unique_name, m.pod_uid):
+                    continue
+                self.forget_pod_later(m.pod_uid)
+                if av.mode is VolumeMode.BLOCK:
+                    started += self._start(
+                        OperationKind.UNMAP, av.unique_name, m.pod_uid,
+                        self.generator.unmap(av, m),
+                    )
+                else:
+                    started += self._start(
+                        OperationKind.TEAR_DOWN, av.unique_name, m.pod_uid,
+                        self.generator.tear_down(av, m),
+                    )
+        return started
+
+    # 2 ------------------------------------------------------------------------------------
+
+    def _mount_desired(self) -> int:
+        started = 0
+        for v in self.desired.volumes_to_mount():
+            try:
+                started += self._mount_one(v)
+            except KubevolError as exc:  # e.g. the plugin went away: report, keep going
+                log.warning("cannot reconcile %s for pod %s: %s", v.unique_name, v.pod_uid, exc)
+        return started
+
+    def _mount_one(self, v: VolumeToMount) -> int:
+        self.actual.add_volume(
+            unique_name=v.unique_name,
+            volume_name=v.volume_name,
+            plugin_name=v.plugin_name,
+            spec=v.spec,
+            mode=v.mode,
+            attachable=v.attachable,
+            device_mountable=v.device_mountable,
+            device_mount_path=v.device_mount_path,
+        )
+        av = self.actual.volume(v.unique_name)
+        assert av is not None
+        if av.attach_state is not MountState.MOUNTED:
+            if not v.attachable:
+                self.actual.set_attach_state(v.unique_name, MountState.MOUNTED)
+            elif self.attach_by_node:
+                return self._start(
+                    OperationKind.ATTACH, v.unique_name, "", self.generator.attach(v)
+                )
+            else:
+                return self._start(
+                    OperationKind.WAIT_FOR_ATTACH, v.unique_name, "",
+                    self.generator.wait_for_attach(v),
+                )
+        pod = self.actual.pod_volume(v.unique_name, v.pod_uid)
+        shared = v.attachable or v.device_mountable
+        pod_key = "" if shared else v.pod_uid
+        if v.mode is VolumeMode.BLOCK:
+            if pod is None or pod.state is not MountState.MOUNTED:
+                return self._start(
+                    OperationKind.MAP, v.unique_name, pod_key, self.generator.map(v)
+                )
+            return 0
+        if v.device_mountable and av.device_state is not MountState.MOUNTED:
+            return self._start(
+                OperationKind.MOUNT_DEVICE, v.unique_name, "", self.generator.mount_device(v)
+            )
+        if pod is None or pod.state is not MountState.MOUNTED:
+            return self._start(
+                OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v)
+            )
+        grown = v.size is not None and av.size is not None and v.size > av.size
+        if grown and self.generator.mgr.find_node_expandable_plugin_by_name(v.plugin_name):
+            assert v.size is not None
+            return self._start(
+                OperationKind.EXPAND, v.unique_name, "", self.generator.expand(v, v.size)
+            )
+        return 0
+
+    # 3 ------------------------------------------------------------------------------------
+
+    def _release_devices(self) -> int:
+        started = 0
+        for av in self.actual.volumes():
+            if av.pods or self.desired.is_desired(av.unique_name):
+                continue
+            started += self._release_one(av)
+        return started
+
+    def _release_one(self, av: AttachedVolume) -> int:
+        if av.mode is VolumeMode.BLOCK and av.device_state is not MountState.UNMOUNTED:
+            return self._start(
+                OperationKind.UNMAP_DEVICE, av.unique_name, "", self.generator.unmap_device(av)
+            )
+        if av.device_mountable and av.device_state is not MountState.UNMOUNTED:
+            return self._start(
+                OperationKind.UNMOUNT_DEVICE, av.unique_name, "",
+                self.generator.unmount_device(av),
+            )
+        if av.attachable and av.attach_state is not MountState.UNMOUNTED:
+            return self._start(
+                OperationKind.DETACH, av.unique_name, "", self.generator.detach(av)
+            )
+        if not self.executor.is_pending(OperationKey(volume=av.unique_name)):
+            self.actual.remove_volume(av.unique_name)
+        return 0
+
+    # 4 ------------------------------------------------------------------------------------
+
+    def _clean_pod_dirs(self) -> None:
+        with self._lock:
+            candidates = sorted(self._pods_to_clean)
+        if not candidates:
+            return
+        in_use = self.actual.pods()
+        for uid in candidates:
+            if uid in in_use or self.desired.pod(uid) is not None or not self.managed(uid):
+                continue
+            if remove_pod_dir(self.generator.host.get_pod_dir(uid)):
+                with self._lock:
+                    self._pods_to_clean.discard(uid)
+
+    # --------------------------------------------------------------------------------------
+
+    def pending_work(self) -> list[str]:
+        """What keeps the actual state from matching the desired state (empty: converged)."""
+        work = []
+        for v in self.desired.volumes_to_mount():
+            pod = self.actual.pod_volume(v.unique_name, v.pod_uid)
+            if pod is None or pod.state is not MountState.MOUNTED:
+                state = pod.state.value if pod is not None else "not set up"
+                work.append(f"pod {v.pod_uid} volume {v.outer_name!r}: {state}")
+        for av in self.actual.volumes():
+            for m in av.pods:
+                if self.managed(m.pod_uid) and not self.desired.is_desired(
+                    av.unique_name, m.pod_uid
+                ):
+                    work.append(f"pod {m.pod_uid} volume {m.spec_name!r}: still {m.state.value}")
+            if not av.pods and not self.desired.is_desired(av.unique_name):
+                work.append(f"volume {av.unique_name!r}: device {av.device_state.value}")
+        with self._lock:
+            dirs = [u for u in self._pods_to_clean if self.managed(u)]
+        work += [f"pod {uid}: directory not removed yet" for uid in sorted(dirs)]
+        return work
+
+
+def remove_pod_dir(pod_dir: str) -> bool:
+    """Remove a gone pod's directory; True when it is gone.
+
+    Refused (False) while any volume directory or device link is left under ``volumes``,
+    ``volumeDevices`` or ``volume-subpaths``, or anything under it is a mount point: nothing
+    is ever deleted through a mount.
+    """
+    if not os.path.lexists(pod_dir):
+        return True
+    for kind in ("volumes", "volumeDevices", "volume-subpaths"):
+        kind_dir = os.path.join(pod_dir, kind)
+        try:
+            plugin_dirs = os.listdir(kind_dir)
+        except FileNotFoundError:
+            continue
+        for name in plugin_dirs:
+            try:
+                os.rmdir(os.path.join(kind_dir, name))  # only when empty
+            except OSError:
+                log.info("pod directory %s still holds %s/%s", pod_dir, kind, name)
+                return False
+    try:
+        remove_tree_on_one_device(pod_dir)
+    except OSError as exc:
+        log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
+        return False
+    return True

@@ -1,0 +1,508 @@
+"""Reconstruction: rebuild the actual state of a node's volumes from what is on disk.
+
+The kubelet's layout says which pod uses which volume::
+
+    pods/<uid>/volumes/<escaped plugin>/<spec name>          filesystem volumes
+    pods/<uid>/volumeDevices/<escaped plugin>/<spec name>    block volumes (a device link)
+
+For each entry, :func:`reconstruct_pod_volume` unescapes the plugin name (``~`` → ``/``),
+finds the plugin, asks it to ``construct_volume_spec`` (or ``construct_block_volume_spec``)
+from the files it keeps there (``vol_data.json`` for CSI), derives the unique volume name
+and the device mount path, and checks the mount: mounted, not mounted, corrupted or
+missing. Every rebuilt pod volume and device mount is *uncertain*: the reconciler sets it
+up again (operations are idempotent) if a pod still wants it, and tears it down otherwise.
+
+Unlike the kubelet, a device-mountable volume whose pod mount is gone is still rebuilt
+(uncertain): dropping it would forget its device mount, which would then never be
+unmounted. Mounts under ``plugins/`` that no pod volume leads to are reported as orphan
+device mounts (a crash between the last tear-down and the device unmount leaves one).
+
+A volume that cannot be rebuilt is reported as a :class:`FailedVolume`, never dropped
+silently; :func:`clean_failed_volume` cleans it once (tear-down if the plugin can, else
+unmount and ``rmdir`` only, never a recursive delete). :func:`scan` itself only reads:
+it creates, writes and removes nothing, so it is safe on a live kubelet's tree.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from kubevol.errors import KubevolError, PluginNotFoundError
+from kubevol.host import NodeVolumeHost, unescape_plugin_name
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
+from kubevol.mount.interface import Mounter as MountInterface
+from kubevol.mount.layout import VOL_DATA_FILE
+from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.node.errors import ReconstructionError
+from kubevol.node.state import (
+    AttachedVolume,
+    MountedVolume,
+    MountState,
+    VolumeMode,
+    unique_volume_name,
+)
+from kubevol.spec import Spec
+from kubevol.types import VolumeOptions
+
+log = logging.getLogger(__name__)
+
+_MODE_DIRS = (("volumes", VolumeMode.FILESYSTEM), ("volumeDevices", VolumeMode.BLOCK))
+
+
+class MountCheck(enum.StrEnum):
+    """What was found at a volume's mount path (or device link, for block volumes)."""
+
+    MOUNTED = "mounted"
+    NOT_MOUNTED = "not-mounted"
+    CORRUPTED = "corrupted"
+    MISSING = "missing"
+    #: The plugin keeps nothing at a pod path (hostPath).
+    NONE = "none"
+
+
+@attrs.frozen(kw_only=True)
+class PodVolumeDir:
+    """One entry of a pod's ``volumes`` or ``volumeDevices`` directory."""
+
+    pod_uid: str
+    plugin_name: str
+    spec_name: str
+    path: str
+    mode: VolumeMode
+
+
+@attrs.frozen(kw_only=True)
+class FoundVolume:
+    """A pod volume rebuilt from disk."""
+
+    dir: PodVolumeDir
+    unique_name: str
+    volume_name: str
+    spec: Spec
+    attachable: bool
+    device_mountable: bool
+    #: Where the pod sees the volume (``.../mount`` for CSI, the device link for block).
+    mount_path: str
+    mount: MountCheck
+    #: The device (staging) mount path, or the global map path of a block volume.
+    device_mount_path: str
+    device: MountCheck | None
+    selinux_mount_context: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class FailedVolume:
+    """A pod volume found on disk that could not be rebuilt, and what was done about it."""
+
+    dir: PodVolumeDir
+    reason: str
+    #: "" (nothing tried yet), "cleaned", "left: <why>" or "failed: <error>".
+    cleanup: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class OrphanDeviceMount:
+    """A mount under ``plugins/`` that no pod volume on disk leads to."""
+
+    path: str
+    plugin_name: str
+    source: str
+    fs_type: str
+    cleanup: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Reconstruction:
+    """Everything :func:`scan` found."""
+
+    volumes: tuple[FoundVolume, ...]
+    failures: tuple[FailedVolume, ...]
+    orphans: tuple[OrphanDeviceMount, ...]
+
+    def actual_state(self) -> list[AttachedVolume]:
+        """The volumes as actual-state snapshots, every pod and device mount uncertain."""
+        grouped: dict[str, list[FoundVolume]] = {}
+        for found in self.volumes:
+            grouped.setdefault(found.unique_name, []).append(found)
+        out = []
+        for unique_name, founds in sorted(grouped.items()):
+            first = founds[0]
+            out.append(
+                AttachedVolume(
+                    unique_name=unique_name,
+                    volume_name=first.volume_name,
+                    plugin_name=first.dir.plugin_name,
+                    spec=first.spec,
+                    mode=first.dir.mode,
+                    attachable=first.attachable,
+                    device_mountable=first.device_mountable,
+                    # Attach is idempotent: "uncertain" makes the reconciler confirm it.
+                    attach_state=MountState.UNCERTAIN if first.attachable else MountState.MOUNTED,
+                    device_path="",
+                    device_mount_path=first.device_mount_path,
+                    device_state=(
+                        MountState.UNCERTAIN if first.device_mount_path else MountState.UNMOUNTED
+                    ),
+                    size=None,
+                    reconstructed=True,
+                    pods=tuple(
+                        MountedVolume(
+                            unique_name=unique_name,
+                            pod_uid=f.dir.pod_uid,
+                            spec_name=f.dir.spec_name,
+                            outer_name=f.dir.spec_name,
+                            state=MountState.UNCERTAIN,
+                            path=f.mount_path,
+                            reconstructed=True,
+                        )
+                        for f in sorted(founds, key=lambda f: f.dir.pod_uid)
+                    ),
+                )
+            )
+        return out
+
+    def with_failures(self, failures: Sequence[FailedVolume]) -> Reconstruction:
+        """A copy with ``failures`` replacing the failures (after cleaning them)."""
+        return attrs.evolve(self, failures=tuple(failures))
+
+    def with_orphans(self, orphans: Sequence[OrphanDeviceMount]) -> Reconstruction:
+        """A copy with ``orphans`` replacing the orphan device mounts."""
+        return attrs.evolve(self, orphans=tuple(orphans))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly description."""
+        return {
+            "volumes": [
+                {
+                    "pod_uid": f.dir.pod_uid,
+                    "plugin": f.dir.plugin_name,
+                    "volume": f.dir.spec_name,
+                    "mode": f.dir.mode.value,
+                    "unique_name": f.unique_name,
+                    "path": f.mount_path,
+                    "mount": f.mount.value,
+                    "device_mount_path": f.device_mount_path,
+                    "device": f.device.value if f.device is not None else None,
+                }
+                for f in self.volumes
+            ],
+            "failures": [
+                {
+                    "pod_uid": f.dir.pod_uid,
+                    "plugin": f.dir.plugin_name,
+                    "volume": f.dir.spec_name,
+                    "path": f.dir.path,
+                    "reason": f.reason,
+                    "cleanup": f.cleanup,
+                }
+                for f in self.failures
+            ],
+            "orphan_device_mounts": [
+                {
+                    "path": o.path,
+                    "plugin": o.plugin_name,
+                    "source": o.source,
+                    "fs_type": o.fs_type,
+                    "cleanup": o.cleanup,
+                }
+                for o in self.orphans
+            ],
+        }
+
+
+def list_pod_volume_dirs(
+    pods_dir: str, pod_uids: Iterable[str] | None = None
+) -> list[PodVolumeDir]:
+    """Every ``pods/<uid>/{volumes,volumeDevices}/<plugin>/<name>`` entry, sorted.
+
+    Only reads directories; a missing ``pods_dir`` gives ``[]``. ``pod_uids`` limits the
+    walk to those pods.
+    """
+    uids = sorted(pod_uids) if pod_uids is not None else _list_names(pods_dir, dirs_only=True)
+    out: list[PodVolumeDir] = []
+    for uid in uids:
+        pod_dir = os.path.join(pods_dir, uid)
+        for kind, mode in _MODE_DIRS:
+            kind_dir = os.path.join(pod_dir, kind)
+            for escaped in _list_names(kind_dir, dirs_only=True):
+                plugin_dir = os.path.join(kind_dir, escaped)
+                plugin = unescape_plugin_name(escaped)
+                for name in _list_names(plugin_dir, dirs_only=False):
+                    out.append(
+                        PodVolumeDir(
+                            pod_uid=uid,
+                            plugin_name=plugin,
+                            spec_name=name,
+                            path=os.path.join(plugin_dir, name),
+                            mode=mode,
+                        )
+                    )
+    return out
+
+
+def _list_names(path: str, *, dirs_only: bool) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            names = [
+                e.name
+                for e in entries
+                if not dirs_only or e.is_dir(follow_symlinks=False)
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            log.warning("reconstruct: %s is a corrupted mount, skipped", path)
+            return []
+        raise
+    names.sort()
+    return names
+
+
+def check_mount(mounter: MountInterface, path: str) -> MountCheck:
+    """Whether ``path`` is a mount point, a plain directory, a dead mount or missing."""
+    if not path:
+        return MountCheck.NONE
+    try:
+        not_mount = mounter.is_likely_not_mount_point(path)
+    except FileNotFoundError:
+        return MountCheck.MISSING
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            return MountCheck.CORRUPTED
+        raise
+    return MountCheck.NOT_MOUNTED if not_mount else MountCheck.MOUNTED
+
+
+def check_link(path: str) -> MountCheck:
+    """For a block volume's device link: MOUNTED when it leads to a device, else why not."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return MountCheck.MISSING
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return MountCheck.NOT_MOUNTED  # a dangling link: the device is gone
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            return MountCheck.CORRUPTED
+        raise
+    return MountCheck.MOUNTED
+
+
+def minimal_pod(uid: str) -> Any:
+    """A ``V1Pod`` with only its UID: what is known of a pod after a restart."""
+    from kubernetes.client import V1ObjectMeta, V1Pod
+
+    return V1Pod(metadata=V1ObjectMeta(uid=uid))
+
+
+def reconstruct_pod_volume(
+    mgr: VolumePluginMgr, d: PodVolumeDir, mounter: MountInterface, *, check: bool = True
+) -> FoundVolume:
+    """Rebuild one pod volume from disk. Reads only.
+
+    ``check=False`` skips the mount checks (the result then says MISSING/None for them).
+    Raises :class:`~kubevol.node.errors.ReconstructionError` naming the directory and why.
+    """
+    try:
+        return _reconstruct(mgr, d, mounter, check)
+    except ReconstructionError:
+        raise
+    except (KubevolError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        # Plugins read files written by others (or corrupted by a crash): whatever they
+        # raise about them makes this one volume unrecoverable, not the whole scan.
+        raise ReconstructionError(
+            f"cannot reconstruct {d.mode.value.lower()} volume {d.spec_name!r} of pod "
+            f"{d.pod_uid} (plugin {d.plugin_name!r}) from {d.path}: {exc}",
+            d.path,
+        ) from exc
+
+
+def _reconstruct(
+    mgr: VolumePluginMgr, d: PodVolumeDir, mounter: MountInterface, check: bool
+) -> FoundVolume:
+    plugin = mgr.find_plugin_by_name(d.plugin_name)
+    pod = minimal_pod(d.pod_uid)
+    selinux = ""
+    if d.mode is VolumeMode.BLOCK:
+        mapper_plugin = mgr.find_mapper_plugin_by_name(d.plugin_name)
+        if mapper_plugin is None:
+            raise ReconstructionError(
+                f"plugin {d.plugin_name!r} of block volume {d.path} does not map block volumes",
+                d.path,
+            )
+        spec = mapper_plugin.construct_block_volume_spec(d.pod_uid, d.spec_name, d.path)
+    else:
+        reconstructed = plugin.construct_volume_spec(d.spec_name, d.path)
+        spec, selinux = reconstructed.spec, reconstructed.selinux_mount_context
+    # By spec, not by name: an inline CSI volume is neither attachable nor device-mounted.
+    device_plugin = mgr.find_device_mountable_plugin_by_spec(spec)
+    attach_plugin = mgr.find_attachable_plugin_by_spec(spec)
+    shared = device_plugin is not None or attach_plugin is not None
+    volume_name = plugin.get_volume_name(spec)
+    unique = unique_volume_name(
+        d.plugin_name, volume_name, shared=shared, pod_uid=d.pod_uid, spec_name=d.spec_name
+    )
+    device_mount_path = ""
+    if d.mode is VolumeMode.BLOCK:
+        assert mapper_plugin is not None
+        mapper = mapper_plugin.new_block_volume_mapper(spec, pod, VolumeOptions())
+        map_dir, link = mapper.get_pod_device_map_path()
+        mount_path = os.path.join(map_dir, link)
+        device_mount_path = mapper.get_global_map_path(spec)
+        mount = check_link(mount_path) if check else MountCheck.MISSING
+        device = _check_dir(device_mount_path) if check else None
+    else:
+        mount_path = plugin.new_mounter(spec, pod, VolumeOptions()).get_path()
+        if device_plugin is not None:
+            device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
+        # hostPath's "mount path" is the node's own path, not something of the pod.
+        own = mount_path if _is_under(mount_path, d.path) else ""
+        mount = check_mount(mounter, own) if check else MountCheck.MISSING
+        device = check_mount(mounter, device_mount_path) if check and device_mount_path else None
+    return FoundVolume(
+        dir=d,
+        unique_name=unique,
+        volume_name=volume_name,
+        spec=spec,
+        attachable=attach_plugin is not None,
+        device_mountable=device_plugin is not None,
+        mount_path=mount_path,
+        mount=mount,
+        device_mount_path=device_mount_path,
+        device=device,
+        selinux_mount_context=selinux,
+    )
+
+
+def _check_dir(path: str) -> MountCheck:
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return MountCheck.MISSING
+    except OSError as exc:
+        if is_corrupted_error(exc):
+            return MountCheck.CORRUPTED
+        raise
+    return MountCheck.MOUNTED
+
+
+def _is_under(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def scan(
+    host: NodeVolumeHost,
+    mgr: VolumePluginMgr,
+    *,
+    pod_uids: Iterable[str] | None = None,
+    mountinfo_path: str = "/proc/self/mountinfo",
+) -> Reconstruction:
+    """Rebuild every pod volume under the host's root (or only ``pod_uids``'). Reads only."""
+    mounter = host.get_mounter()
+    found: list[FoundVolume] = []
+    failed: list[FailedVolume] = []
+    for d in list_pod_volume_dirs(host.get_pods_dir(), pod_uids):
+        try:
+            found.append(reconstruct_pod_volume(mgr, d, mounter))
+        except ReconstructionError as exc:
+            log.warning("%s", exc)
+            failed.append(FailedVolume(dir=d, reason=str(exc)))
+    orphans: list[OrphanDeviceMount] = []
+    if pod_uids is None:
+        orphans = find_orphan_device_mounts(host, mgr, found, mountinfo_path=mountinfo_path)
+    return Reconstruction(volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans))
+
+
+def find_orphan_device_mounts(
+    host: NodeVolumeHost,
+    mgr: VolumePluginMgr,
+    found: Iterable[FoundVolume],
+    *,
+    mountinfo_path: str = "/proc/self/mountinfo",
+    claimed: Iterable[str] = (),
+) -> list[OrphanDeviceMount]:
+    """Mounts under ``<root>/plugins/`` that none of ``found`` (or ``claimed`` paths) use."""
+    plugins_dir = os.path.join(os.path.realpath(host.root_dir), "plugins")
+    known = {os.path.realpath(f.device_mount_path) for f in found if f.device_mount_path}
+    known |= {os.path.realpath(p) for p in claimed if p}
+    table = MountTable(read_mountinfo_bytes(mountinfo_path))
+    out: dict[str, OrphanDeviceMount] = {}
+    for entry in table.entries():
+        point = entry.mount_point
+        if not point.startswith(plugins_dir + "/") or point in out:
+            continue
+        if any(_is_under(point, k) for k in known):
+            continue
+        rel = point[len(plugins_dir) + 1 :].split("/")
+        out[point] = OrphanDeviceMount(
+            path=point,
+            plugin_name=_plugin_of(mgr, rel),
+            source=entry.source,
+            fs_type=entry.fs_type,
+        )
+    return list(out.values())
+
+
+def _plugin_of(mgr: VolumePluginMgr, segments: list[str]) -> str:
+    """The registered plugin whose directory holds ``plugins/<segments>``, or ``""``."""
+    candidates = []
+    if len(segments) >= 2:
+        candidates.append(f"{segments[0]}/{segments[1]}")
+    candidates.append(segments[0])
+    for name in candidates:
+        try:
+            mgr.find_plugin_by_name(name)
+        except PluginNotFoundError:
+            continue
+        except KubevolError:
+            return ""
+        return name
+    return ""
+
+
+def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: MountInterface) -> str:
+    """Clean a volume that could not be rebuilt, once; returns what was done.
+
+    The plugin's unmounter tears it down when the plugin is known; otherwise, or when that
+    fails, the volume's ``mount`` sub-directory and the directory itself are unmounted if
+    mounted and removed only if empty. Data is never deleted through a mount.
+    """
+    d = failed.dir
+    if d.mode is VolumeMode.BLOCK:
+        try:
+            if os.path.islink(d.path):
+                os.unlink(d.path)
+            return "cleaned"
+        except OSError as exc:
+            return f"failed: cannot remove the device link {d.path}: {exc.strerror}"
+    first_error = ""
+    try:
+        plugin = mgr.find_plugin_by_name(d.plugin_name)
+        plugin.new_unmounter(d.spec_name, d.pod_uid).tear_down()
+        if not os.path.lexists(d.path):
+            return "cleaned"
+    except Exception as exc:  # the plugin could not: fall back to a plain unmount below
+        first_error = f"{type(exc).__name__}: {exc}"
+    try:
+        cleanup_mount_point(os.path.join(d.path, "mount"), mounter)
+        if os.path.isdir(d.path) and not mounter.is_likely_not_mount_point(d.path):
+            cleanup_mount_point(d.path, mounter)
+        vol_data = os.path.join(d.path, VOL_DATA_FILE)
+        if os.path.isfile(vol_data):  # the CSI plugin's metadata, not pod data
+            os.unlink(vol_data)
+        if os.path.isdir(d.path):
+            os.rmdir(d.path)
+    except OSError as exc:
+        why = f"{exc}" + (f" (plugin tear-down: {first_error})" if first_error else "")
+        return f"failed: {why}"
+    return "cleaned"

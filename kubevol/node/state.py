@@ -1,0 +1,407 @@
+"""The desired and actual state of a node's volumes (the kubelet's two "worlds").
+
+**Desired state**: which pods should run here and which volumes each needs, as
+:class:`VolumeToMount` entries. **Actual state**: what is true on the node, per volume
+(keyed by its unique name): attached or not, device mounted or not, and for each pod
+whether its volume is set up. Every "is it there?" has a third answer, *uncertain*: an
+operation was interrupted or a volume was rebuilt from disk, so the reconciler must run
+the (idempotent) operation again, or undo it, before trusting it.
+
+Unique volume names follow the kubelet: ``<plugin>/<volume name>`` for volumes the plugin
+attaches or device-mounts (so every pod shares one device mount), and
+``<plugin>/<pod uid>-<spec name>`` otherwise (each pod has its own).
+
+Both stores are thread-safe; their queries return frozen snapshots.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from kubevol.spec import Spec
+
+
+class VolumeMode(enum.StrEnum):
+    """How a pod consumes the volume (a PersistentVolume's ``volumeMode``)."""
+
+    FILESYSTEM = "Filesystem"
+    BLOCK = "Block"
+
+
+class MountState(enum.StrEnum):
+    """Whether something is mounted (attached, set up, mapped)."""
+
+    MOUNTED = "mounted"
+    UNCERTAIN = "uncertain"
+    UNMOUNTED = "unmounted"
+
+
+def unique_volume_name(
+    plugin_name: str, volume_name: str, *, shared: bool, pod_uid: str, spec_name: str
+) -> str:
+    """The kubelet's unique volume name (see the module docstring)."""
+    if shared:
+        return f"{plugin_name}/{volume_name}"
+    return f"{plugin_name}/{pod_uid}-{spec_name}"
+
+
+@attrs.frozen(kw_only=True)
+class VolumeToMount:
+    """One volume one pod needs: what the reconciler must make true.
+
+    ``pod`` is the ``V1Pod``; ``outer_name`` the name in the pod's ``volumes`` list;
+    ``spec.name()`` (the PersistentVolume's name for claims) names the pod's volume
+    directory. ``attachable``/``device_mountable`` say what the plugin does for it.
+    ``size`` is the size asked for (bytes), when known.
+    """
+
+    unique_name: str
+    volume_name: str
+    plugin_name: str
+    pod_uid: str
+    pod: Any
+    outer_name: str
+    spec: Spec
+    mode: VolumeMode = VolumeMode.FILESYSTEM
+    attachable: bool = False
+    device_mountable: bool = False
+    device_mount_path: str = ""
+    fs_group: int | None = None
+    size: int | None = None
+
+    @property
+    def spec_name(self) -> str:
+        """The name of the pod's directory for this volume."""
+        return self.spec.name()
+
+
+@attrs.frozen(kw_only=True)
+class DesiredPod:
+    """A pod that should run on the node, with the volumes it needs."""
+
+    uid: str
+    pod: Any
+    volumes: tuple[VolumeToMount, ...]
+
+    @property
+    def name(self) -> str:
+        """``namespace/name`` of the pod, or its UID when it has no name."""
+        meta = getattr(self.pod, "metadata", None)
+        name = getattr(meta, "name", None)
+        if not name:
+            return self.uid
+        return f"{getattr(meta, 'namespace', None) or 'default'}/{name}"
+
+
+class DesiredState:
+    """Pods that should run, and their volumes. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, DesiredPod] = {}
+        self._lock = threading.Lock()
+
+    def set_pod(self, pod: DesiredPod) -> None:
+        """Add ``pod`` or replace what was desired for its UID."""
+        with self._lock:
+            self._pods[pod.uid] = pod
+
+    def remove_pod(self, uid: str) -> None:
+        """Stop wanting pod ``uid``. Idempotent."""
+        with self._lock:
+            self._pods.pop(uid, None)
+
+    def pods(self) -> list[DesiredPod]:
+        """Every desired pod."""
+        with self._lock:
+            return list(self._pods.values())
+
+    def pod(self, uid: str) -> DesiredPod | None:
+        """The desired pod ``uid``, or None."""
+        with self._lock:
+            return self._pods.get(uid)
+
+    def volumes_to_mount(self) -> list[VolumeToMount]:
+        """Every (volume, pod) pair that should be set up."""
+        with self._lock:
+            return [v for p in self._pods.values() for v in p.volumes]
+
+    def is_desired(self, unique_name: str, pod_uid: str | None = None) -> bool:
+        """Whether any pod (or pod ``pod_uid``) wants the volume."""
+        with self._lock:
+            pods = self._pods.values() if pod_uid is None else [self._pods.get(pod_uid)]
+            return any(
+                v.unique_name == unique_name for p in pods if p is not None for v in p.volumes
+            )
+
+
+@attrs.frozen(kw_only=True)
+class MountedVolume:
+    """One pod's use of a volume, as the actual state knows it."""
+
+    unique_name: str
+    pod_uid: str
+    spec_name: str
+    outer_name: str
+    state: MountState
+    path: str
+    reconstructed: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AttachedVolume:
+    """A volume present on the node (attached or not needing it), with its device mount."""
+
+    unique_name: str
+    volume_name: str
+    plugin_name: str
+    spec: Spec
+    mode: VolumeMode
+    attachable: bool
+    device_mountable: bool
+    attach_state: MountState
+    device_path: str
+    device_mount_path: str
+    device_state: MountState
+    size: int | None
+    pods: tuple[MountedVolume, ...]
+    reconstructed: bool = False
+
+
+@attrs.define
+class _PodEntry:
+    spec_name: str
+    outer_name: str
+    state: MountState
+    path: str
+    reconstructed: bool
+
+
+@attrs.define
+class _VolumeEntry:
+    unique_name: str
+    volume_name: str
+    plugin_name: str
+    spec: Spec
+    mode: VolumeMode
+    attachable: bool
+    device_mountable: bool
+    attach_state: MountState = MountState.UNMOUNTED
+    device_path: str = ""
+    device_mount_path: str = ""
+    device_state: MountState = MountState.UNMOUNTED
+    size: int | None = None
+    reconstructed: bool = False
+    pods: dict[str, _PodEntry] = attrs.field(factory=dict)
+
+    def snapshot(self) -> AttachedVolume:
+        return AttachedVolume(
+            unique_name=self.unique_name,
+            volume_name=self.volume_name,
+            plugin_name=self.plugin_name,
+            spec=self.spec,
+            mode=self.mode,
+            attachable=self.attachable,
+            device_mountable=self.device_mountable,
+            attach_state=self.attach_state,
+            device_path=self.device_path,
+            device_mount_path=self.device_mount_path,
+            device_state=self.device_state,
+            size=self.size,
+            reconstructed=self.reconstructed,
+            pods=tuple(
+                MountedVolume(
+                    unique_name=self.unique_name,
+                    pod_uid=uid,
+                    spec_name=p.spec_name,
+                    outer_name=p.outer_name,
+                    state=p.state,
+                    path=p.path,
+                    reconstructed=p.reconstructed,
+                )
+                for uid, p in sorted(self.pods.items())
+            ),
+        )
+
+
+class ActualState:
+    """What is attached, device-mounted and set up on the node. Thread-safe.
+
+    A volume enters with :meth:`add_volume` and leaves with :meth:`remove_volume` once
+    nothing of it is left (no pod, device unmounted, detached).
+    """
+
+    def __init__(self) -> None:
+        self._volumes: dict[str, _VolumeEntry] = {}
+        self._lock = threading.Lock()
+
+    def add_volume(
+        self,
+        *,
+        unique_name: str,
+        volume_name: str,
+        plugin_name: str,
+        spec: Spec,
+        mode: VolumeMode,
+        attachable: bool,
+        device_mountable: bool,
+        device_mount_path: str = "",
+        reconstructed: bool = False,
+    ) -> None:
+        """Record a volume (not yet attached); keeps what is known if it is there already."""
+        with self._lock:
+            entry = self._volumes.get(unique_name)
+            if entry is None:
+                self._volumes[unique_name] = _VolumeEntry(
+                    unique_name=unique_name,
+                    volume_name=volume_name,
+                    plugin_name=plugin_name,
+                    spec=spec,
+                    mode=mode,
+                    attachable=attachable,
+                    device_mountable=device_mountable,
+                    device_mount_path=device_mount_path,
+                    reconstructed=reconstructed,
+                )
+            elif entry.reconstructed and not reconstructed:
+                # The desired state knows the volume better than what was read from disk.
+                entry.spec = spec
+                entry.reconstructed = False
+
+    def _entry(self, unique_name: str) -> _VolumeEntry:
+        entry = self._volumes.get(unique_name)
+        if entry is None:
+            raise KeyError(f"volume {unique_name!r} is not in the actual state")
+        return entry
+
+    def set_attach_state(self, unique_name: str, state: MountState, device_path: str = "") -> None:
+        """Mark the volume attached (with its device path), uncertain or detached."""
+        with self._lock:
+            entry = self._entry(unique_name)
+            entry.attach_state = state
+            if device_path:
+                entry.device_path = device_path
+
+    def set_device_state(
+        self, unique_name: str, state: MountState, device_mount_path: str = ""
+    ) -> None:
+        """Mark the device mounted (at ``device_mount_path``), uncertain or unmounted."""
+        with self._lock:
+            entry = self._entry(unique_name)
+            entry.device_state = state
+            if device_mount_path:
+                entry.device_mount_path = device_mount_path
+
+    def set_size(self, unique_name: str, size: int | None) -> None:
+        """Record the size the volume has on the node (after set-up or expansion)."""
+        with self._lock:
+            self._entry(unique_name).size = size
+
+    def set_pod_state(
+        self,
+        unique_name: str,
+        pod_uid: str,
+        state: MountState,
+        *,
+        spec_name: str = "",
+        outer_name: str = "",
+        path: str = "",
+        reconstructed: bool = False,
+    ) -> None:
+        """Mark pod ``pod_uid``'s use of the volume; UNMOUNTED forgets the pod."""
+        with self._lock:
+            entry = self._entry(unique_name)
+            if state is MountState.UNMOUNTED:
+                entry.pods.pop(pod_uid, None)
+                return
+            pod = entry.pods.get(pod_uid)
+            if pod is None:
+                entry.pods[pod_uid] = _PodEntry(
+                    spec_name=spec_name,
+                    outer_name=outer_name or spec_name,
+                    state=state,
+                    path=path,
+                    reconstructed=reconstructed,
+                )
+                return
+            pod.state = state
+            if outer_name and not reconstructed:
+                pod.outer_name = outer_name
+                pod.reconstructed = False
+            if path:
+                pod.path = path
+
+    def remove_volume(self, unique_name: str) -> None:
+        """Forget the volume. Idempotent."""
+        with self._lock:
+            self._volumes.pop(unique_name, None)
+
+    def volume(self, unique_name: str) -> AttachedVolume | None:
+        """The volume's snapshot, or None."""
+        with self._lock:
+            entry = self._volumes.get(unique_name)
+            return entry.snapshot() if entry is not None else None
+
+    def volumes(self) -> list[AttachedVolume]:
+        """Every volume, sorted by unique name."""
+        with self._lock:
+            return [self._volumes[k].snapshot() for k in sorted(self._volumes)]
+
+    def pod_volume(self, unique_name: str, pod_uid: str) -> MountedVolume | None:
+        """Pod ``pod_uid``'s use of the volume, or None."""
+        volume = self.volume(unique_name)
+        if volume is None:
+            return None
+        return next((p for p in volume.pods if p.pod_uid == pod_uid), None)
+
+    def mounted_volumes(self) -> list[MountedVolume]:
+        """Every pod's use of every volume."""
+        return [p for v in self.volumes() for p in v.pods]
+
+    def pods(self) -> set[str]:
+        """UIDs of the pods using any volume."""
+        return {p.pod_uid for p in self.mounted_volumes()}
+
+    def clear(self) -> None:
+        """Forget everything (what a crash does to memory)."""
+        with self._lock:
+            self._volumes.clear()
+
+    def merge(self, volumes: Iterable[AttachedVolume]) -> None:
+        """Add what ``volumes`` (snapshots, e.g. from reconstruction) know and this state
+        does not: unknown volumes whole, and unknown pods of known volumes."""
+        with self._lock:
+            for v in volumes:
+                entry = self._volumes.get(v.unique_name)
+                if entry is None:
+                    entry = _VolumeEntry(
+                        unique_name=v.unique_name,
+                        volume_name=v.volume_name,
+                        plugin_name=v.plugin_name,
+                        spec=v.spec,
+                        mode=v.mode,
+                        attachable=v.attachable,
+                        device_mountable=v.device_mountable,
+                        attach_state=v.attach_state,
+                        device_path=v.device_path,
+                        device_mount_path=v.device_mount_path,
+                        device_state=v.device_state,
+                        size=v.size,
+                        reconstructed=v.reconstructed,
+                    )
+                    self._volumes[v.unique_name] = entry
+                for p in v.pods:
+                    entry.pods.setdefault(
+                        p.pod_uid,
+                        _PodEntry(
+                            spec_name=p.spec_name,
+                            outer_name=p.outer_name,
+                            state=p.state,
+                            path=p.path,
+                            reconstructed=p.reconstructed,
+                        ),
+                    )

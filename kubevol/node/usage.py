@@ -1,0 +1,122 @@
+"""Which pods use a volume, read from disk rather than from memory.
+
+A node agent that keeps its count of a volume's users only in memory loses it on restart
+and may unmount a device that pods still use (Nomad issue 25813). Before a device is
+unmounted or detached, kubevol asks the disk: every mount under ``pods/`` (from the kernel's
+mount table) and every block device link under ``pods/*/volumeDevices/`` is traced back to
+its pod volume directory and rebuilt with the plugin to learn its unique volume name.
+
+Rebuilt names are cached per directory (keyed by its inode and modification time), so a
+check costs one read of the mount table plus a ``stat`` per mounted pod volume.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from kubevol.host import NodeVolumeHost, escape_plugin_name
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.table import MountTableCache
+from kubevol.node.errors import ReconstructionError
+from kubevol.node.reconstruct import PodVolumeDir, reconstruct_pod_volume
+from kubevol.node.state import VolumeMode
+
+
+class VolumeUsage:
+    """Answers "which pod paths on disk still use volume X?". Thread-safe."""
+
+    def __init__(
+        self,
+        host: NodeVolumeHost,
+        mgr: VolumePluginMgr,
+        *,
+        mountinfo_path: str = PROC_MOUNTINFO,
+    ) -> None:
+        self._host = host
+        self._mgr = mgr
+        self._table = MountTableCache(mountinfo_path)
+        self._cache: dict[str, tuple[tuple[int, int], str | None]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the mount table descriptor. Idempotent."""
+        self._table.close()
+
+    def users(self, unique_name: str, plugin_name: str, mode: VolumeMode) -> list[str]:
+        """Pod paths (mount points or device links) that use the volume, sorted.
+
+        Pod volumes that cannot be rebuilt are not counted here: the unstage guard's
+        mount-reference check is what protects them.
+        """
+        pods_dir = os.path.realpath(self._host.get_pods_dir())
+        escaped = escape_plugin_name(plugin_name)
+        if mode is VolumeMode.BLOCK:
+            candidates = self._block_candidates(pods_dir, escaped)
+        else:
+            candidates = self._mounted_candidates(pods_dir, escaped)
+        users = []
+        for (uid, spec_name, vol_dir), paths in sorted(candidates.items()):
+            d = PodVolumeDir(
+                pod_uid=uid, plugin_name=plugin_name, spec_name=spec_name, path=vol_dir, mode=mode
+            )
+            if self._unique_name(d) == unique_name:
+                users.extend(paths)
+        return sorted(users)
+
+    def _mounted_candidates(
+        self, pods_dir: str, escaped: str
+    ) -> dict[tuple[str, str, str], list[str]]:
+        prefix = pods_dir + "/"
+        out: dict[tuple[str, str, str], list[str]] = {}
+        for entry in self._table.table().entries():
+            point = entry.mount_point
+            if not point.startswith(prefix):
+                continue
+            segs = point[len(prefix) :].split("/")
+            if len(segs) < 4 or segs[1] != "volumes" or segs[2] != escaped:
+                continue
+            vol_dir = os.path.join(pods_dir, segs[0], "volumes", escaped, segs[3])
+            out.setdefault((segs[0], segs[3], vol_dir), []).append(point)
+        return out
+
+    @staticmethod
+    def _block_candidates(
+        pods_dir: str, escaped: str
+    ) -> dict[tuple[str, str, str], list[str]]:
+        out: dict[tuple[str, str, str], list[str]] = {}
+        try:
+            uids = os.listdir(pods_dir)
+        except FileNotFoundError:
+            return out
+        for uid in uids:
+            plugin_dir = os.path.join(pods_dir, uid, "volumeDevices", escaped)
+            try:
+                names = os.listdir(plugin_dir)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in names:
+                link = os.path.join(plugin_dir, name)
+                out[(uid, name, link)] = [link]
+        return out
+
+    def _unique_name(self, d: PodVolumeDir) -> str | None:
+        try:
+            st = os.lstat(d.path)
+        except OSError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns)
+        with self._lock:
+            cached = self._cache.get(d.path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            name: str | None = reconstruct_pod_volume(
+                self._mgr, d, self._host.get_mounter(), check=False
+            ).unique_name
+        except ReconstructionError:
+            name = None
+        with self._lock:
+            self._cache[d.path] = (stamp, name)
+        return name

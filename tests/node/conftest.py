@@ -1,0 +1,76 @@
+"""Fixtures for the node volume manager tests: a kubelet root under tmp_path with the
+built-in plugins and the fake staged plugin, and a safety net that unmounts whatever a
+failing test left under tmp_path (tests assert on leaks themselves)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kubevol.host import NodeVolumeHost
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.plugins import builtin_plugins
+from tests.node.fakes import StagedPlugin
+
+
+def mounts_under(path: Path | str) -> list[str]:
+    """Mount points at or below ``path`` in this mount namespace, in table order."""
+    base = os.path.realpath(path)
+    return [
+        e.mount_point
+        for e in parse_mountinfo()
+        if e.mount_point == base or e.mount_point.startswith(base + "/")
+    ]
+
+
+def unmount_all_under(path: Path | str) -> None:
+    """Unmount everything below ``path``, deepest last-mounted first."""
+    for point in reversed(mounts_under(path)):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+@attrs.define
+class NodeEnv:
+    """A node root with its host, plugin manager and the fake staged plugin."""
+
+    tmp: Path
+    root: Path
+    host: NodeVolumeHost
+    mgr: VolumePluginMgr
+    staged: StagedPlugin
+
+    def source(self, name: str) -> Path:
+        """A directory standing for a volume's backing storage."""
+        path = self.tmp / "sources" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def fresh_mgr(self) -> tuple[VolumePluginMgr, StagedPlugin]:
+        """A new plugin manager over the same root (what a restarted agent builds)."""
+        staged = StagedPlugin()
+        mgr = VolumePluginMgr()
+        mgr.init_plugins([*builtin_plugins(), staged], host=self.host)
+        return mgr, staged
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[NodeEnv]:
+    """A node environment; anything left mounted under tmp_path is unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.fail("the node tests need root (run them as scripts/run-tests.sh does)")
+    root = tmp_path / "kubelet"
+    root.mkdir()
+    host = NodeVolumeHost(root_dir=str(root), node_name="node-1")
+    staged = StagedPlugin()
+    mgr = VolumePluginMgr()
+    mgr.init_plugins([*builtin_plugins(), staged], host=host)
+    try:
+        yield NodeEnv(tmp=tmp_path, root=root, host=host, mgr=mgr, staged=staged)
+    finally:
+        unmount_all_under(tmp_path)

@@ -1,0 +1,199 @@
+"""The operation executor: one operation per key with wildcards, refusal, backoff."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kubevol.errors import TransientOperationError
+from kubevol.node.errors import OperationBackoffError, OperationPendingError
+from kubevol.node.executor import (
+    MAX_BACKOFF,
+    OperationExecutor,
+    OperationKey,
+    OperationKind,
+)
+
+
+class Clock:
+    """A manual monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fail() -> None:
+    raise TransientOperationError("boom")
+
+
+def ok() -> None:
+    pass
+
+
+def blocker() -> tuple[threading.Event, threading.Event, Callable[[], None]]:
+    started, release = threading.Event(), threading.Event()
+
+    def op() -> None:
+        started.set()
+        release.wait(10)
+
+    return started, release, op
+
+
+@pytest.mark.parametrize(
+    ("running", "asked", "conflict"),
+    [
+        (OperationKey(volume="v"), OperationKey(volume="v", pod="p1"), True),
+        (OperationKey(volume="v", pod="p1"), OperationKey(volume="v"), True),
+        (OperationKey(volume="v", pod="p1"), OperationKey(volume="v", pod="p2"), False),
+        (OperationKey(volume="v", pod="p1"), OperationKey(volume="v", pod="p1"), True),
+        (OperationKey(volume="v", node="n1"), OperationKey(volume="v", node="n2"), False),
+        (OperationKey(volume="v", node="n1"), OperationKey(volume="v"), True),
+        (OperationKey(volume="v"), OperationKey(volume="w"), False),
+    ],
+)
+def test_wildcard_rules(running: OperationKey, asked: OperationKey, conflict: bool) -> None:
+    """An empty pod or node matches any; other fields must be equal to conflict."""
+    executor = OperationExecutor(workers=2)
+    started, release, op = blocker()
+    executor.run(running, OperationKind.MOUNT_DEVICE, op)
+    assert started.wait(5)
+    try:
+        if conflict:
+            with pytest.raises(OperationPendingError) as info:
+                executor.run(asked, OperationKind.SET_UP, ok)
+            assert info.value.key == running
+        else:
+            executor.run(asked, OperationKind.SET_UP, ok).result(5)
+    finally:
+        release.set()
+        executor.shutdown()
+
+
+def test_concurrent_runs_on_one_key_start_exactly_one() -> None:
+    """Many threads asking for one key at once: one runs, all others are refused."""
+    executor = OperationExecutor(workers=4)
+    _, release, op = blocker()
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def ask() -> None:
+        try:
+            executor.run(OperationKey(volume="v"), OperationKind.SET_UP, op)
+            outcome = "started"
+        except OperationPendingError:
+            outcome = "refused"
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    release.set()
+    executor.shutdown()
+    assert results.count("started") == 1
+    assert results.count("refused") == 15
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    """After each failure the same operation waits 0.5 s, 1 s, 2 s ... at most 2 min 2 s."""
+    clock = Clock()
+    executor = OperationExecutor(workers=0, clock=clock)
+    key = OperationKey(volume="v")
+    expected = 0.5
+    for _ in range(12):
+        executor.run(key, OperationKind.MOUNT_DEVICE, fail)
+        with pytest.raises(OperationBackoffError) as info:
+            executor.run(key, OperationKind.MOUNT_DEVICE, fail)
+        assert info.value.retry_in == pytest.approx(expected)
+        assert isinstance(info.value.last_error, TransientOperationError)
+        clock.now += expected + 0.001
+        expected = min(expected * 2, MAX_BACKOFF)
+    assert expected == MAX_BACKOFF == 122.0
+
+
+def test_backoff_allows_retry_once_waited() -> None:
+    """Once the wait is over the same operation runs, and success forgets the key."""
+    clock = Clock()
+    executor = OperationExecutor(workers=0, clock=clock)
+    key = OperationKey(volume="v", pod="p")
+    executor.run(key, OperationKind.SET_UP, fail)
+    clock.now += 0.499
+    with pytest.raises(OperationBackoffError):
+        executor.run(key, OperationKind.SET_UP, ok)
+    clock.now += 0.002
+    executor.run(key, OperationKind.SET_UP, ok).result()
+    assert executor.failures() == []
+    executor.run(key, OperationKind.SET_UP, fail)
+    with pytest.raises(OperationBackoffError) as info:
+        executor.run(key, OperationKind.SET_UP, ok)
+    assert info.value.retry_in == pytest.approx(0.5)  # started over after the success
+
+
+def test_different_operation_runs_at_once_and_resets_backoff() -> None:
+    """Another kind on a backing-off key is not refused, and it restarts the backoff."""
+    clock = Clock()
+    executor = OperationExecutor(workers=0, clock=clock)
+    key = OperationKey(volume="v")
+    for _ in range(4):  # back off to 4 s
+        executor.run(key, OperationKind.MOUNT_DEVICE, fail)
+        clock.now += 100
+    executor.run(key, OperationKind.MOUNT_DEVICE, fail)
+    executor.run(key, OperationKind.UNMOUNT_DEVICE, fail)  # not refused
+    with pytest.raises(OperationBackoffError) as info:
+        executor.run(key, OperationKind.UNMOUNT_DEVICE, fail)
+    assert info.value.retry_in == pytest.approx(0.5)
+
+
+def test_failures_report_the_error_and_wait() -> None:
+    """failures() lists keys whose last run failed, with the error."""
+    clock = Clock()
+    executor = OperationExecutor(workers=0, clock=clock)
+    future = executor.run(OperationKey(volume="v"), OperationKind.DETACH, fail)
+    assert isinstance(future.exception(), TransientOperationError)
+    [failure] = executor.failures()
+    assert failure.kind is OperationKind.DETACH
+    assert str(failure.error) == "boom"
+    assert failure.retry_in == pytest.approx(0.5)
+
+
+def test_wait_idle_and_pending() -> None:
+    """pending() shows running operations; wait_idle returns once they end."""
+    executor = OperationExecutor(workers=2)
+    started, release, op = blocker()
+    key = OperationKey(volume="v", pod="p")
+    executor.run(key, OperationKind.TEAR_DOWN, op)
+    assert started.wait(5)
+    assert executor.pending() == [(key, OperationKind.TEAR_DOWN)]
+    assert executor.is_pending(OperationKey(volume="v"))
+    assert not executor.wait_idle(0.05)
+    release.set()
+    assert executor.wait_idle(5)
+    assert executor.pending() == []
+    executor.shutdown()
+
+
+def test_operations_on_different_volumes_run_in_parallel() -> None:
+    """Two volumes' operations overlap in time on the worker threads."""
+    executor = OperationExecutor(workers=2)
+    barrier = threading.Barrier(2, timeout=5)
+    t0 = time.monotonic()
+
+    def meet() -> None:
+        barrier.wait()
+
+    futures = [
+        executor.run(OperationKey(volume=name), OperationKind.SET_UP, meet) for name in ("a", "b")
+    ]
+    for f in futures:
+        f.result(5)
+    assert time.monotonic() - t0 < 5
+    executor.shutdown()

@@ -1,0 +1,292 @@
+"""The node volume manager end to end on real mounts: in-tree plugins and a staged plugin."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from kubevol.errors import DeviceStillMountedError, TransientOperationError, UncertainProgressError
+from kubevol.node.errors import VolumeInUseError
+from kubevol.node.manager import NodeVolumeManager
+from kubevol.node.pods import Manifests, desired_pod, pod_uid
+from kubevol.node.state import AttachedVolume, MountState, VolumeMode
+from tests.node.conftest import NodeEnv, mounts_under
+from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest
+
+
+def manifests(*objects: dict[str, Any]) -> Manifests:
+    pods = tuple(o for o in objects if o["kind"] == "Pod")
+    pvs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PersistentVolume"}
+    pvcs = {
+        ("default", o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] == "PersistentVolumeClaim"
+    }
+    return Manifests(pods=pods, pvs=pvs, pvcs=pvcs)
+
+
+def staged_pod(name: str, pv: str) -> dict[str, Any]:
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": f"{pv}-claim"}}
+    return pod_manifest(name, [claim])
+
+
+def add(
+    manager: NodeVolumeManager, env: NodeEnv, pod: dict[str, Any], *extra: dict[str, Any]
+) -> str:
+    m = manifests(pod, *extra)
+    manager.set_pod(desired_pod(manager.mgr, pod, m))
+    return pod_uid(pod)
+
+
+def make_manager(env: NodeEnv, **kwargs: Any) -> NodeVolumeManager:
+    kwargs.setdefault("workers", 4)
+    kwargs.setdefault("initial_backoff", 0.01)
+    return NodeVolumeManager(env.host, env.mgr, **kwargs)
+
+
+def test_in_tree_volumes_set_up_and_torn_down(env: NodeEnv) -> None:
+    """emptyDir (disk and Memory) and hostPath come up, then go without leaving anything."""
+    host_dir = env.tmp / "host-data"
+    pod = pod_manifest(
+        "web",
+        [
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+            {"name": "logs", "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"}},
+        ],
+    )
+    manager = make_manager(env)
+    uid = add(manager, env, pod)
+    result = manager.sync(timeout=20)
+    assert result.converged, result
+    pod_vols = env.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir"
+    assert (pod_vols / "scratch").is_dir()
+    assert mounts_under(env.root) == [str(pod_vols / "cache")]
+    (pod_vols / "scratch" / "f").write_text("x")
+    (host_dir / "keep").write_text("host data")
+    states = {p.spec_name: p.state for p in manager.actual.mounted_volumes()}
+    assert states == {"scratch": MountState.MOUNTED, "cache": MountState.MOUNTED,
+                      "logs": MountState.MOUNTED}
+
+    manager.remove_pod(uid)
+    result = manager.sync(timeout=20)
+    assert result.converged, result
+    assert mounts_under(env.tmp) == []
+    assert not (env.root / "pods" / uid).exists()
+    assert (host_dir / "keep").read_text() == "host data"
+    assert manager.actual.volumes() == []
+    manager.close()
+
+
+def test_shared_device_is_staged_once_and_unstaged_after_last_pod(env: NodeEnv) -> None:
+    """Two pods of one volume: one device mount; it goes only after both pods went."""
+    src = env.source("pv1")
+    (src / "data.txt").write_text("hello")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    manager = make_manager(env)
+    uid_a = add(manager, env, staged_pod("a", "pv1"), pv, pvc)
+    uid_b = add(manager, env, staged_pod("b", "pv1"), pv, pvc)
+    assert manager.sync(timeout=20).converged
+    staged = env.root / "plugins" / "example.com" / "staged" / "mounts" / "pv1"
+    pod_a = env.root / "pods" / uid_a / "volumes" / "example.com~staged" / "pv1"
+    pod_b = env.root / "pods" / uid_b / "volumes" / "example.com~staged" / "pv1"
+    assert sorted(mounts_under(env.root)) == sorted(map(str, [staged, pod_a, pod_b]))
+    assert (pod_b / "data.txt").read_text() == "hello"
+    assert env.staged.attached() == {"pv1"}
+    assert env.staged.faults.calls.count("mount_device") == 1
+
+    manager.remove_pod(uid_a)
+    assert manager.sync(timeout=20).converged
+    assert sorted(mounts_under(env.root)) == sorted(map(str, [staged, pod_b]))
+    assert env.staged.attached() == {"pv1"}
+
+    manager.remove_pod(uid_b)
+    assert manager.sync(timeout=20).converged
+    assert mounts_under(env.root) == []
+    assert env.staged.attached() == set()
+    assert (src / "data.txt").read_text() == "hello"
+    assert env.staged.faults.calls.count("unmount_device") == 1
+    manager.close()
+
+
+def test_restart_keeps_device_of_a_pod_still_running(env: NodeEnv) -> None:
+    """After a crash, reconstruction rebuilds both pods; removing one keeps the device for
+    the other (Nomad issue 25813: an in-memory count lost on restart unstages it)."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    first = make_manager(env)
+    uid_a = add(first, env, staged_pod("a", "pv1"), pv, pvc)
+    uid_b = add(first, env, staged_pod("b", "pv1"), pv, pvc)
+    assert first.sync(timeout=20).converged
+    first.close()  # the crash: memory is gone, mounts stay
+
+    mgr, staged_plugin = env.fresh_mgr()
+    second = NodeVolumeManager(env.host, mgr, workers=4, initial_backoff=0.01)
+    # Only pod b is still wanted after the restart.
+    pod_b = staged_pod("b", "pv1")
+    second.set_pod(desired_pod(mgr, pod_b, manifests(pod_b, pv, pvc)))
+    rebuilt = second.reconstruct()
+    assert {(f.dir.pod_uid, f.mount.value) for f in rebuilt.volumes} == {
+        (uid_a, "mounted"), (uid_b, "mounted"),
+    }
+    assert all(p.state is MountState.UNCERTAIN for p in second.actual.mounted_volumes())
+    result = second.sync(timeout=20)
+    assert result.converged, result
+    staged = env.root / "plugins" / "example.com" / "staged" / "mounts" / "pv1"
+    mount_b = env.root / "pods" / uid_b / "volumes" / "example.com~staged" / "pv1"
+    assert sorted(mounts_under(env.root)) == sorted([str(staged), str(mount_b)])
+    assert "unmount_device" not in staged_plugin.faults.calls
+    (mount_b / "written-after-restart").write_text("ok")
+    assert (src / "written-after-restart").read_text() == "ok"
+    second.remove_pod(uid_b)
+    assert second.sync(timeout=20).converged
+    assert mounts_under(env.root) == []
+    second.close()
+
+
+def test_device_unmount_refused_while_disk_shows_a_user(env: NodeEnv) -> None:
+    """A manager that lost its count (no pod in memory) still refuses to unstage a device
+    whose pod mount is on disk."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    first = make_manager(env)
+    uid = add(first, env, staged_pod("a", "pv1"), pv, pvc)
+    assert first.sync(timeout=20).converged
+    volume = first.actual.volumes()[0]
+    first.close()
+
+    second = make_manager(env)
+    # Memory says: the volume is staged and no pod uses it.
+    lost: AttachedVolume = attrs.evolve(volume, pods=())
+    second.actual.merge([lost])
+    second.sync(timeout=2)
+    [failure] = second.executor.failures()
+    assert isinstance(failure.error, VolumeInUseError)
+    pod_mount = env.root / "pods" / uid / "volumes" / "example.com~staged" / "pv1"
+    assert failure.error.users == (str(pod_mount),)
+    staged = env.root / "plugins" / "example.com" / "staged" / "mounts" / "pv1"
+    assert str(staged) in mounts_under(env.root)
+    assert "unmount_device" not in env.staged.faults.calls
+    second.close()
+
+
+def test_foreign_mount_blocks_unstage_until_it_goes(env: NodeEnv) -> None:
+    """A bind of the staged device outside the kubelet root is a counted reference."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    manager = make_manager(env)
+    uid = add(manager, env, staged_pod("a", "pv1"), pv, pvc)
+    assert manager.sync(timeout=20).converged
+    staged = env.root / "plugins" / "example.com" / "staged" / "mounts" / "pv1"
+    foreign = env.tmp / "foreign"
+    foreign.mkdir()
+    os.system(f"mount --bind {staged} {foreign}")
+    manager.remove_pod(uid)
+    result = manager.sync(timeout=2)
+    assert not result.converged
+    assert any(isinstance(f.error, DeviceStillMountedError) for f in result.failures)
+    assert str(staged) in mounts_under(env.root)
+    os.system(f"umount {foreign}")
+    result = manager.sync(timeout=20)
+    assert result.converged, result
+    assert mounts_under(env.tmp) == []
+    manager.close()
+
+
+def test_uncertain_set_up_is_torn_down_when_pod_goes(env: NodeEnv) -> None:
+    """A set-up that mounted and then failed uncertainly is marked uncertain and undone."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    manager = make_manager(env, initial_backoff=60.0)
+    env.staged.faults.set("set_up", UncertainProgressError("timed out"), after=True)
+    uid = add(manager, env, staged_pod("a", "pv1"), pv, pvc)
+    result = manager.sync(timeout=1)
+    assert not result.converged
+    [pod] = manager.actual.mounted_volumes()
+    assert pod.state is MountState.UNCERTAIN
+    pod_mount = env.root / "pods" / uid / "volumes" / "example.com~staged" / "pv1"
+    assert str(pod_mount) in mounts_under(env.root)
+    manager.remove_pod(uid)
+    result = manager.sync(timeout=20)
+    assert result.converged, result
+    assert mounts_under(env.root) == []
+    manager.close()
+
+
+def test_uncertain_device_mount_is_unmounted_when_unwanted(env: NodeEnv) -> None:
+    """A device mount that failed uncertainly is unmounted once no pod wants it."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    manager = make_manager(env, initial_backoff=60.0)
+    env.staged.faults.set("mount_device", UncertainProgressError("lost reply"), after=True)
+    uid = add(manager, env, staged_pod("a", "pv1"), pv, pvc)
+    manager.sync(timeout=1)
+    [volume] = manager.actual.volumes()
+    assert volume.device_state is MountState.UNCERTAIN
+    manager.remove_pod(uid)
+    assert manager.sync(timeout=20).converged
+    assert mounts_under(env.root) == []
+    assert env.staged.attached() == set()
+    manager.close()
+
+
+def test_transient_failure_is_retried_after_backoff(env: NodeEnv) -> None:
+    """A transient error changes nothing; the operation is retried and succeeds."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    manager = make_manager(env, initial_backoff=0.05)
+    env.staged.faults.set("attach", TransientOperationError("API busy"))
+    uid = add(manager, env, staged_pod("a", "pv1"), pv, pvc)
+    result = manager.sync(timeout=20)
+    assert result.converged, result
+    assert env.staged.faults.calls.count("attach") == 2
+    manager.remove_pod(uid)
+    assert manager.sync(timeout=20).converged
+    manager.close()
+
+
+def test_final_error_stops_sync_early(env: NodeEnv) -> None:
+    """Only final errors left: sync gives up at once and reports them."""
+    path = env.tmp / "a-directory"
+    path.mkdir()
+    pod = pod_manifest("p", [{"name": "f", "hostPath": {"path": str(path), "type": "File"}}])
+    manager = make_manager(env)
+    add(manager, env, pod)
+    result = manager.sync(timeout=60)
+    assert result.stuck and not result.converged
+    [failure] = result.failures
+    assert "is not a regular file" in str(failure.error)
+    assert result.pending and "not set up" in result.pending[0]
+    manager.close()
+
+
+def test_unmanaged_pods_are_left_alone(env: NodeEnv) -> None:
+    """Pods found on disk that the caller does not manage keep their volumes."""
+    pod = pod_manifest("web", [{"name": "cache", "emptyDir": {"medium": "Memory"}}])
+    first = make_manager(env)
+    uid = add(first, env, pod)
+    assert first.sync(timeout=20).converged
+    first.close()
+    second = make_manager(env, managed=lambda u: u != uid)
+    second.reconstruct()
+    assert second.sync(timeout=5).converged
+    assert len(mounts_under(env.root)) == 1
+    second.close()
+
+
+@pytest.mark.parametrize("mode", [VolumeMode.FILESYSTEM])
+def test_volume_mode_recorded(env: NodeEnv, mode: VolumeMode, tmp_path: Path) -> None:
+    """Desired volumes carry the PV's volume mode and size."""
+    pv = local_pv_manifest("pv1", str(env.source("pv1")))
+    pod = staged_pod("a", "pv1")
+    dp = desired_pod(env.mgr, pod, manifests(pod, pv, claim_manifest("pv1")))
+    [v] = dp.volumes
+    assert v.mode is mode
+    assert v.size == 1 << 20
+    assert v.plugin_name == PLUGIN_NAME
+    assert v.unique_name == f"{PLUGIN_NAME}/pv1"
+    assert v.attachable and v.device_mountable
