@@ -37,6 +37,7 @@ from kubevol.csi.plugin.voldata import (
     load_volume_data,
     require,
     save_volume_data,
+    with_context,
 )
 from kubevol.errors import (
     KubevolError,
@@ -96,9 +97,9 @@ def new_block_unmapper(plugin: CSIPlugin, volume_name: str, pod_uid: str) -> CSI
         data = load_volume_data(data_dir)
         driver, handle = require(data, data_dir, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
     except VolumeDataError as exc:
-        raise VolumeDataError(
-            f"unmapper failed to load volume data file [{data_dir}]: {exc}"
-        ) from exc
+        raise with_context(exc, (
+            f"unmapper failed to load volume data file [{data_dir}]"
+        )) from exc
     return CSIBlockMapper(
         plugin=plugin, spec_name=volume_name, pod_uid=pod_uid, driver=driver,
         volume_handle=handle, read_only=False, spec=None, pod=None,

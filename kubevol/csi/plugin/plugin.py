@@ -63,6 +63,7 @@ from kubevol.csi.plugin.voldata import (
     VolumeDataError,
     load_volume_data,
     require,
+    with_context,
 )
 from kubevol.csi.registration.registry import DriverNotRegisteredError, DriverRegistry
 from kubevol.errors import KubevolError, TransientOperationError
@@ -440,9 +441,9 @@ class CSIPlugin(
             data = load_volume_data(directory)
             driver, handle = require(data, directory, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
         except VolumeDataError as exc:
-            raise VolumeDataError(
-                f"unmounter failed to load volume data file [{directory}]: {exc}"
-            ) from exc
+            raise with_context(exc, (
+                f"unmounter failed to load volume data file [{directory}]"
+            )) from exc
         return CSIMounter(
             plugin=self,
             spec=None,
@@ -469,10 +470,9 @@ class CSIPlugin(
             data = load_volume_data(volume_path)
             spec_name, driver = require(data, volume_path, KEY_SPEC_VOL_ID, KEY_DRIVER_NAME)
         except VolumeDataError as exc:
-            raise VolumeDataError(
-                f"plugin.ConstructVolumeSpec failed loading volume data using [{volume_path}]: "
-                f"{exc}"
-            ) from exc
+            raise with_context(exc, (
+                f"plugin.ConstructVolumeSpec failed loading volume data using [{volume_path}]"
+            )) from exc
         selinux = data.get(KEY_SELINUX_MOUNT_CONTEXT, "")
         if data.get(KEY_LIFECYCLE_MODE) == LIFECYCLE_EPHEMERAL:
             volume = k8s.V1Volume(name=spec_name, csi=k8s.V1CSIVolumeSource(driver=driver))
@@ -565,10 +565,10 @@ class CSIPlugin(
                 data, data_dir, KEY_SPEC_VOL_ID, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE
             )
         except VolumeDataError as exc:
-            raise VolumeDataError(
+            raise with_context(exc, (
                 f"plugin.ConstructBlockVolumeSpec failed loading volume data using "
-                f"[{volume_path}]: {exc}"
-            ) from exc
+                f"[{volume_path}]"
+            )) from exc
         return Spec.from_persistent_volume(_persistent_volume(spec_name, driver, handle, "Block"))
 
     # --- expansion ----------------------------------------------------------------------

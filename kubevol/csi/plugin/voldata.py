@@ -104,3 +104,8 @@ def require(data: Mapping[str, str], directory: str, *keys: str) -> tuple[str, .
             raise VolumeDataError(f"volume data file [{vol_data_path(directory)}] has no {key!r}")
         values.append(value)
     return tuple(values)
+
+
+def with_context(exc: VolumeDataError, context: str) -> VolumeDataError:
+    """``exc`` again, same class (missing stays missing), its message prefixed by ``context``."""
+    return type(exc)(f"{context}: {exc}")

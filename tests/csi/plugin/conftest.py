@@ -44,6 +44,7 @@ def make_rig(tmp_path: Path) -> Iterator[RigFactory]:
         controller_caps: set[t.ControllerCapability] | None = None,
         register: bool = True,
         max_volumes: int = 0,
+        shared_device: str = "",
         host_kwargs: dict[str, Any] | None = None,
         **plugin_kwargs: Any,
     ) -> Rig:
@@ -52,7 +53,7 @@ def make_rig(tmp_path: Path) -> Iterator[RigFactory]:
         (base / "state").mkdir()
         driver = DirDriver(
             base / "state", node_caps=node_caps, controller_caps=controller_caps,
-            max_volumes=max_volumes,
+            max_volumes=max_volumes, shared_device=shared_device,
         )
         handle = serve_dir_driver(driver, base / "csi.sock")
         registry = DriverRegistry(node_info_timeout=10, client_timeout=20)

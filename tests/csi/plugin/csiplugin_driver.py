@@ -46,8 +46,12 @@ class DirDriver:
         node_caps: set[t.NodeCapability] | None = None,
         controller_caps: set[t.ControllerCapability] | None = None,
         max_volumes: int = 0,
+        shared_device: str = "",
     ) -> None:
         self.state_dir = state_dir
+        # Lustre's shape: every volume is a sub-directory of ONE filesystem, staging mounts
+        # that filesystem (root "/") and publishing binds the volume's sub-directory.
+        self.shared_device = shared_device
         self.name = name
         self.node_caps = (
             {t.NodeCapability.STAGE_UNSTAGE_VOLUME, t.NodeCapability.GET_VOLUME_STATS}
@@ -160,9 +164,14 @@ class _Node(NodeService):
         target = request.staging_target_path
         if not os.path.isdir(target):
             raise CSIRPCError(grpc.StatusCode.FAILED_PRECONDITION, f"{target} does not exist")
-        if request.volume_capability.WhichOneof("access_type") == "mount" and not (
-            self.d.is_mounted(target)
+        if request.volume_capability.WhichOneof("access_type") != "mount" or self.d.is_mounted(
+            target
         ):
+            return csi_pb2.NodeStageVolumeResponse()
+        if self.d.shared_device:
+            self.d.mounter.mount(self.d.shared_device, target, "ext4", [])
+            os.makedirs(os.path.join(target, request.volume_id), exist_ok=True)
+        else:
             self.d.mounter.mount(str(self.d.volume_dir(request.volume_id)), target, "", ["bind"])
         return csi_pb2.NodeStageVolumeResponse()
 
@@ -187,6 +196,8 @@ class _Node(NodeService):
             self.d.mounter.mount(device, target, "", options)
             return csi_pb2.NodePublishVolumeResponse()
         source = request.staging_target_path or str(self.d.volume_dir(request.volume_id))
+        if self.d.shared_device and request.staging_target_path:
+            source = os.path.join(request.staging_target_path, request.volume_id)
         os.makedirs(target, exist_ok=True)
         self.d.mounter.mount(source, target, "", options)
         return csi_pb2.NodePublishVolumeResponse()

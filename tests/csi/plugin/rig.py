@@ -102,11 +102,13 @@ class LoopDevices:
         self.base = base
         self.devices: list[str] = []
 
-    def make(self, size_mib: int = 8) -> str:
-        """A fresh loop device (unformatted)."""
+    def make(self, size_mib: int = 8, *, ext4: bool = False) -> str:
+        """A fresh loop device, unformatted unless ``ext4``."""
         img = self.base / f"loop{len(self.devices)}.img"
         with open(img, "wb") as f:
             f.truncate(size_mib << 20)
+        if ext4:
+            subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True, capture_output=True)
         out = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True,
                              text=True, check=True)
         dev = out.stdout.strip()

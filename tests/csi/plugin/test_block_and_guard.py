@@ -1,0 +1,153 @@
+"""Block volume lifecycle, and the unstage guard on the shared-superblock (Lustre) shape."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from kubevol.csi.plugin import map_block_volume, unmap_block_volume
+from kubevol.errors import DeviceStillMountedError
+from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
+from tests.csi.plugin.csiplugin_driver import mounts_under, tree
+from tests.csi.plugin.rig import (
+    POD_UID,
+    LoopDevices,
+    Rig,
+    RigFactory,
+    make_pod,
+    pv_spec,
+)
+
+BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
+
+
+def test_block_lifecycle_stages_publishes_maps_and_cleans_up(rig: Rig, loops: LoopDevices) -> None:
+    """A block PV: vol_data.json in volumeDevices/<spec>/data, NodeStage at staging/<spec>,
+    NodePublish (with that staging path) at publish/<spec>/<podUID>, the device mapped into the
+    pod; data written through the pod's device reaches the loop device; teardown leaves only
+    the kubelet's empty directories."""
+    device = loops.make()
+    spec = pv_spec("pv-b", "blk-1", block=True, fs_type="", attributes={"device": device})
+    pod = make_pod()
+    mapper = rig.plugin.new_block_volume_mapper(spec, pod, VolumeOptions())
+    staging = mapper.set_up_device()
+    publish = mapper.map_pod_device()
+    root = rig.root
+    assert staging == str(root / BLOCK / "staging/pv-b")
+    assert publish == str(root / BLOCK / f"publish/pv-b/{POD_UID}")
+    assert stat.S_ISBLK(os.stat(publish).st_mode)
+    global_map = mapper.get_global_map_path(spec)
+    pod_dir, name = mapper.get_pod_device_map_path()
+    assert global_map == str(root / BLOCK / "pv-b/dev")
+    assert (pod_dir, name) == (str(root / f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi"),
+                               "pv-b")
+    mounter = rig.host.get_mounter()
+    map_block_volume(mounter, device_path=publish, global_map_path=global_map,
+                     pod_device_dir=pod_dir, volume_map_name=name, pod_uid=POD_UID)
+    assert tree(root) == sorted([
+        "plugins/", "plugins/kubernetes.io/", "plugins/kubernetes.io/csi/", f"{BLOCK}/",
+        f"{BLOCK}/pv-b/", f"{BLOCK}/pv-b/data/", f"{BLOCK}/pv-b/data/vol_data.json",
+        f"{BLOCK}/pv-b/dev/", f"{BLOCK}/pv-b/dev/{POD_UID}",
+        f"{BLOCK}/publish/", f"{BLOCK}/publish/pv-b/", f"{BLOCK}/publish/pv-b/{POD_UID}",
+        f"{BLOCK}/staging/", f"{BLOCK}/staging/pv-b/",
+        "pods/", f"pods/{POD_UID}/", f"pods/{POD_UID}/volumeDevices/",
+        f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi/",
+        f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi/pv-b",
+    ])
+    with open(os.path.join(pod_dir, name), "r+b") as f:
+        f.write(b"kubevol-block")
+    with open(device, "rb") as f:
+        assert f.read(13) == b"kubevol-block"
+    stage = rig.driver.calls("NodeStageVolume")[0]
+    assert "block" in stage["volume_capability"]
+    assert rig.driver.calls("NodePublishVolume")[0]["staging_target_path"] == staging
+
+    unmap_block_volume(mounter, global_map_path=global_map, pod_device_dir=pod_dir,
+                       volume_map_name=name, pod_uid=POD_UID)
+    unmapper = rig.plugin.new_block_volume_unmapper("pv-b", POD_UID)
+    unmapper.unmap_pod_device()
+    unmapper.tear_down_device(global_map, publish)
+    assert mounts_under(root) == []
+    assert tree(root) == sorted([
+        "plugins/", "plugins/kubernetes.io/", "plugins/kubernetes.io/csi/", f"{BLOCK}/",
+        f"{BLOCK}/publish/", f"{BLOCK}/staging/",
+        "pods/", f"pods/{POD_UID}/", f"pods/{POD_UID}/volumeDevices/",
+        f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi/",
+    ])
+    assert rig.driver.names() == [
+        "NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume",
+    ]
+
+
+def _two_staged_volumes(rig: Rig) -> dict[str, tuple[str, str]]:
+    """Stage and publish pv-a and pv-b (one pod each) from the shared filesystem."""
+    out = {}
+    for name, uid in (("pv-a", "pod-a-uid"), ("pv-b", "pod-b-uid")):
+        spec = pv_spec(name, f"h-{name}")
+        attacher = rig.plugin.new_attacher()
+        dmp = attacher.get_device_mount_path(spec)
+        attacher.mount_device(spec, "", dmp, DeviceMounterArgs())
+        mounter = rig.plugin.new_mounter(spec, make_pod(uid=uid), VolumeOptions())
+        mounter.set_up(MounterArgs())
+        out[name] = (dmp, mounter.get_path())
+    return out
+
+
+@pytest.mark.parametrize("policy", ["safe", "kubelet"])
+def test_shared_superblock_unstage_safe_allows_kubelet_refuses(
+    make_rig: RigFactory, loops: LoopDevices, policy: str
+) -> None:
+    """Two volumes staged from ONE filesystem (same device, root "/"): once pv-a's pod is gone,
+    its unmount_device succeeds under ``safe`` (pv-b keeps working) and is refused under
+    ``kubelet`` with the kubelet's message naming pv-b's global mount."""
+    device = loops.make(32, ext4=True)
+    rig = make_rig(shared_device=device, guard_policy=policy)
+    vols = _two_staged_volumes(rig)
+    (dmp_a, _), (dmp_b, pod_b) = vols["pv-a"], vols["pv-b"]
+    rig.plugin.new_unmounter("pv-a", "pod-a-uid").tear_down()
+    detacher = rig.plugin.new_detacher()
+    assert rig.plugin.get_device_mount_refs(dmp_a) == ([] if policy == "safe" else [dmp_b])
+    if policy == "safe":
+        detacher.unmount_device(dmp_a)
+        assert not os.path.exists(dmp_a)
+        assert dmp_a not in mounts_under(rig.root)
+        with open(os.path.join(pod_b, "still-there"), "w") as f:
+            f.write("yes")
+        assert rig.driver.calls("NodeUnstageVolume")[0]["staging_target_path"] == dmp_a
+    else:
+        with pytest.raises(DeviceStillMountedError) as err:
+            detacher.unmount_device(dmp_a)
+        assert str(err.value) == (
+            f'the device mount path "{dmp_a}" is still mounted by other references [{dmp_b}]'
+        )
+        assert err.value.refs == (dmp_b,)
+        assert dmp_a in mounts_under(rig.root)
+        assert rig.driver.calls("NodeUnstageVolume") == []
+    rig.plugin.new_unmounter("pv-b", "pod-b-uid").tear_down()
+    if policy == "safe":
+        detacher.unmount_device(dmp_b)
+        assert mounts_under(rig.root) == []
+    else:
+        # Kubernetes issue 105323: each global mount blocks the other's unstage for ever.
+        with pytest.raises(DeviceStillMountedError):
+            detacher.unmount_device(dmp_b)
+
+
+def test_device_mount_refs_count_this_volumes_pod_mounts(rig: Rig) -> None:
+    """While a pod still publishes the volume, its global mount has that pod mount as a
+    blocking reference and unmount_device is refused (nothing is unstaged)."""
+    spec = pv_spec("pv-a", "h-1")
+    attacher = rig.plugin.new_attacher()
+    dmp = attacher.get_device_mount_path(spec)
+    attacher.mount_device(spec, "", dmp, DeviceMounterArgs())
+    mounter = rig.plugin.new_mounter(spec, make_pod(), VolumeOptions())
+    mounter.set_up(MounterArgs())
+    assert rig.plugin.get_device_mount_refs(dmp) == [mounter.get_path()]
+    with pytest.raises(DeviceStillMountedError):
+        attacher.unmount_device(dmp)
+    assert rig.driver.calls("NodeUnstageVolume") == []
+    mounter.tear_down()
+    attacher.unmount_device(dmp)
+    assert mounts_under(rig.root) == []
