@@ -50,6 +50,9 @@ DEFAULT_RESYNC_PERIOD = 30.0
 #: How long ``mounter_for_plugin`` waits for a plugin's first good fingerprint.
 DEFAULT_MOUNTER_WAIT = 60.0
 
+#: How often mounter_for_plugin looks for an instance the run loop is starting (seconds).
+_INSTANCE_POLL = 0.01
+
 _Key = tuple[PluginType, str]
 
 
@@ -247,6 +250,23 @@ class CSIManager:
         :meth:`PluginRegistry.wait_for_plugin`. Gives up when the manager shuts down."""
         return self.registry.wait_for_plugin(plugin_type, name, timeout, cancel=self._cancel)
 
+    def _wait_instance(self, plugin_id: str, deadline: float) -> InstanceManager:
+        """The running instance of a registered node plugin, waiting for the run loop to
+        start it."""
+        while True:
+            if self._cancel.is_set():
+                raise ManagerShutdownError("the CSI manager was shut down")
+            inst = self.instance(PluginType.CSI_NODE, plugin_id)
+            if inst is not None:
+                return inst
+            if not self.registry.instances(PluginType.CSI_NODE, plugin_id):
+                raise PluginNotFoundError(f"no csi-node plugin {plugin_id!r} is registered")
+            if time.monotonic() >= deadline:
+                raise PluginWaitTimeoutError(
+                    f"csi-node plugin {plugin_id!r} is registered but its instance did not start"
+                )
+            self._cancel.wait(_INSTANCE_POLL)
+
     # --- volumes --------------------------------------------------------------------
 
     def volume_state(self, plugin_id: str) -> PluginVolumeState:
@@ -274,17 +294,16 @@ class CSIManager:
     ) -> VolumeManager:
         """The volume mounter of node plugin ``plugin_id``'s running instance.
 
-        Waits up to ``timeout`` seconds for the instance's first good fingerprint (which
-        says whether volumes are staged). Raises ``PluginNotFoundError`` when no instance
-        runs, :class:`~kubevol.csi.manager.errors.PluginWaitTimeoutError` when it never
-        answered in time, ``ManagerShutdownError`` after :meth:`shutdown`.
+        Waits up to ``timeout`` seconds in all for the instance of a registered plugin to
+        start (the manager follows registry events on its own thread) and for its first
+        good fingerprint (which says whether volumes are staged). Raises
+        ``PluginNotFoundError`` when the plugin is not registered,
+        :class:`~kubevol.csi.manager.errors.PluginWaitTimeoutError` when it did not start
+        or answer in time, ``ManagerShutdownError`` after :meth:`shutdown`.
         """
-        if self._cancel.is_set():
-            raise ManagerShutdownError("the CSI manager was shut down")
-        inst = self.instance(PluginType.CSI_NODE, plugin_id)
-        if inst is None:
-            raise PluginNotFoundError(f"no csi-node plugin {plugin_id!r} is running")
-        if not inst.wait_first_fingerprint(timeout):
+        deadline = time.monotonic() + timeout
+        inst = self._wait_instance(plugin_id, deadline)
+        if not inst.wait_first_fingerprint(max(0.0, deadline - time.monotonic())):
             if inst.cancelled.is_set():
                 raise ManagerShutdownError(f"csi-node plugin {plugin_id!r} was shut down")
             raise PluginWaitTimeoutError(

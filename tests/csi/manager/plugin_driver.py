@@ -6,7 +6,9 @@ Every RPC is appended as one JSON line to ``--log`` before it is answered, so te
 exactly which calls arrived and in what order.
 
     python plugin_driver.py --endpoint /run/x.sock --name x --log calls.jsonl [--no-stage]
-        [--condition] [--probe-delay S] [--fail RPC=CODE ...] [--not-ready]
+        [--condition] [--probe-delay S] [--fail RPC=CODE[:TIMES] ...] [--not-ready]
+
+``--fail`` makes an RPC fail with a status, forever or the first TIMES times.
 """
 
 from __future__ import annotations
@@ -41,19 +43,22 @@ ABNORMAL_MARKER = ".abnormal"
 class CallLog:
     """Appends one JSON line per RPC; the write is flushed before the RPC is answered."""
 
-    def __init__(self, path: str, fail: Mapping[str, grpc.StatusCode]) -> None:
+    def __init__(self, path: str, fail: Mapping[str, tuple[grpc.StatusCode, int]]) -> None:
         self._path = path
-        self._fail = fail
+        self._fail = dict(fail)
         self._lock = threading.Lock()
 
     def record(self, rpc: str, **fields: Any) -> None:
         """Log ``rpc`` and fail it if the command line asked for that."""
         line = json.dumps({"rpc": rpc, "pid": os.getpid(), "t": time.monotonic(), **fields})
-        with self._lock, open(self._path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-        code = self._fail.get(rpc)
-        if code is not None:
-            raise CSIRPCError(code, f"{rpc} fails on purpose")
+        with self._lock:
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+            code, times = self._fail.get(rpc, (grpc.StatusCode.OK, 0))
+            if times == 0:
+                return
+            self._fail[rpc] = (code, times - 1)
+        raise CSIRPCError(code, f"{rpc} fails on purpose")
 
 
 class Identity(IdentityService):
@@ -200,12 +205,13 @@ def main() -> int:
     parser.add_argument("--condition", action="store_true")
     parser.add_argument("--not-ready", action="store_true")
     parser.add_argument("--probe-delay", type=float, default=0.0)
-    parser.add_argument("--fail", action="append", default=[], metavar="RPC=CODE")
+    parser.add_argument("--fail", action="append", default=[], metavar="RPC=CODE[:TIMES]")
     args = parser.parse_args()
     fail = {}
     for item in args.fail:
-        rpc, _, code = item.partition("=")
-        fail[rpc] = grpc.StatusCode[code]
+        rpc, _, spec = item.partition("=")
+        code, _, times = spec.partition(":")
+        fail[rpc] = (grpc.StatusCode[code], int(times) if times else -1)
     log = CallLog(args.log, fail)
     plugin = StoragePlugin(
         identity=Identity(args, log),
