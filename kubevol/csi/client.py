@@ -90,10 +90,18 @@ class CSIClient:
     ) -> None:
         self.close()
 
+    @property
+    def channel(self) -> Any:
+        """The underlying ``grpc.Channel`` (escape hatch, e.g. for other services' stubs)."""
+        return self._channel
+
     def __repr__(self) -> str:
         return f"CSIClient({str(self.endpoint)!r})"
 
     def _callable(self, name: str) -> Any:
+        found = self._callables.get(name)  # a dict read is atomic; build under the lock
+        if found is not None:
+            return found
         with self._lock:
             found = self._callables.get(name)
             if found is None:
@@ -113,14 +121,14 @@ class CSIClient:
 
         The escape hatch under the typed methods; raises like them.
         """
-        rpc = RPCS[name]
-        md = self._metadata + tuple((metadata or {}).items())
+        md = self._metadata + tuple(metadata.items()) if metadata else self._metadata
         try:
             return self._callable(name)(
-                request, timeout=self.timeout if timeout is None else timeout, metadata=md
+                request, timeout=self.timeout if timeout is None else timeout, metadata=md or None
             )
         except Exception as exc:
-            raise error_from_rpc(exc, rpc.path, may_progress=name in _MAY_PROGRESS) from exc
+            path = RPCS[name].path
+            raise error_from_rpc(exc, path, may_progress=name in _MAY_PROGRESS) from exc
 
     # --- Identity -------------------------------------------------------------------
 
