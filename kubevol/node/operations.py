@@ -37,10 +37,10 @@ from kubevol.errors import (
 )
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.helpers import is_corrupted_error
+from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
-from kubevol.node.reconstruct import OrphanDeviceMount
+from kubevol.node.reconstruct import MountCheck, OrphanDeviceMount, check_mount
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,
@@ -337,9 +337,20 @@ class OperationGenerator:
         def run() -> None:
             plugin = self.mgr.find_plugin_by_name(av.plugin_name)
             plugin.new_unmounter(m.spec_name, m.pod_uid).tear_down()
+            self._finish_tear_down(m.path)
             self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
 
         return run
+
+    def _finish_tear_down(self, path: str) -> None:
+        """Unmount what a plugin's tear-down left mounted (a dead mount it did not see)."""
+        pods_dir = os.path.realpath(self.host.get_pods_dir())
+        if not path or not os.path.realpath(path).startswith(pods_dir + "/"):
+            return  # not the pod's own path (hostPath): nothing of ours to check
+        mounter = self.host.get_mounter()
+        if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
+            log.warning("tear-down left %s mounted; unmounting it", path)
+            cleanup_mount_point(path, mounter)
 
     # -- block -----------------------------------------------------------------------------
 

@@ -271,6 +271,8 @@ def check_mount(mounter: MountInterface, path: str) -> MountCheck:
     if not path:
         return MountCheck.NONE
     try:
+        # stat first: the mount check may answer from cached attributes of a dead mount.
+        os.stat(path)
         not_mount = mounter.is_likely_not_mount_point(path)
     except FileNotFoundError:
         return MountCheck.MISSING

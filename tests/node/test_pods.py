@@ -1,0 +1,158 @@
+"""Manifests into desired pods, and the on-disk pod records."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kubevol.errors import SpecError
+from kubevol.host import NodeVolumeHost
+from kubevol.manager import VolumePluginMgr
+from kubevol.node.pods import (
+    PodRecord,
+    PodRecords,
+    PodState,
+    desired_pod,
+    parse_manifests,
+    pod_uid,
+    records_for,
+)
+from kubevol.node.state import VolumeMode
+from kubevol.plugins import builtin_plugins
+
+MANIFEST = """
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-data}
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /srv/data}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: PersistentVolumeClaim
+  metadata: {name: data, namespace: shop}
+  spec: {volumeName: pv-data, accessModes: [ReadWriteOnce]}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web, namespace: shop}
+  spec:
+    securityContext: {fsGroup: 2000}
+    containers:
+    - name: c
+      image: x
+      volumeMounts: [{name: data, mountPath: /data}, {name: tmp, mountPath: /tmp}]
+    volumes:
+    - name: data
+      persistentVolumeClaim: {claimName: data, readOnly: true}
+    - name: tmp
+      emptyDir: {}
+"""
+
+
+@pytest.fixture
+def mgr(tmp_path: Path) -> VolumePluginMgr:
+    m = VolumePluginMgr()
+    m.init_plugins(builtin_plugins(), host=NodeVolumeHost(root_dir=str(tmp_path), node_name="n"))
+    return m
+
+
+def test_claims_resolve_to_their_volume(mgr: VolumePluginMgr) -> None:
+    """A claim in the pod resolves through spec.volumeName to the PV, read-only kept."""
+    m = parse_manifests(MANIFEST)
+    assert [p["metadata"]["name"] for p in m.pods] == ["web"]
+    dp = desired_pod(mgr, m.pods[0], m)
+    data, tmp = dp.volumes
+    assert data.spec.persistent_volume.metadata.name == "pv-data"
+    assert data.spec.read_only is True
+    assert data.spec_name == "pv-data" and data.outer_name == "data"
+    assert data.size == 2 << 30
+    assert data.fs_group == 2000
+    assert data.plugin_name == "kubernetes.io/host-path"
+    assert data.unique_name == f"kubernetes.io/host-path/{dp.uid}-pv-data"
+    assert tmp.plugin_name == "kubernetes.io/empty-dir" and tmp.mode is VolumeMode.FILESYSTEM
+    assert dp.name == "shop/web"
+
+
+def test_claim_ref_binds_when_volume_name_is_missing(mgr: VolumePluginMgr) -> None:
+    """A claim without spec.volumeName finds the PV whose claimRef names it."""
+    text = MANIFEST.replace("spec: {volumeName: pv-data, accessModes: [ReadWriteOnce]}",
+                            "spec: {accessModes: [ReadWriteOnce]}")
+    text = text.replace("hostPath: {path: /srv/data}",
+                        "hostPath: {path: /srv/data}\n  claimRef: {name: data, namespace: shop}")
+    m = parse_manifests(text)
+    dp = desired_pod(mgr, m.pods[0], m)
+    assert dp.volumes[0].spec_name == "pv-data"
+
+
+def test_unbound_claim_is_a_clear_error(mgr: VolumePluginMgr) -> None:
+    """A claim that leads to no PV names the claim."""
+    text = MANIFEST.replace("volumeName: pv-data", "volumeName: pv-other")
+    m = parse_manifests(text)
+    with pytest.raises(SpecError, match="shop/data is not bound"):
+        desired_pod(mgr, m.pods[0], m)
+
+
+def test_block_use_of_a_filesystem_volume_is_refused(mgr: VolumePluginMgr) -> None:
+    """volumeDevices naming a Filesystem volume is an error naming the volume."""
+    text = MANIFEST.replace("volumeMounts: [{name: data, mountPath: /data}, ",
+                            "volumeDevices: [{name: data, devicePath: /dev/xvda}]\n"
+                            "      volumeMounts: [")
+    m = parse_manifests(text)
+    with pytest.raises(SpecError, match="'data' is used as a device"):
+        desired_pod(mgr, m.pods[0], m)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: [", "not valid YAML"),
+        ("kind: Deployment\nmetadata: {name: x}", "'Deployment' is not supported"),
+        ("kind: Pod\nmetadata: {}", "has no metadata.name"),
+        ("- 1\n- 2", "must be a mapping"),
+    ],
+)
+def test_bad_manifests_are_refused(text: str, message: str) -> None:
+    """Bad YAML, kinds and objects without names are errors naming the file."""
+    with pytest.raises(SpecError, match=message) as info:
+        parse_manifests(text, "pods.yaml")
+    assert "pods.yaml" in str(info.value)
+
+
+def test_uid_is_stable_and_explicit_uid_wins() -> None:
+    """Without metadata.uid the UID derives from namespace/name; with one, it is used."""
+    pod = {"kind": "Pod", "metadata": {"name": "web", "namespace": "shop"}}
+    assert pod_uid(pod) == pod_uid(dict(pod))
+    assert pod_uid(pod) != pod_uid({"kind": "Pod", "metadata": {"name": "web"}})
+    assert pod_uid({"kind": "Pod", "metadata": {"name": "w", "uid": "abc-1"}}) == "abc-1"
+    with pytest.raises(ValueError, match="must not contain"):
+        pod_uid({"kind": "Pod", "metadata": {"name": "w", "uid": "../x"}})
+
+
+def test_records_round_trip_atomically(tmp_path: Path) -> None:
+    """Records are written whole, read back, listed and removed; no temp file stays."""
+    host = NodeVolumeHost(root_dir=str(tmp_path), node_name="n")
+    records = PodRecords(host)
+    m = parse_manifests(MANIFEST)
+    [record] = records_for(m, PodState.RUNNING)
+    assert [o["kind"] for o in record.objects] == ["Pod", "PersistentVolumeClaim",
+                                                   "PersistentVolume"]
+    records.write(record)
+    records.write(PodRecord(uid=record.uid, state=PodState.TERMINATING, objects=record.objects))
+    assert os.listdir(records.dir) == [f"{record.uid}.json"]
+    again = records.read(record.uid)
+    assert again is not None and again.state is PodState.TERMINATING
+    assert again.name == "shop/web"
+    assert again.manifests().pods[0]["metadata"]["name"] == "web"
+    assert [r.uid for r in records.all()] == [record.uid]
+    with open(os.path.join(records.dir, f"{record.uid}.json"), encoding="utf-8") as f:
+        assert json.load(f)["state"] == "terminating"
+    records.remove(record.uid)
+    records.remove(record.uid)
+    assert records.all() == [] and records.read(record.uid) is None
