@@ -1,9 +1,9 @@
 """``CSIClient``: talk to any CSI driver over one long-lived gRPC channel.
 
-Every Identity, Controller, GroupController and Node RPC is a snake_case method taking and
-returning :mod:`kubevol.csi.types`. Each method accepts ``timeout`` (seconds; default
-:data:`DEFAULT_TIMEOUT`, the kubelet's 2 minutes) and ``metadata`` (extra gRPC metadata, e.g.
-``{"csi.requestid": "42"}``).
+Every Identity, Controller, GroupController and Node RPC (and the alpha, streaming
+SnapshotMetadata ones) is a snake_case method taking and returning :mod:`kubevol.csi.types`.
+Each method accepts ``timeout`` (seconds; default :data:`DEFAULT_TIMEOUT`, the kubelet's
+2 minutes) and ``metadata`` (extra gRPC metadata, e.g. ``{"csi.requestid": "42"}``).
 
 Failures raise :class:`~kubevol.csi.errors.CSIRPCError`; stage, publish and expand calls
 raise :class:`~kubevol.csi.errors.CSIRPCUncertainError` (an ``UncertainProgressError``)
@@ -13,7 +13,7 @@ when the status is not final or the transport failed, as the kubelet treats them
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -106,7 +106,12 @@ class CSIClient:
             found = self._callables.get(name)
             if found is None:
                 rpc = RPCS[name]
-                found = self._channel.unary_unary(
+                make = (
+                    self._channel.unary_stream
+                    if rpc.server_streaming
+                    else self._channel.unary_unary
+                )
+                found = make(
                     rpc.path,
                     request_serializer=rpc.request_type.SerializeToString,
                     response_deserializer=rpc.response_type.FromString,
@@ -129,6 +134,19 @@ class CSIClient:
         except Exception as exc:
             path = RPCS[name].path
             raise error_from_rpc(exc, path, may_progress=name in _MAY_PROGRESS) from exc
+
+    def _stream(
+        self, name: str, request: Any, *, timeout: float | None, metadata: Metadata
+    ) -> Iterator[Any]:
+        """Iterate a server-streaming RPC's responses, translating failures like :meth:`call`."""
+        md = self._metadata + tuple(metadata.items()) if metadata else self._metadata
+        try:
+            responses = self._callable(name)(
+                request, timeout=self.timeout if timeout is None else timeout, metadata=md or None
+            )
+            yield from responses
+        except Exception as exc:
+            raise error_from_rpc(exc, RPCS[name].path, may_progress=False) from exc
 
     # --- Identity -------------------------------------------------------------------
 
@@ -502,6 +520,53 @@ class CSIClient:
         )
         resp = self.call("GetVolumeGroupSnapshot", req, timeout=timeout, metadata=metadata)
         return convert.group_snapshot_from_pb(resp.group_snapshot)
+
+    # --- SnapshotMetadata (alpha, streaming) ----------------------------------------
+
+    def get_metadata_allocated(
+        self,
+        snapshot_id: str,
+        *,
+        starting_offset: int = 0,
+        max_results: int = 0,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> Iterator[t.BlockMetadataChunk]:
+        """Stream the allocated ranges of a block snapshot, from ``starting_offset``.
+
+        ``timeout`` bounds the whole stream. Errors surface while iterating.
+        """
+        req = csi_pb2.GetMetadataAllocatedRequest(
+            snapshot_id=snapshot_id,
+            starting_offset=starting_offset,
+            max_results=max_results,
+            secrets=dict(secrets or {}),
+        )
+        for resp in self._stream("GetMetadataAllocated", req, timeout=timeout, metadata=metadata):
+            yield convert.block_metadata_chunk_from_pb(resp)
+
+    def get_metadata_delta(
+        self,
+        base_snapshot_id: str,
+        target_snapshot_id: str,
+        *,
+        starting_offset: int = 0,
+        max_results: int = 0,
+        secrets: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+    ) -> Iterator[t.BlockMetadataChunk]:
+        """Stream the ranges that changed between two snapshots of one block volume."""
+        req = csi_pb2.GetMetadataDeltaRequest(
+            base_snapshot_id=base_snapshot_id,
+            target_snapshot_id=target_snapshot_id,
+            starting_offset=starting_offset,
+            max_results=max_results,
+            secrets=dict(secrets or {}),
+        )
+        for resp in self._stream("GetMetadataDelta", req, timeout=timeout, metadata=metadata):
+            yield convert.block_metadata_chunk_from_pb(resp)
 
     # --- Node -----------------------------------------------------------------------
 

@@ -372,6 +372,18 @@ def node_info_to_pb(info: t.NodeInfo) -> Message:
     return msg
 
 
+def block_metadata_chunk_from_pb(msg: Message) -> t.BlockMetadataChunk:
+    """Read a ``GetMetadataAllocatedResponse`` or ``GetMetadataDeltaResponse`` (same shape)."""
+    return t.BlockMetadataChunk(
+        block_metadata_type=_enum(t.BlockMetadataType, msg.block_metadata_type),
+        volume_capacity_bytes=msg.volume_capacity_bytes,
+        block_metadata=[
+            t.BlockMetadata(byte_offset=b.byte_offset, size_bytes=b.size_bytes)
+            for b in msg.block_metadata
+        ],
+    )
+
+
 _E = Any
 
 

@@ -361,3 +361,33 @@ class NodeInfo:
     node_id: str
     max_volumes_per_node: int = 0
     accessible_topology: Topology | None = None
+
+
+# --- snapshot metadata (alpha) ------------------------------------------------------
+
+
+class BlockMetadataType(enum.IntEnum):
+    """How the ranges of a snapshot metadata stream are laid out."""
+
+    UNKNOWN = 0
+    FIXED_LENGTH = 1
+    VARIABLE_LENGTH = 2
+
+
+@attrs.frozen(kw_only=True)
+class BlockMetadata:
+    """One allocated or changed byte range of a block volume snapshot."""
+
+    byte_offset: int
+    size_bytes: int
+
+
+@attrs.frozen(kw_only=True)
+class BlockMetadataChunk:
+    """One message of a GetMetadataAllocated or GetMetadataDelta stream."""
+
+    block_metadata_type: BlockMetadataType = attrs.field(
+        default=BlockMetadataType.UNKNOWN, converter=BlockMetadataType
+    )
+    volume_capacity_bytes: int = 0
+    block_metadata: tuple[BlockMetadata, ...] = attrs.field(default=(), converter=_to_tuple)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -24,6 +24,7 @@ from kubevol.csi.server import (
     GroupControllerService,
     IdentityService,
     NodeService,
+    SnapshotMetadataService,
     StoragePlugin,
     current_request_id,
 )
@@ -216,6 +217,25 @@ class GroupController(GroupControllerService):
         return resp
 
 
+class SnapshotMetadata(SnapshotMetadataService):
+    """Streams two fixed-length chunks; an unknown snapshot is NOT_FOUND mid-stream."""
+
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.b = behaviour
+
+    def get_metadata_allocated(self, request: Any, context: Any) -> Iterator[Any]:
+        self.b.enter("GetMetadataAllocated", context)
+        for chunk in range(2):
+            resp = csi_pb2.GetMetadataAllocatedResponse(
+                block_metadata_type=csi_pb2.FIXED_LENGTH, volume_capacity_bytes=1 << 20
+            )
+            offset = request.starting_offset + chunk * 8192
+            resp.block_metadata.add(byte_offset=offset, size_bytes=4096)
+            yield resp
+            if request.snapshot_id == "missing":
+                raise CSIRPCError(grpc.StatusCode.NOT_FOUND, "snapshot missing vanished")
+
+
 class Node(NodeService):
     def __init__(self, behaviour: Behaviour) -> None:
         self.b = behaviour
@@ -295,6 +315,7 @@ def make_plugin(
         controller=Controller(b),
         node=Node(b),
         group_controller=GroupController(b),
+        snapshot_metadata=SnapshotMetadata(b),
         env_defaults=dict(env_defaults or {}),
         interceptors=interceptors,
         before_serve=before_serve,

@@ -131,6 +131,26 @@ def test_node_rpcs(served: Served, tmp_path: Path) -> None:
     assert err.value.code is grpc.StatusCode.NOT_FOUND
 
 
+def test_snapshot_metadata_streams_typed_chunks(served: Served) -> None:
+    """GetMetadataAllocated streams chunks as attrs types; a mid-stream error is typed."""
+    chunks = list(served.client.get_metadata_allocated("snap-1", starting_offset=100))
+    assert [c.block_metadata for c in chunks] == [
+        (t.BlockMetadata(byte_offset=100, size_bytes=4096),),
+        (t.BlockMetadata(byte_offset=8292, size_bytes=4096),),
+    ]
+    assert chunks[0].block_metadata_type is t.BlockMetadataType.FIXED_LENGTH
+    assert chunks[0].volume_capacity_bytes == 1 << 20
+    stream = served.client.get_metadata_allocated("missing")
+    assert next(stream).block_metadata[0].byte_offset == 0
+    with pytest.raises(CSIRPCError) as err:
+        list(stream)
+    assert err.value.code is grpc.StatusCode.NOT_FOUND
+    assert err.value.method == "/csi.v1.SnapshotMetadata/GetMetadataAllocated"
+    with pytest.raises(CSIRPCError) as err2:
+        list(served.client.get_metadata_delta("a", "b"))
+    assert err2.value.code is grpc.StatusCode.UNIMPLEMENTED
+
+
 def test_unimplemented_rpc_is_a_final_typed_error(served: Served) -> None:
     """A method the driver does not override answers UNIMPLEMENTED, named by method."""
     with pytest.raises(CSIRPCError) as err:

@@ -70,6 +70,21 @@ def test_unexpected_driver_exception_is_internal(serve_driver: ServeFactory) -> 
     assert "KeyError" in err.value.message
 
 
+def test_not_implemented_error_is_unimplemented(serve_driver: ServeFactory) -> None:
+    """A driver method raising NotImplementedError answers UNIMPLEMENTED."""
+
+    def later(request: Any, context: Any) -> Any:
+        raise NotImplementedError("coming soon")
+
+    plugin, behaviour = make_plugin()
+    assert plugin.node is not None
+    plugin.node.node_get_info = later  # type: ignore[method-assign]  # patch one instance
+    served = serve_driver(plugin=plugin, behaviour=behaviour)
+    with pytest.raises(CSIRPCError) as err:
+        served.client.node_get_info()
+    assert (err.value.code, err.value.message) == (grpc.StatusCode.UNIMPLEMENTED, "coming soon")
+
+
 def test_stale_socket_is_removed_before_listening(
     serve_driver: ServeFactory, tmp_path: Path
 ) -> None:
