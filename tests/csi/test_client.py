@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from kubevol.csi import types as t
+from kubevol.csi._pb import csi_pb2
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, CSIRPCUncertainError
 from kubevol.csi.server import serve_in_background
@@ -308,3 +310,28 @@ def test_client_is_a_context_manager(served: Served) -> None:
     c.close()
     with pytest.raises(CSIRPCError):
         c.probe()
+
+
+def test_client_talks_to_a_server_not_built_on_kubevol(tmp_path: Path) -> None:
+    """The client works against a plain generated servicer, as it would against any driver."""
+    import importlib
+    from concurrent import futures
+
+    csi_grpc: Any = importlib.import_module("kubevol.csi._generated.csi_pb2_grpc")
+
+    class PlainNode(csi_grpc.NodeServicer):  # type: ignore[misc]  # generated, untyped base
+        def NodeGetInfo(self, request: Any, context: Any) -> Any:
+            return csi_pb2.NodeGetInfoResponse(node_id="plain-node")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    csi_grpc.add_NodeServicer_to_server(PlainNode(), server)
+    server.add_insecure_port(f"unix://{tmp_path}/plain.sock")
+    server.start()
+    try:
+        with CSIClient(f"unix://{tmp_path}/plain.sock") as client:
+            assert client.node_get_info().node_id == "plain-node"
+            with pytest.raises(CSIRPCError) as err:
+                client.node_stage_volume("v", str(tmp_path), CAP)
+            assert err.value.code is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        server.stop(None)

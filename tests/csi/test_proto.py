@@ -227,3 +227,12 @@ def test_generated_code_is_up_to_date() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_wire_bytes_of_a_request_match_hand_encoding() -> None:
+    """NodePublishVolumeRequest encodes with the spec's tags (1: id, 4: target, 6: readonly)."""
+    msg = csi_pb2.NodePublishVolumeRequest(volume_id="v", target_path="/t", readonly=True)
+    assert msg.SerializeToString() == b"\x0a\x01v" + b"\x22\x02/t" + b"\x30\x01"
+    secret = csi_pb2.NodeStageVolumeRequest(secrets={"k": "s"})
+    # field 5, length-delimited map entry {1: "k", 2: "s"}
+    assert secret.SerializeToString() == b"\x2a\x06\x0a\x01k\x12\x01s"
