@@ -9,12 +9,34 @@ from kubevol.csi.registration.registry import (
     RegisteredDriver,
     highest_supported_version,
 )
+from kubevol.csi.registration.server import (
+    CSI_PLUGIN_TYPE,
+    RegistrationServer,
+    RegistrationStatus,
+    registration_socket_path,
+    serve_registration,
+)
+from kubevol.csi.registration.watcher import (
+    CSIPluginHandler,
+    KnownPlugin,
+    PluginHandler,
+    PluginWatcher,
+)
 
 __all__ = [
+    "CSI_PLUGIN_TYPE",
+    "CSIPluginHandler",
     "CSIVersion",
     "DriverNotRegisteredError",
     "DriverRegistrationError",
     "DriverRegistry",
+    "KnownPlugin",
+    "PluginHandler",
+    "PluginWatcher",
     "RegisteredDriver",
+    "RegistrationServer",
+    "RegistrationStatus",
     "highest_supported_version",
+    "registration_socket_path",
+    "serve_registration",
 ]

@@ -1,0 +1,300 @@
+"""The kubelet's plugin watcher: registers plugins whose registration sockets appear in
+``<root>/plugins_registry/`` and deregisters them when the sockets go.
+
+For every new socket (sub-directories included, names starting with ``.`` ignored) the
+watcher dials it, asks ``GetInfo``, picks the handler for the plugin's type (``CSIPlugin``),
+validates, registers, and answers ``NotifyRegistrationStatus`` -- exactly the kubelet's
+order. As in the kubelet, a plugin whose registration failed after validation stays known
+until its socket goes (it is then deregistered), and a socket that is replaced (new inode
+or modification time) is deregistered and registered again. Failures before that are
+retried with backoff (0.5 s doubling up to 2 min 2 s).
+
+The directory is polled (default every second, the kubelet's reconciler period), which
+needs no inotify and catches every change a poll interval later.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import attrs
+import grpc
+
+from kubevol.csi._pb import registration_pb2
+from kubevol.csi.registration.registry import DriverRegistry
+from kubevol.csi.registration.server import CSI_PLUGIN_TYPE, REGISTRATION_SERVICE
+
+log = logging.getLogger(__name__)
+
+#: How long dialing a registration socket and GetInfo may take.
+RPC_TIMEOUT = 10.0
+INITIAL_RETRY = 0.5
+MAX_RETRY = 122.0
+
+
+class PluginHandler(abc.ABC):
+    """What a plugin type does on registration (the kubelet's ``PluginHandler``)."""
+
+    @abc.abstractmethod
+    def validate_plugin(self, name: str, endpoint: str, versions: Sequence[str]) -> None:
+        """Raise when the plugin cannot be registered."""
+
+    @abc.abstractmethod
+    def register_plugin(self, name: str, endpoint: str, versions: Sequence[str]) -> None:
+        """Register it; raise on failure."""
+
+    @abc.abstractmethod
+    def deregister_plugin(self, name: str) -> None:
+        """Forget it. Must not raise."""
+
+
+class CSIPluginHandler(PluginHandler):
+    """Registers CSI drivers in a :class:`DriverRegistry`."""
+
+    def __init__(self, registry: DriverRegistry) -> None:
+        self.registry = registry
+
+    def validate_plugin(self, name: str, endpoint: str, versions: Sequence[str]) -> None:
+        try:
+            self.registry.validate(name, endpoint, versions)
+        except Exception as exc:
+            raise ValueError(
+                f"validation failed for CSI Driver {name} at endpoint {endpoint}: {exc}"
+            ) from exc
+
+    def register_plugin(self, name: str, endpoint: str, versions: Sequence[str]) -> None:
+        self.registry.register_driver(name, endpoint, versions)
+
+    def deregister_plugin(self, name: str) -> None:
+        self.registry.deregister_driver(name)
+
+
+@attrs.frozen(kw_only=True)
+class _Socket:
+    path: str
+    inode: int
+    mtime_ns: int
+
+
+@attrs.frozen(kw_only=True)
+class KnownPlugin:
+    """A socket the watcher has dealt with: the plugin behind it and whether it registered."""
+
+    socket_path: str
+    plugin_type: str
+    name: str
+    endpoint: str
+    registered: bool
+    error: str = ""
+
+
+class PluginWatcher:
+    """Watches ``directory`` for registration sockets; see the module docstring.
+
+    ``handlers`` maps plugin types to handlers (e.g. ``{"CSIPlugin": CSIPluginHandler(r)}``);
+    :meth:`for_registry` builds the usual one. Call :meth:`sync` for one pass, or
+    :meth:`start` for a background thread (stop it with :meth:`stop` or ``with``).
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        handlers: Mapping[str, PluginHandler],
+        *,
+        poll_interval: float = 1.0,
+        rpc_timeout: float = RPC_TIMEOUT,
+    ) -> None:
+        self.directory = os.path.abspath(directory)
+        self.handlers = dict(handlers)
+        self.poll_interval = poll_interval
+        self.rpc_timeout = rpc_timeout
+        self._known: dict[str, tuple[_Socket, KnownPlugin]] = {}
+        self._retry: dict[_Socket, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_registry(cls, directory: str, registry: DriverRegistry, **kwargs: Any) -> PluginWatcher:
+        """A watcher registering CSI drivers in ``registry``."""
+        return cls(directory, {CSI_PLUGIN_TYPE: CSIPluginHandler(registry)}, **kwargs)
+
+    # --- state ------------------------------------------------------------------------
+
+    def known(self) -> list[KnownPlugin]:
+        """Every socket dealt with, registered or not, by path."""
+        with self._lock:
+            return [self._known[p][1] for p in sorted(self._known)]
+
+    # --- one pass ---------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Deregister plugins whose sockets went or changed, then register new sockets."""
+        present = {s.path: s for s in self._scan()}
+        with self._lock:
+            known = dict(self._known)
+        for path, (sock, plugin) in known.items():
+            if present.get(path) != sock:
+                self._deregister(path, plugin)
+        now = time.monotonic()
+        with self._lock:
+            self._retry = {s: r for s, r in self._retry.items() if present.get(s.path) == s}
+            pending = [s for p, s in present.items() if p not in self._known]
+        for sock in pending:
+            with self._lock:
+                when, _ = self._retry.get(sock, (0.0, 0.0))
+            if when <= now:
+                self._register(sock)
+
+    def _scan(self) -> list[_Socket]:
+        found: list[_Socket] = []
+        try:
+            walker = list(os.walk(self.directory))
+        except OSError:
+            return found
+        for dirpath, dirnames, filenames in walker:
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in filenames:
+                if name.startswith("."):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISSOCK(st.st_mode):
+                    found.append(_Socket(path=path, inode=st.st_ino, mtime_ns=st.st_mtime_ns))
+        return found
+
+    def _deregister(self, path: str, plugin: KnownPlugin) -> None:
+        handler = self.handlers.get(plugin.plugin_type)
+        if handler is not None:
+            try:
+                handler.deregister_plugin(plugin.name)
+            except Exception as exc:  # a handler bug must not stop the watcher
+                log.error("DeRegisterPlugin %s failed: %s", plugin.name, exc)
+        log.info("plugin %s (%s) deregistered: socket %s went away",
+                 plugin.name, plugin.plugin_type, path)
+        with self._lock:
+            self._known.pop(path, None)
+
+    def _register(self, sock: _Socket) -> None:
+        try:
+            self._register_once(sock)
+        except Exception as exc:
+            with self._lock:
+                _, delay = self._retry.get(sock, (0.0, INITIAL_RETRY / 2))
+                delay = min(delay * 2, MAX_RETRY)
+                self._retry[sock] = (time.monotonic() + delay, delay)
+            log.error("RegisterPlugin error at socket %s (retrying in %.1fs): %s",
+                      sock.path, delay, exc)
+        else:
+            with self._lock:
+                self._retry.pop(sock, None)
+
+    def _register_once(self, sock: _Socket) -> None:
+        channel = grpc.insecure_channel(f"unix://{sock.path}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=self.rpc_timeout)
+            get_info = channel.unary_unary(
+                f"/{REGISTRATION_SERVICE}/GetInfo",
+                request_serializer=registration_pb2.InfoRequest.SerializeToString,
+                response_deserializer=registration_pb2.PluginInfo.FromString,
+            )
+            info = get_info(registration_pb2.InfoRequest(), timeout=self.rpc_timeout)
+            self._handle(channel, sock, info)
+        finally:
+            channel.close()
+
+    def _handle(self, channel: Any, sock: _Socket, info: Any) -> None:
+        notify = channel.unary_unary(
+            f"/{REGISTRATION_SERVICE}/NotifyRegistrationStatus",
+            request_serializer=registration_pb2.RegistrationStatus.SerializeToString,
+            response_deserializer=registration_pb2.RegistrationStatusResponse.FromString,
+        )
+
+        def tell(registered: bool, error: str = "") -> None:
+            notify(
+                registration_pb2.RegistrationStatus(plugin_registered=registered, error=error),
+                timeout=self.rpc_timeout,
+            )
+
+        handler = self.handlers.get(info.type)
+        if handler is None:
+            message = (
+                f"RegisterPlugin error -- no handler registered for plugin type: {info.type} "
+                f"at socket {sock.path}"
+            )
+            tell(False, message)
+            raise ValueError(message)
+        endpoint = info.endpoint or sock.path
+        versions = list(info.supported_versions)
+        try:
+            handler.validate_plugin(info.name, endpoint, versions)
+        except Exception as exc:
+            tell(False, f"RegisterPlugin error -- plugin validation failed with err: {exc}")
+            raise
+        # Known before registering, so that a socket removed meanwhile is deregistered.
+        known = KnownPlugin(socket_path=sock.path, plugin_type=info.type, name=info.name,
+                            endpoint=endpoint, registered=False)
+        with self._lock:
+            self._known[sock.path] = (sock, known)
+        try:
+            handler.register_plugin(info.name, endpoint, versions)
+        except Exception as exc:
+            error = f"RegisterPlugin error -- plugin registration failed with err: {exc}"
+            with self._lock:
+                self._known[sock.path] = (sock, attrs.evolve(known, error=error))
+            log.error("%s", error)
+            tell(False, error)  # as in the kubelet: not retried until the socket changes
+            return
+        with self._lock:
+            self._known[sock.path] = (sock, attrs.evolve(known, registered=True))
+        log.info("plugin %s (%s) registered from %s", info.name, info.type, sock.path)
+        tell(True)
+
+    # --- background thread ------------------------------------------------------------
+
+    def start(self) -> PluginWatcher:
+        """Create the directory (0750) and poll it in a daemon thread."""
+        if self._thread is not None:
+            return self
+        os.makedirs(self.directory, mode=0o750, exist_ok=True)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="plugin-watcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception:
+                log.exception("plugin watcher pass failed")
+            self._stop.wait(self.poll_interval)
+
+    def stop(self) -> None:
+        """Stop polling (registered plugins stay registered). Idempotent."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def __enter__(self) -> PluginWatcher:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
