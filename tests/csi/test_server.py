@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import pwd
 import signal
@@ -83,6 +84,25 @@ def test_not_implemented_error_is_unimplemented(serve_driver: ServeFactory) -> N
     with pytest.raises(CSIRPCError) as err:
         served.client.node_get_info()
     assert (err.value.code, err.value.message) == (grpc.StatusCode.UNIMPLEMENTED, "coming soon")
+
+
+def test_driver_calling_context_abort_keeps_its_status(
+    serve_driver: ServeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A driver that aborts through the gRPC context keeps its code; logging reports it."""
+
+    def gone(request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.NOT_FOUND, "volume gone")
+
+    plugin, behaviour = make_plugin()
+    assert plugin.node is not None
+    plugin.node.node_unstage_volume = gone  # type: ignore[method-assign]  # patch one instance
+    served = serve_driver({"X_CSI_REP_LOGGING": "1"}, plugin=plugin, behaviour=behaviour)
+    caplog.set_level(logging.INFO)
+    with pytest.raises(CSIRPCError) as err:
+        served.client.node_unstage_volume("v1", "/staging")
+    assert (err.value.code, err.value.message) == (grpc.StatusCode.NOT_FOUND, "volume gone")
+    assert "error NOT_FOUND: volume gone" in caplog.text
 
 
 def test_stale_socket_is_removed_before_listening(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubevol.csi.errors import status_for_exception
 from kubevol.csi.redact import Redactor
 from kubevol.csi.server.middleware.base import CallInfo, Message, Middleware, Proceed
 from kubevol.csi.server.middleware.requestid import current_request_id
+from kubevol.csi.server.middleware.status import call_status
 
 #: The logger requests and responses go to, at INFO.
 LOGGER_NAME = "kubevol.csi.server"
@@ -39,7 +39,7 @@ class LoggingMiddleware(Middleware):
             response = proceed(request)
         except Exception as exc:
             if self.responses:
-                code, message = status_for_exception(exc)
+                code, message = call_status(exc, context)
                 self._log.info(
                     "%s: REP %s: error %s: %s", name, current_request_id(), code.name, message
                 )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import grpc
+
 from kubevol.csi.errors import CSIRPCError, status_for_exception
 from kubevol.csi.server.middleware.base import CallInfo, Message, Middleware, Proceed
 
@@ -22,8 +24,8 @@ class StatusMiddleware(Middleware):
         try:
             return proceed(request)
         except Exception as exc:
-            if _already_aborted(context):
-                raise
+            if _aborted_code(context) is not None:
+                raise  # a driver or interceptor called context.abort itself
             if not isinstance(exc, CSIRPCError | NotImplementedError):
                 _log.exception("%s: unexpected error in driver", call.rpc.name)
             code, message = status_for_exception(exc)
@@ -31,12 +33,30 @@ class StatusMiddleware(Middleware):
             raise AssertionError("unreachable: context.abort raises") from exc
 
 
-def _already_aborted(context: Any) -> bool:
-    """True when an inner layer already set a status via ``context.abort``."""
+def _aborted_code(context: Any) -> grpc.StatusCode | None:
+    """The status an inner layer already set with ``context.abort``, if any."""
     code_of = getattr(context, "code", None)
     if code_of is None:
-        return False
+        return None
     try:
-        return code_of() is not None
+        code = code_of()
     except Exception:  # older grpc: not available outside the call machinery
-        return False
+        return None
+    return code if isinstance(code, grpc.StatusCode) else None
+
+
+def _aborted_details(context: Any) -> str:
+    details_of = getattr(context, "details", None)
+    try:
+        raw = details_of() if details_of is not None else b""
+    except Exception:  # same as above
+        return ""
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
+
+
+def call_status(exc: BaseException, context: Any) -> tuple[grpc.StatusCode, str]:
+    """The status a failed call ends with: set by ``context.abort``, else from ``exc``."""
+    code = _aborted_code(context)
+    if code is not None:
+        return code, _aborted_details(context)
+    return status_for_exception(exc)
