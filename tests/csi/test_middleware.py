@@ -241,6 +241,27 @@ def _pub(**fields: Any) -> Any:
         ("ControllerModifyVolume", csi_pb2.ControllerModifyVolumeRequest(volume_id="v")),
         ("CreateSnapshot", csi_pb2.CreateSnapshotRequest(name="s")),
         ("NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id="v")),
+        (
+            "CreateVolume",
+            csi_pb2.CreateVolumeRequest(
+                name="bad\x07name", volume_capabilities=[_pub().volume_capability]
+            ),
+        ),
+        ("NodePublishVolume", _pub(secrets={"bad key": "v"})),
+        ("ListVolumes", csi_pb2.ListVolumesRequest(max_entries=-1)),
+        (
+            "ControllerExpandVolume",
+            csi_pb2.ControllerExpandVolumeRequest(
+                volume_id="v",
+                capacity_range=csi_pb2.CapacityRange(required_bytes=10, limit_bytes=5),
+            ),
+        ),
+        (
+            "ControllerExpandVolume",
+            csi_pb2.ControllerExpandVolumeRequest(
+                volume_id="v", capacity_range=csi_pb2.CapacityRange(required_bytes=-1)
+            ),
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -261,8 +282,13 @@ def test_values_at_the_limits_are_accepted(serve_driver: ServeFactory, tmp_path:
     c = served.client
     deep = tmp_path / ("d" * 200)
     c.node_publish_volume("v" * 128, str(deep), CAP, volume_context={"k": "v" * 4095})
-    c.controller_publish_volume("v1", "n" * 256, CAP)
-    assert served.behaviour.calls == ["NodePublishVolume", "ControllerPublishVolume"]
+    c.controller_publish_volume("v1", "n" * 256, CAP, secrets={"user.name_2-x": "v"})
+    c.create_volume("pvc \u00e9t\u00e9\ttab", [CAP])  # Unicode and common whitespace are fine
+    assert served.behaviour.calls == [
+        "NodePublishVolume",
+        "ControllerPublishVolume",
+        "CreateVolume",
+    ]
 
 
 def test_length_check_can_be_disabled(serve_driver: ServeFactory, tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 Checks, per RPC, the fields the CSI spec marks REQUIRED (a required list or map needs an
 entry), that every volume capability names an access mode and an access type, the optional
-``X_CSI_REQUIRE_*`` fields, and the spec's size limits at every depth: strings 128 bytes,
+``X_CSI_REQUIRE_*`` fields, the values the spec forbids (control characters in names, secret
+keys outside ``[A-Za-z0-9-_.]``, negative sizes and page lengths, a required size above its
+limit), and the spec's size limits at every depth: strings 128 bytes,
 node ids 256 bytes, paths ``max_path_limit`` bytes, each map (keys plus values) and the
 mount flags 4 KiB in total.
 """
@@ -27,6 +29,9 @@ PLUGIN_NAME_LIMIT = 63
 
 _PATH_FIELDS = frozenset({"staging_target_path", "target_path", "volume_path"})
 _NODE_ID_FIELDS = frozenset({"node_id", "published_node_ids"})
+# Names may be any Unicode except these control characters (spec, CreateVolume.name).
+_BANNED_NAME_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_SECRET_KEY = re.compile(r"[A-Za-z0-9._-]+")
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?")
 
 #: REQUIRED request fields per RPC (spec).
@@ -151,8 +156,31 @@ def find_request_problem(rpc_name: str, request: Message, rules: SpecRules) -> s
                 return f"{name}: access_mode is required"
             if cap.WhichOneof("access_type") is None:
                 return f"{name}: access_type (block or mount) is required"
+    problem = _find_value_problem(request)
+    if problem:
+        return problem
     if rules.check_lengths:
         return find_size_problem(request, rules.max_path_limit)
+    return None
+
+
+def _find_value_problem(request: Message) -> str | None:
+    """Values the spec forbids: control characters in names, odd secret keys, negatives."""
+    fields = request.DESCRIPTOR.fields_by_name
+    if "name" in fields and _BANNED_NAME_CHARS.search(request.name):
+        return "name contains a control character the spec bans"
+    if "secrets" in fields:
+        for key in request.secrets:
+            if not _SECRET_KEY.fullmatch(key):
+                return f"secrets key {key!r} is not made of [A-Za-z0-9-_.]"
+    if "max_entries" in fields and request.max_entries < 0:
+        return "max_entries must not be negative"
+    if "capacity_range" in fields and request.HasField("capacity_range"):
+        rng = request.capacity_range
+        if rng.required_bytes < 0 or rng.limit_bytes < 0:
+            return "capacity_range must not be negative"
+        if rng.limit_bytes and rng.required_bytes > rng.limit_bytes:
+            return "capacity_range.required_bytes exceeds limit_bytes"
     return None
 
 
