@@ -272,10 +272,11 @@ def validation_from_pb(msg: Message) -> t.ValidationResult:
 # --- snapshots ----------------------------------------------------------------------
 
 
-def _time_from_pb(msg: Message, parent: Message, field: str) -> datetime.datetime | None:
+def _time_from_pb(parent: Message, field: str) -> datetime.datetime | None:
+    """The timestamp in ``parent.<field>`` as an aware UTC datetime; None when unset."""
     if not parent.HasField(field):
         return None
-    when: datetime.datetime = msg.ToDatetime(tzinfo=datetime.UTC)
+    when: datetime.datetime = getattr(parent, field).ToDatetime(tzinfo=datetime.UTC)
     return when
 
 
@@ -285,7 +286,7 @@ def snapshot_from_pb(msg: Message) -> t.Snapshot:
         snapshot_id=msg.snapshot_id,
         source_volume_id=msg.source_volume_id,
         size_bytes=msg.size_bytes,
-        creation_time=_time_from_pb(msg.creation_time, msg, "creation_time"),
+        creation_time=_time_from_pb(msg, "creation_time"),
         ready_to_use=msg.ready_to_use,
         group_snapshot_id=msg.group_snapshot_id,
     )
@@ -310,7 +311,7 @@ def group_snapshot_from_pb(msg: Message) -> t.VolumeGroupSnapshot:
     return t.VolumeGroupSnapshot(
         group_snapshot_id=msg.group_snapshot_id,
         snapshots=[snapshot_from_pb(s) for s in msg.snapshots],
-        creation_time=_time_from_pb(msg.creation_time, msg, "creation_time"),
+        creation_time=_time_from_pb(msg, "creation_time"),
         ready_to_use=msg.ready_to_use,
     )
 
