@@ -19,16 +19,28 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
+from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_DRIVER
+from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.host import NodeVolumeHost
 from tests.csi.plugin.csiplugin_driver import (
     DRIVER_NAME,
     DirDriver,
+    detach_loops_under,
     serve_dir_driver,
     unmount_all_under,
 )
-from tests.csi.plugin.rig import NODE_NAME, LoopDevices, Rig, RigFactory
+from tests.csi.plugin.rig import (
+    HOSTPATH_NODE_ID,
+    NODE_NAME,
+    HostPathRig,
+    HostPathRigFactory,
+    LoopDevices,
+    Rig,
+    RigFactory,
+)
 
 
 @pytest.fixture
@@ -86,3 +98,45 @@ def loops(tmp_path: Path) -> Iterator[LoopDevices]:
     ld = LoopDevices(tmp_path)
     yield ld
     ld.cleanup()
+
+
+@pytest.fixture
+def hostpath_rig(tmp_path: Path) -> Iterator[HostPathRigFactory]:
+    """``hostpath_rig(guard_policy=..., shared=False, **HostPathConfig overrides)``: a hostpath
+    driver (``shared``: on one shared filesystem image) on
+    a unix socket, its state under tmp_path, registered in the plugin's registry. At the
+    end everything is stopped, and the test fails if anything is left mounted or attached."""
+    if os.geteuid() != 0:
+        pytest.fail("the CSI plugin tests need root (real mounts)")
+    made: list[HostPathRig] = []
+
+    def make(*, guard_policy: str = "safe", shared: bool = False, **config: Any) -> HostPathRig:
+        base = tmp_path / f"hp{len(made)}"
+        root = base / "kubelet"
+        root.mkdir(parents=True)
+        values: dict[str, Any] = {"state_dir": str(base / "state"), "node_id": HOSTPATH_NODE_ID}
+        if shared:
+            values["shared_filesystem"] = str(base / "shared.img")
+            values["shared_filesystem_size"] = 64 << 20
+        values.update(config)
+        running = HostPathDriver(HostPathConfig(**values)).serve()
+        registry = DriverRegistry(node_info_timeout=10, client_timeout=30)
+        plugin = CSIPlugin(registry=registry, timeout=30, attach_timeout=10,
+                           guard_policy=guard_policy)
+        host = NodeVolumeHost(root_dir=str(root), node_name=NODE_NAME)
+        plugin.init(host)
+        rig = HostPathRig(base, root, running, CSIClient(running.endpoint, timeout=30), plugin,
+                          host)
+        made.append(rig)
+        registry.register_driver(HOSTPATH_DRIVER, running.endpoint, ["1.0.0"])
+        return rig
+
+    yield make
+    left: list[str] = []
+    for rig in reversed(made):
+        rig.plugin.registry.close()
+        rig.client.close()
+        rig.running.stop(grace=2)
+        left += unmount_all_under(rig.base)
+        left += detach_loops_under(rig.base)
+    assert not left, f"left mounted or attached after the test: {left}"

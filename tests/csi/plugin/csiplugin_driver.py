@@ -275,3 +275,18 @@ def tree(root: Path) -> list[str]:
             out.append(os.path.normpath(os.path.join(rel, name)))
     return sorted(out)
 
+
+
+def detach_loops_under(base: Path) -> list[str]:
+    """Detach loop devices whose backing file lies below ``base``; returns them."""
+    import subprocess
+
+    out = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"],
+                         capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[1].strip().startswith(str(base)):
+            subprocess.run(["losetup", "-d", parts[0]], check=False, capture_output=True)
+            found.append(f"{parts[0]} ({parts[1].strip()})")
+    return found

@@ -8,6 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from kubevol.csi.client import CSIClient
+from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.host import NodeVolumeHost
@@ -15,6 +19,8 @@ from kubevol.spec import Spec
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, DirDriver
 
 NODE_NAME = "node-1"
+#: The CSI node id the hostpath driver reports (not the Kubernetes node name).
+HOSTPATH_NODE_ID = "hp-node-9"
 POD_UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
 
 
@@ -124,3 +130,18 @@ class LoopDevices:
 
 #: ``make_rig(node_caps=..., controller_caps=..., register=True, **plugin_kwargs) -> Rig``.
 RigFactory = Callable[..., Rig]
+
+
+@attrs.define
+class HostPathRig:
+    """The bundled hostpath driver served for real, with the plugin registered against it."""
+
+    base: Path
+    root: Path
+    running: RunningDriver
+    client: CSIClient
+    plugin: CSIPlugin
+    host: NodeVolumeHost
+
+
+HostPathRigFactory = Callable[..., HostPathRig]
