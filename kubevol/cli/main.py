@@ -19,6 +19,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kubevol.cli.plugins",
     "kubevol.cli.metrics",
     "kubevol.cli.mount_refs",
+    "kubevol.cli.csi",
+    "kubevol.cli.driver",
 )
 
 #: Exit code for bad input (as argparse uses).

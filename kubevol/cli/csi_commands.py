@@ -1,0 +1,185 @@
+"""The ``kubevol csi`` commands: one small function per RPC, and the flags each takes.
+
+Each handler gets a :class:`~kubevol.csi.client.CSIClient`, the parsed arguments and the
+secrets to send, and returns an :class:`Output`: the data for ``-o json|yaml`` and the rows
+and columns of the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
+from kubevol.csi.sanity.inputs import (
+    Secrets,
+    parse_capability,
+    parse_key_values,
+    parse_size,
+)
+
+
+@attrs.frozen(kw_only=True)
+class Output:
+    """What a command prints: ``data`` as JSON/YAML, ``rows`` under ``columns`` as a table."""
+
+    data: Any
+    rows: Sequence[dict[str, Any]] = ()
+    columns: Sequence[str] = ()
+
+
+Handler = Callable[[CSIClient, argparse.Namespace, Secrets], Output]
+
+
+@attrs.frozen(kw_only=True)
+class Command:
+    """One ``kubevol csi SERVICE NAME`` command."""
+
+    name: str
+    help: str
+    handler: Handler
+    add_args: Callable[[argparse.ArgumentParser], None] = lambda p: None
+
+
+def plain(value: Any) -> Any:
+    """attrs values (and containers of them) as plain dicts and lists."""
+    if attrs.has(type(value)):
+        return {k: plain(v) for k, v in attrs.asdict(value, recurse=False).items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | frozenset | set):
+        items = sorted(value) if isinstance(value, frozenset | set) else value
+        return [plain(v) for v in items]
+    return value
+
+
+# --- argument helpers -----------------------------------------------------------------
+
+
+def _type(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a parser so argparse reports its ``ValueError`` message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = fn.__name__
+    return convert
+
+
+SIZE = _type(parse_size)
+CAP = _type(parse_capability)
+DEFAULT_CAP = "SINGLE_NODE_WRITER,mount"
+
+
+def add_caps(parser: argparse.ArgumentParser, *, single: bool = False) -> None:
+    """``--cap MODE,TYPE[,FS[,FLAGS]]`` (repeatable unless ``single``)."""
+    parser.add_argument(
+        "--cap",
+        dest="caps",
+        action="append",
+        type=CAP,
+        metavar="MODE,TYPE[,FS[,FLAGS]]",
+        help=(
+            "volume capability: access mode name or number, mount|block (or 2|1), then "
+            f"filesystem type and mount flags (default: {DEFAULT_CAP})"
+            + ("" if single else "; repeatable")
+        ),
+    )
+
+
+def caps_of(args: argparse.Namespace) -> list[t.VolumeCapability]:
+    """The ``--cap`` values, or the default capability."""
+    return list(args.caps or [parse_capability(DEFAULT_CAP)])
+
+
+def add_map(parser: argparse.ArgumentParser, flag: str, what: str) -> None:
+    """A repeatable ``--flag k=v[,k=v]`` option collected into a list of strings."""
+    parser.add_argument(flag, action="append", default=[], metavar="K=V[,K=V]", help=what)
+
+
+def map_of(items: list[str], what: str) -> dict[str, str]:
+    """The ``k=v`` items of a map option; ``ValueError`` on a malformed one."""
+    return parse_key_values(items, what)
+
+
+def add_range(parser: argparse.ArgumentParser) -> None:
+    """``--req-bytes`` and ``--lim-bytes`` (sizes like 10Gi)."""
+    parser.add_argument("--req-bytes", type=SIZE, default=0, help="required size (e.g. 10Gi)")
+    parser.add_argument("--lim-bytes", type=SIZE, default=0, help="size limit (e.g. 20Gi)")
+
+
+def range_of(args: argparse.Namespace) -> t.CapacityRange | None:
+    """The capacity range, or None when neither bound was given."""
+    if not args.req_bytes and not args.lim_bytes:
+        return None
+    return t.CapacityRange(required_bytes=args.req_bytes, limit_bytes=args.lim_bytes)
+
+
+def add_paging(parser: argparse.ArgumentParser) -> None:
+    """``--max-entries``, ``--starting-token`` and ``--paging`` (follow every page)."""
+    parser.add_argument("--max-entries", type=int, default=0, help="entries per page")
+    parser.add_argument("--starting-token", default="", help="token of the page to start at")
+    parser.add_argument(
+        "--paging", action="store_true", help="follow next tokens until the last page"
+    )
+
+
+def pages(fetch: Callable[[str], t.Page[Any]], args: argparse.Namespace) -> Iterator[Any]:
+    """Entries of the first page, or of every page with ``--paging``."""
+    token = args.starting_token
+    while True:
+        page = fetch(token)
+        yield from page.entries
+        token = page.next_token
+        if not args.paging or not token:
+            return
+
+
+def volume_row(vol: t.Volume) -> dict[str, Any]:
+    """A volume as a table row."""
+    source = vol.content_source
+    return {
+        "volume_id": vol.volume_id,
+        "capacity_bytes": vol.capacity_bytes,
+        "volume_context": ",".join(f"{k}={v}" for k, v in vol.volume_context.items()),
+        "source": "" if source is None else next(iter(attrs.asdict(source).values())),
+    }
+
+
+VOLUME_COLUMNS = ("volume_id", "capacity_bytes", "volume_context", "source")
+SNAPSHOT_COLUMNS = ("snapshot_id", "source_volume_id", "size_bytes", "creation_time", "ready")
+
+
+def snapshot_row(snap: t.Snapshot) -> dict[str, Any]:
+    """A snapshot as a table row."""
+    return {
+        "snapshot_id": snap.snapshot_id,
+        "source_volume_id": snap.source_volume_id,
+        "size_bytes": snap.size_bytes,
+        "creation_time": snap.creation_time,
+        "ready": snap.ready_to_use,
+    }
+
+
+def done(**fields: Any) -> Output:
+    """A one-row result of an RPC with an empty response."""
+    return Output(data=fields, rows=[fields], columns=tuple(fields))
+
+
+def kv_rows(data: dict[str, Any]) -> Output:
+    """A mapping shown as KEY/VALUE rows."""
+    rows = [{"key": k, "value": plain(v)} for k, v in data.items()]
+    return Output(data=plain(data), rows=rows, columns=("key", "value"))
+
+
+def caps_output(caps: frozenset[Any]) -> Output:
+    """A capability set, one name per row."""
+    names = [c.name for c in sorted(caps)]
+    return Output(data=names, rows=[{"capability": n} for n in names], columns=("capability",))

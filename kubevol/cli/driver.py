@@ -1,0 +1,196 @@
+"""``kubevol driver``: serve a bundled CSI driver, or print its version information.
+
+``kubevol driver serve mock|hostpath`` serves until SIGTERM/SIGINT, on ``--endpoint`` (or
+``$CSI_ENDPOINT``); the framework's ``X_CSI_*`` variables apply (``-v`` turns request and
+response logging on, secrets redacted). ``kubevol driver version`` prints the driver name
+and version, git commit, build date, Python version and platform as YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from kubevol.cli.output import render
+from kubevol.csi import types as t
+from kubevol.csi.drivers import mock
+from kubevol.csi.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
+from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
+from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csi.sanity.inputs import parse_size
+from kubevol.csi.server import StoragePlugin, serve
+
+EXIT_USAGE = 2
+DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
+DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME}
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _caps(kind: Any) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            return mock.parse_capabilities(kind, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def _serve(plugin: StoragePlugin, args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    if args.debug:
+        env.setdefault("X_CSI_DEBUG", "true")
+    endpoint = args.endpoint or env.get("CSI_ENDPOINT", "")
+    if not endpoint:
+        print(
+            "kubevol driver serve: no endpoint: use --endpoint or set CSI_ENDPOINT", file=sys.stderr
+        )
+        return EXIT_USAGE
+    return serve(plugin, endpoint, env=env)
+
+
+def _logging(args: argparse.Namespace) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def serve_hostpath(args: argparse.Namespace) -> int:
+    _logging(args)
+    config = HostPathConfig(
+        state_dir=os.path.abspath(args.state_dir or DEFAULT_STATE_DIR),
+        node_id=args.node_id,
+        driver_name=args.driver_name or HOSTPATH_NAME,
+        capacity_bytes=args.capacity,
+        max_volume_size=args.max_volume_size,
+        enable_attach=args.enable_attach,
+        attach_limit=args.attach_limit,
+        shared_filesystem=os.path.abspath(args.shared_filesystem) if args.shared_filesystem else "",
+        shared_filesystem_size=args.shared_filesystem_size,
+    )
+    with HostPathDriver(config) as driver:
+        return _serve(driver.plugin, args)
+
+
+def serve_mock(args: argparse.Namespace) -> int:
+    _logging(args)
+    defaults = mock.MockConfig()
+    config = mock.MockConfig(
+        node_id=args.node_id,
+        driver_name=args.driver_name or mock.DRIVER_NAME,
+        mock_mount=args.mock_mount,
+        attach_limit=args.attach_limit,
+        capacity_bytes=args.capacity,
+        plugin_services=defaults.plugin_services if args.plugin_caps is None else args.plugin_caps,
+        controller_caps=defaults.controller_caps
+        if args.controller_caps is None
+        else args.controller_caps,
+        node_caps=defaults.node_caps if args.node_caps is None else args.node_caps,
+        group_caps=defaults.group_caps if args.group_caps is None else args.group_caps,
+    )
+    if args.state_dir:
+        logging.getLogger(__name__).info("the mock keeps its state in memory; --state-dir unused")
+    return _serve(mock.MockDriver(config).plugin, args)
+
+
+def version(args: argparse.Namespace) -> int:
+    name = DRIVERS.get(args.driver, args.driver)
+    if args.output == "yaml":
+        sys.stdout.write(version_yaml(name))
+    else:
+        info = version_info(name)
+        render(info, args.output, sys.stdout, rows=[info], columns=tuple(info))
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint", default=None, help="where to listen (default: $CSI_ENDPOINT)")
+    parser.add_argument(
+        "--node-id", default=DEFAULT_NODE_ID, help="this node's id (default: host name)"
+    )
+    parser.add_argument("--driver-name", default=None, help="the name GetPluginInfo reports")
+    parser.add_argument(
+        "--state-dir",
+        default=None,
+        help=f"where state lives (hostpath default: {DEFAULT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--capacity", type=_size, default=100 << 30, help="total capacity (default: 100Gi)"
+    )
+    parser.add_argument("--attach-limit", type=int, default=0, help="volumes per node, 0: no limit")
+    parser.add_argument(
+        "-v", "--debug", action="store_true", help="debug logging of every request and response"
+    )
+
+
+def register(subparsers: Any) -> None:
+    """Add ``kubevol driver serve mock|hostpath`` and ``kubevol driver version``."""
+    parser = subparsers.add_parser(
+        "driver",
+        help="serve a bundled CSI driver (mock, hostpath) or print its version",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verbs = parser.add_subparsers(dest="driver_command", metavar="COMMAND", required=True)
+    serve_parser = verbs.add_parser("serve", help="serve a driver until SIGTERM")
+    drivers = serve_parser.add_subparsers(dest="driver", metavar="DRIVER", required=True)
+
+    hostpath = drivers.add_parser("hostpath", help="real volumes under --state-dir, real mounts")
+    _common(hostpath)
+    hostpath.add_argument(
+        "--max-volume-size", type=_size, default=0, help="largest volume (default: --capacity)"
+    )
+    hostpath.add_argument(
+        "--enable-attach", action="store_true", help="offer ControllerPublish/Unpublish"
+    )
+    hostpath.add_argument(
+        "--shared-filesystem",
+        metavar="IMAGE",
+        default="",
+        help="every volume is a sub-directory of the ext4 filesystem in IMAGE (created if missing)",
+    )
+    hostpath.add_argument(
+        "--shared-filesystem-size",
+        type=_size,
+        default=1 << 30,
+        help="size of a new IMAGE (default: 1Gi)",
+    )
+    hostpath.set_defaults(func=serve_hostpath)
+
+    mock_parser = drivers.add_parser("mock", help="every RPC, in memory")
+    _common(mock_parser)
+    mock_parser.add_argument(
+        "--mock-mount", action="store_true", help="create and remove target paths (no mounts)"
+    )
+    for flag, kind in (
+        ("--plugin-caps", t.PluginServiceType),
+        ("--controller-caps", t.ControllerCapability),
+        ("--node-caps", t.NodeCapability),
+        ("--group-caps", t.GroupControllerCapability),
+    ):
+        mock_parser.add_argument(
+            flag,
+            type=_caps(kind),
+            default=None,
+            metavar="CAP[,CAP]|none|all",
+            help=f"advertised {kind.__name__} values (default: all)",
+        )
+    mock_parser.set_defaults(func=serve_mock)
+
+    version_parser = verbs.add_parser("version", help="print version information as YAML")
+    version_parser.add_argument(
+        "--driver", default="hostpath", help="mock, hostpath or a driver name (default: hostpath)"
+    )
+    version_parser.add_argument("-o", "--output", choices=["yaml", "json", "table"], default="yaml")
+    version_parser.set_defaults(func=version)

@@ -1,0 +1,266 @@
+"""``kubevol csi``: every command group against the bundled drivers over real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubevol.cli.main import main
+from kubevol.csi import convert
+from kubevol.csi import types as t
+from kubevol.csi._pb import csi_pb2
+from kubevol.csi.drivers.common import serve_plugin
+from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csi.drivers.mock import MockConfig, MockDriver
+from kubevol.csi.sanity.inputs import load_secrets, parse_capability
+from kubevol.csi.server import ControllerService, IdentityService, StoragePlugin
+from kubevol.mount.mountinfo import parse_mountinfo
+
+
+class CLI:
+    """Runs ``kubevol`` in-process and captures what it prints."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str], endpoint: str) -> None:
+        self.capsys = capsys
+        self.endpoint = endpoint
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        """``kubevol ARGS`` with ``--endpoint`` appended; (exit code, stdout, stderr)."""
+        code = main([*args, "--endpoint", self.endpoint])
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def json(self, *args: str) -> Any:
+        """Run with ``-o json``, require success and parse the output."""
+        code, out, err = self.run(*args, "-o", "json")
+        assert code == 0, err
+        return json.loads(out)
+
+
+@pytest.fixture
+def mock_cli(capsys: pytest.CaptureFixture[str]) -> Iterator[CLI]:
+    """The CLI pointed at a mock driver that creates target paths."""
+    with MockDriver(MockConfig(node_id="node-1", mock_mount=True)).serve() as running:
+        yield CLI(capsys, running.endpoint)
+
+
+def test_identity_commands(mock_cli: CLI) -> None:
+    """plugin-info, plugin-capabilities and probe print what the driver answers."""
+    assert mock_cli.json("csi", "identity", "plugin-info")["name"] == "mock.csi.kubevol.io"
+    caps = mock_cli.json("csi", "identity", "plugin-capabilities")
+    assert "CONTROLLER_SERVICE" in caps["services"] and caps["volume_expansion"] == ["ONLINE"]
+    assert mock_cli.json("csi", "identity", "probe") == {"ready": True}
+    code, out, _ = mock_cli.run("csi", "identity", "plugin-info")
+    assert code == 0 and out.splitlines()[0].split() == ["NAME", "VENDOR", "VERSION", "MANIFEST"]
+
+
+def test_controller_commands(mock_cli: CLI) -> None:
+    """Every controller command, from create-volume to delete-volume."""
+    run = mock_cli.json
+    cap = "single-node-writer,mount,ext4,noatime"
+    [vol] = run(
+        "csi", "controller", "create-volume", "v1", "--cap", cap,
+        "--req-bytes", "2Gi", "--params", "tier=gold",
+    )  # fmt: skip
+    vid = vol["volume_id"]
+    assert vol["capacity_bytes"] == 2 << 30
+    listed = run("csi", "controller", "list-volumes", "--max-entries", "1", "--paging")
+    assert [e["volume"]["volume_id"] for e in listed] == [vid]
+    got = run("csi", "controller", "get-volume", vid)
+    assert got["volume"]["volume_id"] == vid
+    valid = run("csi", "controller", "validate-volume-capabilities", vid, "--cap", "1,2")
+    assert valid["confirmed"] is not None
+    expanded = run("csi", "controller", "expand-volume", vid, "--req-bytes", "3Gi")
+    assert expanded["capacity_bytes"] == 3 << 30
+    assert run("csi", "controller", "modify-volume", vid, "--mutable-params", "iops=5")["modified"]
+    capacity = run("csi", "controller", "get-capacity")
+    assert capacity["available_capacity"] > 0
+    assert "GET_SNAPSHOT" in run("csi", "controller", "get-capabilities")
+    [pub] = run("csi", "controller", "publish", vid, "--node-id", "node-1")
+    assert pub["publish_context"]
+    run("csi", "controller", "unpublish", vid, "--node-id", "node-1")
+    [snap] = run("csi", "controller", "create-snapshot", "s1", "--source-volume", vid)
+    sid = snap["snapshot_id"]
+    assert run("csi", "controller", "get-snapshot", sid)[0]["snapshot_id"] == sid
+    listed_snaps = run("csi", "controller", "list-snapshots", "--source-volume-id", vid)
+    assert [s["snapshot_id"] for s in listed_snaps] == [sid]
+    [clone] = run("csi", "controller", "create-volume", "v2", "--source-snapshot", sid)
+    assert clone["content_source"] == {"snapshot_id": sid}
+    run("csi", "controller", "delete-snapshot", sid)
+    run("csi", "controller", "delete-volume", vid, clone["volume_id"])
+    assert run("csi", "controller", "list-volumes") == []
+
+
+def test_node_commands(mock_cli: CLI, tmp_path: Path) -> None:
+    """stage, publish, stats, expand, get-info, get-capabilities, unpublish, unstage."""
+    run = mock_cli.json
+    [vol] = run("csi", "controller", "create-volume", "n1", "--cap", "1,block")
+    vid = vol["volume_id"]
+    run("csi", "controller", "publish", vid, "--node-id", "node-1", "--cap", "1,block")
+    staging, target = str(tmp_path / "staging"), str(tmp_path / "pod" / "dev")
+    run("csi", "node", "stage", vid, "--staging-target-path", staging, "--cap", "1,block",
+        "--pub-context", "attached-to=node-1", "--vol-context", "a=b")  # fmt: skip
+    run("csi", "node", "publish", vid, "--target-path", target,
+        "--staging-target-path", staging, "--cap", "1,block")  # fmt: skip
+    assert os.path.isfile(target)
+    [stats] = run("csi", "node", "stats", f"{vid}:{target}")
+    assert stats["usage"][0]["total"] == 1 << 30
+    assert run("csi", "node", "expand", vid, target)["capacity_bytes"] == 1 << 30
+    assert run("csi", "node", "get-info")["node_id"] == "node-1"
+    assert "STAGE_UNSTAGE_VOLUME" in run("csi", "node", "get-capabilities")
+    run("csi", "node", "unpublish", vid, "--target-path", target)
+    assert not os.path.exists(target)
+    run("csi", "node", "unstage", vid, "--staging-target-path", staging)
+
+
+def test_group_commands(mock_cli: CLI) -> None:
+    """get-capabilities, create-snapshot, get-snapshot and delete-snapshot of groups."""
+    run = mock_cli.json
+    vids = [run("csi", "controller", "create-volume", f"g{i}")[0]["volume_id"] for i in range(2)]
+    assert run("csi", "group", "get-capabilities") == ["CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"]
+    group = run("csi", "group", "create-snapshot", "grp",
+                "--source-volume", vids[0], "--source-volume", vids[1])  # fmt: skip
+    gid = group["group_snapshot_id"]
+    members = [s["snapshot_id"] for s in group["snapshots"]]
+    flags = [x for m in members for x in ("--snapshot-id", m)]
+    assert run("csi", "group", "get-snapshot", gid, *flags)["group_snapshot_id"] == gid
+    run("csi", "group", "delete-snapshot", gid, *flags)
+    code, _, err = mock_cli.run("csi", "group", "get-snapshot", gid)
+    assert code == 5 and "NOT_FOUND" in err
+
+
+def test_exit_code_is_the_grpc_status(mock_cli: CLI, capsys: pytest.CaptureFixture[str]) -> None:
+    """Failures exit with the gRPC code and print the status message on stderr only."""
+    code, out, err = mock_cli.run("csi", "controller", "get-volume", "nope")
+    assert (code, out) == (5, "") and "NOT_FOUND" in err and "'nope'" in err
+    code, _, err = mock_cli.run("csi", "controller", "list-volumes", "--starting-token", "x")
+    assert code == 10 and "ABORTED" in err
+    code, _, err = mock_cli.run("csi", "controller", "create-volume", "x", "--params", "novalue")
+    assert code == 2 and "KEY=VALUE" in err
+    assert main(["csi", "identity", "probe", "--endpoint", "unix:///nonexistent/x.sock",
+                 "--timeout", "2s"]) == 14  # fmt: skip
+    os.environ.pop("CSI_ENDPOINT", None)
+    assert main(["csi", "identity", "probe"]) == 2
+    assert "CSI_ENDPOINT" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["csi", "controller", "create-volume", "x", "--cap", "9,mount"])
+    assert info.value.code == 2
+
+
+def test_endpoint_from_environment_and_flags_before_the_service(
+    mock_cli: CLI, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CSI_ENDPOINT is the default endpoint; flags may come before the service name."""
+    monkeypatch.setenv("CSI_ENDPOINT", mock_cli.endpoint)
+    assert main(["csi", "-o", "yaml", "identity", "probe"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == {"ready": True}
+
+
+class Recorder:
+    """What a recording driver's calls arrived with."""
+
+    def __init__(self) -> None:
+        self.metadata: list[dict[str, str]] = []
+        self.secrets: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+
+
+class RecordingIdentity(IdentityService):
+    """Records the metadata of GetPluginInfo calls."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    def get_plugin_info(self, request: Any, context: Any) -> Any:
+        with self.rec.lock:
+            self.rec.metadata.append(dict(context.invocation_metadata()))
+        return convert.plugin_info_to_pb(t.PluginInfo(name="rec.example.com", vendor_version="1"))
+
+
+class RecordingController(ControllerService):
+    """Records the secrets of CreateVolume calls."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    def create_volume(self, request: Any, context: Any) -> Any:
+        with self.rec.lock:
+            self.rec.secrets.append(dict(request.secrets))
+        return csi_pb2.CreateVolumeResponse(volume=csi_pb2.Volume(volume_id=request.name))
+
+
+@pytest.fixture
+def recorder(capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[Recorder, CLI]]:
+    """A recording driver and a CLI pointed at it."""
+    rec = Recorder()
+    plugin = StoragePlugin(identity=RecordingIdentity(rec), controller=RecordingController(rec))
+    with serve_plugin(plugin) as running:
+        yield rec, CLI(capsys, running.endpoint)
+
+
+def test_metadata_and_user_agent_are_sent(recorder: tuple[Recorder, CLI]) -> None:
+    """--metadata reaches the driver (csc drops it) and the user agent names kubevol-csi."""
+    rec, cli = recorder
+    code, _, err = cli.run("csi", "identity", "plugin-info", "-m", "tenant=a,trace=1", "-m", "x=y")
+    assert code == 0, err
+    [seen] = rec.metadata
+    assert (seen["tenant"], seen["trace"], seen["x"]) == ("a", "1", "y")
+    assert seen["user-agent"].startswith("kubevol-csi/")
+
+
+def test_secrets_are_sent_never_printed(
+    recorder: tuple[Recorder, CLI], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Secrets from X_CSI_SECRETS or --secrets-file reach the driver and no output."""
+    rec, cli = recorder
+    monkeypatch.setenv("X_CSI_SECRETS", "user=admin,pass=s3cr3t-env")
+    code, out, err = cli.run("csi", "controller", "create-volume", "v", "-o", "yaml")
+    assert code == 0 and "s3cr3t" not in out + err
+    per_rpc = tmp_path / "secrets.yaml"
+    per_rpc.write_text("CreateVolumeSecret:\n  token: s3cr3t-file\nDeleteVolumeSecret: {}\n")
+    code, out, err = cli.run(
+        "csi", "controller", "create-volume", "w", "--secrets-file", str(per_rpc)
+    )
+    assert code == 0 and "s3cr3t" not in out + err
+    assert rec.secrets == [{"user": "admin", "pass": "s3cr3t-env"}, {"token": "s3cr3t-file"}]
+    assert "s3cr3t" not in repr(load_secrets(str(per_rpc)))
+
+
+def test_capability_flag_syntax() -> None:
+    """--cap takes names or numbers, mount or block (or 2/1), a filesystem and flags."""
+    assert parse_capability("5,1") == t.VolumeCapability.block(t.AccessMode.MULTI_NODE_MULTI_WRITER)
+    assert parse_capability("SINGLE_NODE_READER_ONLY,mount,xfs,ro,noatime") == (
+        t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_READER_ONLY, "xfs", ("ro", "noatime"))
+    )
+    for bad in ("1", "8,mount", "1,floppy", "1,block,ext4", "writer,mount"):
+        with pytest.raises(ValueError):
+            parse_capability(bad)
+
+
+def test_against_the_hostpath_driver(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Against hostpath the CLI stages and publishes with real bind mounts and tears down."""
+    config = HostPathConfig(state_dir=str(tmp_path / "state"), node_id="node-1")
+    with HostPathDriver(config).serve() as running:
+        cli = CLI(capsys, running.endpoint)
+        [vol] = cli.json("csi", "controller", "create-volume", "hp", "--req-bytes", "16Mi")
+        vid = vol["volume_id"]
+        staging, target = tmp_path / "staging", tmp_path / "pod" / "mnt"
+        staging.mkdir()
+        cli.json("csi", "node", "stage", vid, "--staging-target-path", str(staging))
+        cli.json("csi", "node", "publish", vid, "--target-path", str(target),
+                 "--staging-target-path", str(staging), "--read-only")  # fmt: skip
+        mounted = {e.mount_point: e for e in parse_mountinfo()}
+        assert str(target) in mounted and "ro" in mounted[str(target)].options
+        code, out, _ = cli.run("csi", "node", "stats", f"{vid}:{target}")
+        assert code == 0 and "BYTES" in out and "INODES" in out
+        cli.json("csi", "node", "unpublish", vid, "--target-path", str(target))
+        cli.json("csi", "node", "unstage", vid, "--staging-target-path", str(staging))
+        cli.json("csi", "controller", "delete-volume", vid)
+    assert not any(str(tmp_path) in e.mount_point for e in parse_mountinfo())
