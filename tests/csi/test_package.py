@@ -1,0 +1,35 @@
+"""The kubevol.csi package surface: light to import, lazy names resolve."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_importing_kubevol_csi_does_not_load_grpc() -> None:
+    """``import kubevol.csi`` stays light: grpc and protobuf load on first use only."""
+    code = (
+        "import sys, kubevol.csi\n"
+        "assert 'grpc' not in sys.modules, 'grpc imported'\n"
+        "assert 'google.protobuf' not in sys.modules, 'protobuf imported'\n"
+        "kubevol.csi.CSIClient\n"
+        "assert 'grpc' in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_lazy_names_are_the_real_objects() -> None:
+    """kubevol.csi re-exports the client and the error classes; unknown names fail."""
+    import pytest
+
+    import kubevol.csi
+    from kubevol.csi.client import CSIClient
+    from kubevol.csi.errors import CSIRPCUncertainError
+
+    assert kubevol.csi.CSIClient is CSIClient
+    assert kubevol.csi.CSIRPCUncertainError is CSIRPCUncertainError
+    with pytest.raises(AttributeError):
+        _ = kubevol.csi.NoSuchThing
