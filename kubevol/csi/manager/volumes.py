@@ -333,11 +333,13 @@ class VolumeManager:
         """Whether ``path`` is a healthy mount point. A corrupted mount (its filesystem no
         longer answers) is unmounted first and counts as not mounted, so the call that
         made it runs again instead of handing out a dead mount."""
-        if not os.path.lexists(path):
-            return False
+        # Corruption first: lstat of a dead FUSE mount point fails too, so an existence
+        # check would call it missing and the plugin would trip over it.
         if is_corrupted_mount(path):
             log.warning("unmounting corrupted mount at %s before mounting again", path)
             self._mounter.unmount(path)
+        if not os.path.lexists(path):
+            return False
         return self._mounter.is_mount_point(path)
 
     def _call(self, name: str, call: Callable[[float], T]) -> T:
