@@ -36,7 +36,12 @@ from kubevol.csi.manager.registry import (
     PluginType,
     RegisteredPlugin,
 )
-from kubevol.csi.manager.types import CSIInfo, TriggerNodeEvent, UpdateNodeCSIInfoFunc
+from kubevol.csi.manager.types import (
+    CSIInfo,
+    HealthState,
+    TriggerNodeEvent,
+    UpdateNodeCSIInfoFunc,
+)
 from kubevol.csi.manager.usage import UsageTracker
 from kubevol.csi.manager.volumes import PluginVolumeState, RetryPolicy, VolumeManager
 from kubevol.errors import PluginNotFoundError
@@ -165,6 +170,16 @@ class CSIManager:
             th.start()
         for th in threads:
             th.join()
+        # Every plugin with the state it ended in: one that never answered reads
+        # "undetected", not "detected" (a misleading log Nomad's driver manager once had).
+        for inst in instances:
+            final = inst.latest
+            log.info(
+                "CSI plugin %s (%s) at shutdown: %s",
+                inst.plugin.name,
+                inst.plugin.type.value,
+                final.health.value if final is not None else HealthState.UNDETECTED.value,
+            )
 
     # --- reconciling with the registry ----------------------------------------------
 
@@ -244,11 +259,17 @@ class CSIManager:
         return None if inst is None else inst.latest
 
     def wait_for_plugin(
-        self, plugin_type: PluginType | str, name: str, timeout: float
+        self,
+        name: str,
+        timeout: float,
+        *,
+        plugin_type: PluginType | str = PluginType.CSI_NODE,
     ) -> RegisteredPlugin:
         """Wait until the plugin is registered (for a restarting agent); see
         :meth:`PluginRegistry.wait_for_plugin`. Gives up when the manager shuts down."""
-        return self.registry.wait_for_plugin(plugin_type, name, timeout, cancel=self._cancel)
+        return self.registry.wait_for_plugin(
+            name, timeout, plugin_type=plugin_type, cancel=self._cancel
+        )
 
     def _wait_instance(self, plugin_id: str, deadline: float) -> InstanceManager:
         """The running instance of a registered node plugin, waiting for the run loop to

@@ -317,13 +317,14 @@ class PluginRegistry:
 
     def wait_for_plugin(
         self,
-        plugin_type: PluginType | str,
         name: str,
         timeout: float,
         *,
+        plugin_type: PluginType | str = PluginType.CSI_NODE,
         cancel: threading.Event | None = None,
     ) -> RegisteredPlugin:
-        """Wait until an instance of the plugin is registered and return the newest.
+        """Wait until an instance of plugin ``name`` (a node plugin unless ``plugin_type``
+        says otherwise) is registered and return the newest.
 
         Checks again after each backoff delay (:data:`WAIT_BACKOFF`: 200 ms doubling to
         5 s), and at once when the registry changes. Raises

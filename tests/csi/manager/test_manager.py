@@ -3,6 +3,7 @@ registry-driven instances and a deterministic shutdown."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Iterator
@@ -156,9 +157,11 @@ def test_plugin_that_never_answered_is_reported_undetected(
     managers: list[CSIManager],
     tmp_path: Path,
     sock_dir: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """No process behind the socket: reports say undetected (never healthy or "detected"),
-    and so does the final report at shutdown."""
+    and so do the final report and the shutdown log."""
+    caplog.set_level(logging.INFO, logger="kubevol.csi.manager.manager")
     registry.register(
         RegisteredPlugin(
             type=PluginType.CSI_NODE,
@@ -175,6 +178,7 @@ def test_plugin_that_never_answered_is_reported_undetected(
     assert {r.health for r in reports} == {HealthState.UNDETECTED}
     assert "failed initial fingerprint" in reports[0].health_description
     assert recorder.csi_events("ghost") == ["undetected"]
+    assert "CSI plugin ghost (csi-node) at shutdown: undetected" in caplog.messages
     with pytest.raises(ManagerShutdownError):
         mgr.mounter_for_plugin("ghost")
 
@@ -222,7 +226,7 @@ def test_resync_starts_instances_for_plugins_registered_before_run(
     restarted = PluginRegistry(registry.state_path)
     mgr = start_manager(managers, restarted, recorder)
     assert mgr.instance(PluginType.CSI_NODE, "hostpath") is not None
-    assert mgr.wait_for_plugin(PluginType.CSI_NODE, "hostpath", 1).alloc_id == "plugin-alloc-1"
+    assert mgr.wait_for_plugin("hostpath", 1).alloc_id == "plugin-alloc-1"
     mounter = mgr.mounter_for_plugin("hostpath", timeout=10)
     assert mounter.requires_staging
     with pytest.raises(PluginNotFoundError):

@@ -155,7 +155,7 @@ def test_wait_for_plugin_returns_when_registered_later() -> None:
     timer = threading.Timer(0.3, lambda: reg.register(entry(alloc="late")))
     timer.start()
     start = time.monotonic()
-    found = reg.wait_for_plugin(NODE, "hostpath", timeout=10)
+    found = reg.wait_for_plugin("hostpath", timeout=10)
     timer.join()
     assert found.alloc_id == "late"
     assert time.monotonic() - start < 5
@@ -165,8 +165,21 @@ def test_wait_for_plugin_times_out_with_a_timeout_error() -> None:
     """A plugin never registered: PluginWaitTimeoutError (TimeoutError and LookupError)."""
     reg = PluginRegistry(wait_backoff=Backoff(initial=0.01, maximum=0.05))
     with pytest.raises(PluginWaitTimeoutError, match=r"not registered within 0\.2s") as info:
-        reg.wait_for_plugin(NODE, "hostpath", timeout=0.2)
+        reg.wait_for_plugin("hostpath", timeout=0.2)
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, LookupError)
+
+
+def test_wait_for_plugin_of_another_type_and_cancelled() -> None:
+    """plugin_type selects controller plugins; a set cancel event ends the wait early."""
+    reg = PluginRegistry()
+    reg.register(entry(name="ctl", ptype=CONTROLLER))
+    assert reg.wait_for_plugin("ctl", 1, plugin_type=CONTROLLER).name == "ctl"
+    cancel = threading.Event()
+    cancel.set()
+    start = time.monotonic()
+    with pytest.raises(PluginWaitTimeoutError):
+        reg.wait_for_plugin("ctl", 30, cancel=cancel)  # a node plugin "ctl" never comes
+    assert time.monotonic() - start < 1
 
 
 def test_wait_backoff_grows_from_200ms_to_5s() -> None:
