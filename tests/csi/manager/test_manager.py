@@ -156,7 +156,6 @@ def test_plugin_that_never_answered_is_reported_undetected(
     recorder: Recorder,
     managers: list[CSIManager],
     tmp_path: Path,
-    sock_dir: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """No process behind the socket: reports say undetected (never healthy or "detected"),
@@ -167,7 +166,7 @@ def test_plugin_that_never_answered_is_reported_undetected(
             type=PluginType.CSI_NODE,
             name="ghost",
             alloc_id="a1",
-            socket_path=str(sock_dir / "ghost.sock"),
+            socket_path=str(tmp_path / "ghost.sock"),  # nobody listens
             mount_root=str(tmp_path / "root"),
         )
     )
