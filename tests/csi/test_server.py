@@ -265,6 +265,19 @@ def test_bad_variables_are_refused(variable: str, value: str) -> None:
         ServerConfig.from_env({variable: value})
 
 
+def test_bad_etcd_lock_settings_are_refused_before_serving(tmp_path: Path) -> None:
+    """A malformed X_CSI_SERIAL_VOL_ACCESS_ETCD_* variable fails start-up; no socket is left."""
+    plugin, _ = make_plugin()
+    env = {
+        "X_CSI_SERIAL_VOL_ACCESS": "true",
+        "X_CSI_SERIAL_VOL_ACCESS_ETCD_ENDPOINTS": "127.0.0.1:2379",
+        "X_CSI_SERIAL_VOL_ACCESS_ETCD_TTL": "forever",
+    }
+    with pytest.raises(ServerConfigError, match="X_CSI_SERIAL_VOL_ACCESS_ETCD_TTL"):
+        serve_in_background(plugin, str(tmp_path / "csi.sock"), env=env)
+    assert not (tmp_path / "csi.sock").exists()
+
+
 def test_missing_endpoint_is_refused() -> None:
     """Without CSI_ENDPOINT or an explicit endpoint there is nothing to serve on."""
     plugin, _ = make_plugin()

@@ -27,8 +27,8 @@ import grpc
 from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import Endpoint, Scheme, parse_endpoint
 from kubevol.csi.errors import CSIEndpointError, CSIServeError, status_for_exception
-from kubevol.csi.locks import VolumeLockProvider, lock_provider_from_env
-from kubevol.csi.server.config import Mode, ServerConfig
+from kubevol.csi.locks import LockConfigError, VolumeLockProvider, lock_provider_from_env
+from kubevol.csi.server.config import Mode, ServerConfig, ServerConfigError
 from kubevol.csi.server.middleware import build_chain
 from kubevol.csi.server.services import (
     ControllerService,
@@ -265,7 +265,10 @@ def serve_in_background(
     owns = lock_provider is None
     provider = lock_provider
     if config.serial_vol_access and provider is None:
-        provider = lock_provider_from_env(variables)
+        try:
+            provider = lock_provider_from_env(variables)
+        except LockConfigError as exc:
+            raise ServerConfigError(str(exc)) from exc
     interceptors = build_chain(config, extra=plugin.interceptors, lock_provider=provider)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=plugin.max_workers, thread_name_prefix="csi"),
