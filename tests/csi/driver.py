@@ -7,6 +7,7 @@ creates/removes the target directory as a real node plugin must.
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 import time
@@ -176,9 +177,7 @@ class Controller(ControllerService):
             snapshot_id=f"snap-{request.name}",
             source_volume_id=request.source_volume_id,
             size_bytes=4096,
-            creation_time=__import__("datetime").datetime(
-                2024, 1, 2, 3, 4, 5, tzinfo=__import__("datetime").UTC
-            ),
+            creation_time=datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
             ready_to_use=True,
         )
         return csi_pb2.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
