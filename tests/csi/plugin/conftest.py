@@ -18,7 +18,6 @@ import pytest
 # Test helpers are imported as ``tests.csi.plugin.*`` (as mypy names them).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_DRIVER
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
@@ -26,10 +25,7 @@ from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.host import NodeVolumeHost
 from tests.csi.plugin.csiplugin_driver import (
-    DRIVER_NAME,
-    DirDriver,
     detach_loops_under,
-    serve_dir_driver,
     unmount_all_under,
 )
 from tests.csi.plugin.rig import (
@@ -40,6 +36,7 @@ from tests.csi.plugin.rig import (
     LoopDevices,
     Rig,
     RigFactory,
+    RigMaker,
 )
 
 
@@ -48,42 +45,9 @@ def make_rig(tmp_path: Path) -> Iterator[RigFactory]:
     """Build a Rig: ``make_rig(node_caps=..., controller_caps=..., register=True, **plugin)``."""
     if os.geteuid() != 0:
         pytest.fail("the CSI plugin tests need root (real mounts)")
-    made: list[Rig] = []
-
-    def make(
-        *,
-        node_caps: set[t.NodeCapability] | None = None,
-        controller_caps: set[t.ControllerCapability] | None = None,
-        register: bool = True,
-        max_volumes: int = 0,
-        shared_device: str = "",
-        host_kwargs: dict[str, Any] | None = None,
-        **plugin_kwargs: Any,
-    ) -> Rig:
-        base = tmp_path / f"rig{len(made)}"
-        (base / "kubelet").mkdir(parents=True)
-        (base / "state").mkdir()
-        driver = DirDriver(
-            base / "state", node_caps=node_caps, controller_caps=controller_caps,
-            max_volumes=max_volumes, shared_device=shared_device,
-        )
-        handle = serve_dir_driver(driver, base / "csi.sock")
-        registry = DriverRegistry(node_info_timeout=10, client_timeout=20)
-        plugin = CSIPlugin(registry=registry, timeout=20, attach_timeout=5, **plugin_kwargs)
-        host = NodeVolumeHost(root_dir=str(base / "kubelet"), node_name=NODE_NAME,
-                              **(host_kwargs or {}))
-        plugin.init(host)
-        rig = Rig(base, driver, plugin, host, handle)
-        made.append(rig)
-        if register:
-            registry.register_driver(DRIVER_NAME, handle.address, ["1.0.0"])
-        return rig
-
-    yield make
-    for rig in reversed(made):
-        unmount_all_under(rig.base)
-        rig.registry.close()
-        rig.handle.stop(grace=1)
+    maker = RigMaker(tmp_path)
+    yield maker.make
+    maker.close()
 
 
 @pytest.fixture

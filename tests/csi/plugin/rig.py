@@ -10,13 +10,19 @@ from typing import Any
 
 import attrs
 
+from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.host import NodeVolumeHost
 from kubevol.spec import Spec
-from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, DirDriver
+from tests.csi.plugin.csiplugin_driver import (
+    DRIVER_NAME,
+    DirDriver,
+    serve_dir_driver,
+    unmount_all_under,
+)
 
 NODE_NAME = "node-1"
 #: The CSI node id the hostpath driver reports (not the Kubernetes node name).
@@ -145,3 +151,51 @@ class HostPathRig:
 
 
 HostPathRigFactory = Callable[..., HostPathRig]
+
+
+class RigMaker:
+    """Makes Rigs under ``base`` (a test's tmp_path) and undoes them all in :meth:`close`."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.made: list[Rig] = []
+
+    def make(
+        self,
+        *,
+        node_caps: set[t.NodeCapability] | None = None,
+        controller_caps: set[t.ControllerCapability] | None = None,
+        register: bool = True,
+        max_volumes: int = 0,
+        shared_device: str = "",
+        host_kwargs: dict[str, Any] | None = None,
+        **plugin_kwargs: Any,
+    ) -> Rig:
+        """A driver with these capabilities, served and (unless told not to) registered;
+        ``plugin_kwargs`` go to :class:`CSIPlugin`, ``host_kwargs`` to the host."""
+        base = self.base / f"rig{len(self.made)}"
+        (base / "kubelet").mkdir(parents=True)
+        (base / "state").mkdir()
+        driver = DirDriver(
+            base / "state", node_caps=node_caps, controller_caps=controller_caps,
+            max_volumes=max_volumes, shared_device=shared_device,
+        )
+        handle = serve_dir_driver(driver, base / "csi.sock")
+        registry = DriverRegistry(node_info_timeout=10, client_timeout=20)
+        plugin = CSIPlugin(registry=registry, timeout=20, attach_timeout=5, **plugin_kwargs)
+        host = NodeVolumeHost(root_dir=str(base / "kubelet"), node_name=NODE_NAME,
+                              **(host_kwargs or {}))
+        plugin.init(host)
+        rig = Rig(base, driver, plugin, host, handle)
+        self.made.append(rig)
+        if register:
+            registry.register_driver(DRIVER_NAME, handle.address, ["1.0.0"])
+        return rig
+
+    def close(self) -> None:
+        """Unmount what is left, close the registries, stop the drivers."""
+        for rig in reversed(self.made):
+            unmount_all_under(rig.base)
+            rig.registry.close()
+            rig.handle.stop(grace=1)
+        self.made.clear()
