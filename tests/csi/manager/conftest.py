@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +42,16 @@ def mounts_under(root: Path) -> list[str]:
     return [e.mount_point for e in parse_mountinfo() if (e.mount_point + "/").startswith(prefix)]
 
 
+def accepts(path: str) -> bool:
+    """Whether something accepts connections on the unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
+
+
 class PluginProcess:
     """One ``plugin_driver.py`` process; restartable on the same socket and log."""
 
@@ -57,7 +68,8 @@ class PluginProcess:
         cmd = [sys.executable, str(DRIVER), "--endpoint", self.socket_path, "--name", self.name]
         cmd += ["--log", str(self.log_path), *self.args, *extra]
         self.proc = subprocess.Popen(cmd)
-        wait_until(lambda: os.path.exists(self.socket_path), 20, f"socket {self.socket_path}")
+        # Wait for a connection, not the file: a killed driver leaves its socket behind.
+        wait_until(lambda: accepts(self.socket_path), 20, f"socket {self.socket_path}")
         return self
 
     def kill(self) -> None:

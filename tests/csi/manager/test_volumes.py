@@ -341,7 +341,7 @@ def test_retries_stop_when_the_time_budget_is_spent(
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
     calls = proc.calls("NodeStageVolume")
     assert 3 <= len(calls) <= 12
-    assert calls[-1]["t"] - calls[0]["t"] < 0.5
+    assert calls[-1]["t"] - calls[0]["t"] < 1.0  # far below the 2-minute default budget
 
 
 def test_names_that_would_escape_the_root_are_refused(
