@@ -20,7 +20,7 @@ from kubevol.csi import types as t
 from kubevol.csi.attach.base import AttachBackend, AttachRequest, attachment_name
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError
-from kubevol.csi.registration.registry import DriverRegistry
+from kubevol.csi.registration.registry import DriverRegistry, RegisteredDriver
 from kubevol.errors import OperationError
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,13 @@ class DirectAttachBackend(AttachBackend):
         self._caps: dict[tuple[str, str], frozenset[t.ControllerCapability]] = {}
         self._published: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
+        # A driver that registers again may come back with other capabilities.
+        registry.add_listener(self._forget_capabilities)
+
+    def _forget_capabilities(self, event: str, driver: RegisteredDriver) -> None:
+        with self._lock:
+            for key in [k for k in self._caps if k[0] == driver.name]:
+                del self._caps[key]
 
     def close(self) -> None:
         """Close the clients this backend opened for separate controller endpoints."""
