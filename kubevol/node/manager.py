@@ -117,12 +117,13 @@ class NodeVolumeManager:
 
     # -- reconstruction ---------------------------------------------------------------------
 
-    def reconstruct(self, *, clean: bool = True) -> Reconstruction:
+    def reconstruct(self, *, clean: bool = True, repair_all: bool = False) -> Reconstruction:
         """Rebuild the actual state from disk and merge it in (known volumes are kept).
 
         With ``clean``, volumes that could not be rebuilt are cleaned once when their pod is
-        managed and not desired, and orphan device mounts no desired volume claims are
-        unmounted through the guards; what was done is in the result.
+        managed (any pod with ``repair_all``) and not desired, and orphan device mounts no
+        desired volume claims are unmounted through the guards; what was done is in the
+        result.
         """
         result = scan(self.host, self.mgr, mountinfo_path=self.mountinfo_path)
         self.actual.merge(result.actual_state())
@@ -132,15 +133,17 @@ class NodeVolumeManager:
                 self.reconciler.forget_pod_later(uid)
         if not clean:
             return result
-        result = result.with_failures([self._clean_failure(f) for f in result.failures])
+        result = result.with_failures(
+            [self._clean_failure(f, repair_all) for f in result.failures]
+        )
         claimed = {v.device_mount_path for v in self.desired.volumes_to_mount()}
         return result.with_orphans(
             [self._clean_orphan(o) for o in result.orphans if o.path not in claimed]
         )
 
-    def _clean_failure(self, failed: FailedVolume) -> FailedVolume:
+    def _clean_failure(self, failed: FailedVolume, repair_all: bool) -> FailedVolume:
         uid = failed.dir.pod_uid
-        if not self.managed(uid):
+        if not repair_all and not self.managed(uid):
             return attrs.evolve(failed, cleanup="left: the pod is not managed here")
         if self.desired.pod(uid) is not None:
             return attrs.evolve(failed, cleanup="left: the pod is desired; set-up redoes it")
@@ -150,6 +153,8 @@ class NodeVolumeManager:
         return attrs.evolve(failed, cleanup=outcome)
 
     def _clean_orphan(self, orphan: OrphanDeviceMount) -> OrphanDeviceMount:
+        if orphan.kind != "device":
+            return attrs.evolve(orphan, cleanup="left: block volume mounts are not cleaned here")
         try:
             self.generator.unmount_orphan_device(orphan)()
         except Exception as exc:  # reported to the caller with the orphan

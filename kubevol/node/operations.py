@@ -67,6 +67,9 @@ Operation = Callable[[], None]
 #: The part of a device mount path that the kubelet's ``HasMountRefs`` looks for.
 _PLUGIN_PATH_MARKER = "/plugins/kubernetes.io/"
 
+#: The pod UID given to a block unmapper that tears the device down for no pod in particular.
+_NO_POD = "no-pod"
+
 #: How long a mount waits for its device to be attached (the kubelet's ``waitForAttachTimeout``).
 WAIT_FOR_ATTACH_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -423,7 +426,8 @@ class OperationGenerator:
 
         def run() -> None:
             plugin = self._mapper_plugin(av.plugin_name)
-            unmapper = plugin.new_block_volume_unmapper(av.spec.name(), "")
+            # The kubelet passes no pod here; plugins that validate the UID get a stand-in.
+            unmapper = plugin.new_block_volume_unmapper(av.spec.name(), _NO_POD)
             global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
             self._refuse_if_used(av)
             refs = _bind_refs(self.host, global_map_path)
@@ -490,7 +494,7 @@ def _map_block_device(
     if not os.path.lexists(bind):
         with open(bind, "w", encoding="utf-8"):
             pass
-    if mounter.is_likely_not_mount_point(bind):
+    if not mounter.is_mount_point(bind):
         mounter.mount(device_path, bind, "", ["bind"])
     os.makedirs(os.path.dirname(pod_link), mode=0o750, exist_ok=True)
     if os.path.islink(pod_link):

@@ -31,7 +31,6 @@ from kubevol.host import NodeVolumeHost, validate_path_segment
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, unique_volume_name
 from kubevol.spec import Spec, deserialize
-from kubevol.types import VolumeOptions
 
 #: Namespace for UIDs derived from ``namespace/name`` when a manifest has none.
 _UID_NAMESPACE = uuid.UUID("6f1c1f36-9b0e-4c4f-8a8b-0c2d6b1b7a10")
@@ -253,7 +252,7 @@ def volume_to_mount(
     size: int | None = None,
 ) -> VolumeToMount:
     """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its capabilities,
-    the unique name and the device mount (or global map) path."""
+    the unique name and the device mount path (filesystem volumes)."""
     plugin = mgr.find_plugin_by_spec(spec)
     name = plugin.get_plugin_name()
     device_plugin = mgr.find_device_mountable_plugin_by_spec(spec)
@@ -262,11 +261,9 @@ def volume_to_mount(
     shared = device_plugin is not None or attach_plugin is not None
     device_mount_path = ""
     if mode is VolumeMode.BLOCK:
-        mapper_plugin = mgr.find_mapper_plugin_by_spec(spec)
-        if mapper_plugin is None:
+        # The global map path is learnt when mapping: making a mapper may write metadata.
+        if mgr.find_mapper_plugin_by_spec(spec) is None:
             raise SpecError(f"volume {outer_name!r}: plugin {name!r} cannot map block volumes")
-        mapper = mapper_plugin.new_block_volume_mapper(spec, pod, VolumeOptions())
-        device_mount_path = mapper.get_global_map_path(spec)
     elif device_plugin is not None:
         device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
     return VolumeToMount(
@@ -398,3 +395,41 @@ def records_for(manifests: Manifests, state: PodState) -> list[PodRecord]:
 def describe_pods(records: Sequence[PodRecord]) -> dict[str, str]:
     """UID → ``namespace/name`` of recorded pods."""
     return {r.uid: r.name for r in records}
+
+
+class RecordWatcher:
+    """Re-reads only the records that changed since the last :meth:`refresh` (by inode,
+    size and modification time), for agents that poll the records."""
+
+    def __init__(self, records: PodRecords) -> None:
+        self.records = records
+        self._cache: dict[str, tuple[tuple[int, int, int], PodRecord]] = {}
+
+    def refresh(self) -> tuple[dict[str, PodRecord], set[str]]:
+        """All records by UID, and the UIDs whose record appeared, changed or went."""
+        try:
+            names = os.listdir(self.records.dir)
+        except FileNotFoundError:
+            names = []
+        seen: dict[str, tuple[tuple[int, int, int], PodRecord]] = {}
+        changed: set[str] = set()
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            uid = name[: -len(".json")]
+            try:
+                st = os.stat(os.path.join(self.records.dir, name))
+            except FileNotFoundError:
+                continue
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            cached = self._cache.get(uid)
+            if cached is not None and cached[0] == stamp:
+                seen[uid] = cached
+                continue
+            record = self.records.read(uid)
+            if record is not None:
+                seen[uid] = (stamp, record)
+                changed.add(uid)
+        changed |= set(self._cache) - set(seen)
+        self._cache = seen
+        return {uid: r for uid, (_, r) in seen.items()}, changed

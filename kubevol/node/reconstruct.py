@@ -115,6 +115,9 @@ class OrphanDeviceMount:
     plugin_name: str
     source: str
     fs_type: str
+    #: ``device`` for a device (staging) mount, ``block`` for a mount of a block volume's
+    #: layout (``plugins/<plugin>/volumeDevices/...``), which is reported, never unmounted.
+    kind: str = "device"
     cleanup: str = ""
 
 
@@ -207,6 +210,7 @@ class Reconstruction:
             "orphan_device_mounts": [
                 {
                     "path": o.path,
+                    "kind": o.kind,
                     "plugin": o.plugin_name,
                     "source": o.source,
                     "fs_type": o.fs_type,
@@ -357,7 +361,8 @@ def _reconstruct(
     device_mount_path = ""
     if d.mode is VolumeMode.BLOCK:
         assert mapper_plugin is not None
-        mapper = mapper_plugin.new_block_volume_mapper(spec, pod, VolumeOptions())
+        # The unmapper only reads what is on disk (a mapper may write its metadata).
+        mapper = mapper_plugin.new_block_volume_unmapper(d.spec_name, d.pod_uid)
         map_dir, link = mapper.get_pod_device_map_path()
         mount_path = os.path.join(map_dir, link)
         device_mount_path = mapper.get_global_map_path(spec)
@@ -435,8 +440,10 @@ def find_orphan_device_mounts(
 ) -> list[OrphanDeviceMount]:
     """Mounts under ``<root>/plugins/`` that none of ``found`` (or ``claimed`` paths) use."""
     plugins_dir = os.path.join(os.path.realpath(host.root_dir), "plugins")
+    found = list(found)
     known = {os.path.realpath(f.device_mount_path) for f in found if f.device_mount_path}
     known |= {os.path.realpath(p) for p in claimed if p}
+    block_names = {f.dir.spec_name for f in found if f.dir.mode is VolumeMode.BLOCK}
     table = MountTable(read_mountinfo_bytes(mountinfo_path))
     out: dict[str, OrphanDeviceMount] = {}
     for entry in table.entries():
@@ -446,11 +453,19 @@ def find_orphan_device_mounts(
         if any(_is_under(point, k) for k in known):
             continue
         rel = point[len(plugins_dir) + 1 :].split("/")
+        kind = "device"
+        if "volumeDevices" in rel:
+            # Staging, publish and map paths of block volumes are named by the volume's
+            # spec name; those of a rebuilt block volume are its own.
+            if block_names & set(rel[rel.index("volumeDevices") + 1 :]):
+                continue
+            kind = "block"
         out[point] = OrphanDeviceMount(
             path=point,
             plugin_name=_plugin_of(mgr, rel),
             source=entry.source,
             fs_type=entry.fs_type,
+            kind=kind,
         )
     return list(out.values())
 

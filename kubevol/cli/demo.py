@@ -1,0 +1,418 @@
+"""``kubevol demo``: the whole story on a throw-away root, with nothing to set up.
+
+It serves the bundled hostpath CSI driver in-process on a temporary socket (twice: once
+plain, once in shared-filesystem mode), registers both, mounts the volumes of the example
+pods in ``examples/`` (a CSI volume staged once and published into two pods, a CSI block
+volume, an emptyDir on disk and one in memory, a hostPath, two volumes of one shared
+filesystem), shows them, drops every in-memory state as a crash would, rebuilds the state
+from disk, checks no file was lost, tears everything down and checks that no mount and no
+loop device is left. Every check that fails is reported, and the exit status is then 1.
+
+The helpers (:func:`load_examples`, :func:`create_demo_volumes`, :func:`leftovers`) are
+used by the tests too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from kubevol.cli.node_common import add_metrics, report_sync, volume_rows
+from kubevol.cli.output import write_table
+from kubevol.errors import KubevolError
+from kubevol.node.pods import Manifests, PodRecord, PodState, desired_pod, parse_manifests
+from kubevol.node.privileges import require_privileges
+from kubevol.node.state import DesiredPod, VolumeMode
+
+#: A PersistentVolume with this annotation set to "true" is created on its driver by the demo.
+CREATE_ANNOTATION = "kubevol.io/demo-create-volume"
+#: The driver name of the hostpath driver in shared-filesystem mode.
+SHARED_DRIVER = "shared.hostpath.csi.kubevol.io"
+#: The file written into each volume, and checked after the crash.
+MARKER = "kubevol-demo.txt"
+
+_ACCESS_MODES = {
+    "ReadWriteOnce": "SINGLE_NODE_WRITER",
+    "ReadWriteOncePod": "SINGLE_NODE_SINGLE_WRITER",
+    "ReadOnlyMany": "MULTI_NODE_READER_ONLY",
+    "ReadWriteMany": "MULTI_NODE_MULTI_WRITER",
+}
+
+
+def examples_dir() -> Path:
+    """The ``examples/`` directory of the source tree kubevol runs from."""
+    return Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_examples(directory: Path, demo_dir: str) -> Manifests:
+    """Every ``*.yaml`` of ``directory``, ``${DEMO_DIR}`` replaced by ``demo_dir``, merged."""
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise KubevolError(f"no example manifests (*.yaml) in {directory}")
+    out = Manifests()
+    for path in files:
+        text = path.read_text(encoding="utf-8").replace("${DEMO_DIR}", demo_dir)
+        out = out.merged(parse_manifests(text, str(path)))
+    return out
+
+
+def create_demo_volumes(
+    manifests: Manifests, clients: Mapping[str, Any]
+) -> tuple[Manifests, list[tuple[str, str]]]:
+    """Create every PersistentVolume annotated :data:`CREATE_ANNOTATION` on its driver
+    (``clients``: driver name → :class:`~kubevol.csi.client.CSIClient`) and put the returned
+    volume handle in it; returns the new manifests and the (driver, volume id) created."""
+    from kubevol.csi import types as t
+    from kubevol.plugins._util import quantity_bytes
+
+    pvs = dict(manifests.pvs)
+    created: list[tuple[str, str]] = []
+    for name, pv in sorted(manifests.pvs.items()):
+        annotations = (pv.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(CREATE_ANNOTATION) != "true":
+            continue
+        spec = pv.get("spec") or {}
+        csi = spec.get("csi") or {}
+        driver = csi.get("driver", "")
+        if driver not in clients:
+            raise KubevolError(f"PersistentVolume {name}: no demo driver called {driver!r}")
+        mode = t.AccessMode[_ACCESS_MODES[(spec.get("accessModes") or ["ReadWriteOnce"])[0]]]
+        if spec.get("volumeMode") == VolumeMode.BLOCK.value:
+            capability = t.VolumeCapability.block(mode)
+        else:
+            capability = t.VolumeCapability.mount(mode, csi.get("fsType", ""))
+        size = quantity_bytes((spec.get("capacity") or {}).get("storage")) or 0
+        volume = clients[driver].create_volume(
+            name, [capability], capacity_range=t.CapacityRange(required_bytes=size)
+        )
+        created.append((driver, volume.volume_id))
+        pvs[name] = {**pv, "spec": {**spec, "csi": {**csi, "volumeHandle": volume.volume_id}}}
+    return Manifests(pods=manifests.pods, pvs=pvs, pvcs=manifests.pvcs), created
+
+
+def leftovers(directory: str) -> list[str]:
+    """Mounts at or under ``directory`` and loop devices backed by files under it."""
+    from kubevol.mount.mountinfo import parse_mountinfo
+
+    base = os.path.realpath(directory)
+    found = [
+        f"mount {e.mount_point}"
+        for e in parse_mountinfo()
+        if e.mount_point == base or e.mount_point.startswith(base + "/")
+    ]
+    for backing in sorted(glob.glob("/sys/block/loop*/loop/backing_file")):
+        try:
+            with open(backing, encoding="utf-8") as f:
+                target = f.read().strip()
+        except OSError:
+            continue
+        if target.startswith(base + "/"):
+            found.append(f"loop device /dev/{backing.split('/')[3]} on {target}")
+    return found
+
+
+class Story:
+    """Prints numbered steps as they happen and collects what went wrong."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.problems: list[str] = []
+        self._n = 0
+
+    @contextlib.contextmanager
+    def step(self, title: str) -> Iterator[None]:
+        """Print ``title``, run the block, print how long it took or why it failed."""
+        self._n += 1
+        self.out.write(f"[{self._n}] {title} ...\n")
+        self.out.flush()
+        started = time.monotonic()
+        yield
+        self.out.write(f"    done in {time.monotonic() - started:.2f} s\n")
+        self.out.flush()
+
+    def say(self, text: str) -> None:
+        """An indented line under the current step."""
+        self.out.write(f"    {text}\n")
+        self.out.flush()
+
+    def check(self, ok: bool, what: str) -> None:
+        """Record ``what`` as a problem unless ``ok``; say it either way."""
+        self.say(("ok: " if ok else "PROBLEM: ") + what)
+        if not ok:
+            self.problems.append(what)
+
+
+def _markers(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Write a marker into each writable filesystem volume and the block device; returns
+    (pod, volume) → where it went (a file path, or ``block:<device path>``)."""
+    written: dict[tuple[str, str], str] = {}
+    for row in rows:
+        path, key = row["path"], (row["pod"], row["volume"])
+        text = f"{row['pod']} {row['volume']}\n".encode()
+        if row["plugin"] == "kubernetes.io/csi" and "/volumeDevices/" in path:
+            with open(path, "r+b") as dev:
+                dev.write(text.ljust(512, b"\0"))
+            written[key] = "block:" + path
+            continue
+        try:
+            Path(path, MARKER).write_bytes(text)
+        except OSError:
+            continue  # a read-only volume (the backup pod's view of the database)
+        written[key] = os.path.join(path, MARKER)
+    return written
+
+
+def _check_markers(story: Story, written: dict[tuple[str, str], str]) -> None:
+    for (pod, volume), where in sorted(written.items()):
+        expected = f"{pod} {volume}\n".encode()
+        try:
+            if where.startswith("block:"):
+                with open(where[len("block:"):], "rb") as dev:
+                    ok = dev.read(512).rstrip(b"\0") == expected
+            else:
+                ok = Path(where).read_bytes() == expected
+        except OSError:
+            ok = False
+        story.check(ok, f"{pod} {volume}: the file written before the crash is intact")
+
+
+def _show(
+    story: Story, runtime: Any, pods: list[DesiredPod], actual: Any, root: str
+) -> list[dict[str, Any]]:
+    names = {p.uid: p.name for p in pods}
+    rows = volume_rows(pods, actual, None, names)
+    add_metrics(runtime, rows)
+    shown = [
+        {**r, "path": r["path"].replace(root + "/", "<root>/"), "usage": r.get("usage", "-")}
+        for r in rows
+    ]
+    story.say(f"<root> is {root}")
+    write_table(shown, ("pod", "volume", "plugin", "state", "usage", "path"), story.out)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    require_privileges("kubevol demo", loop_devices=True)
+    out = sys.stdout
+    story = Story(out)
+    work = tempfile.mkdtemp(prefix="kubevol-demo-", dir=args.workdir)
+    try:
+        with contextlib.ExitStack() as stack:
+            tell(story, stack, work, args)
+    except Exception as exc:  # any failure is the demo's result: report it, then clean up
+        story.problems.append(f"{type(exc).__name__}: {exc}")
+        out.write(f"\nthe demo stopped: {type(exc).__name__}: {exc}\n")
+    left = leftovers(work)
+    story.check(not left, "nothing is left mounted or attached" + (
+        f" (left: {', '.join(left)})" if left else ""))
+    if not left and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    if story.problems:
+        out.write(f"\nkubevol demo: {len(story.problems)} problem(s):\n")
+        for problem in story.problems:
+            out.write(f"  - {problem}\n")
+        return 1
+    out.write("\nkubevol demo: every check passed.\n")
+    return 0
+
+
+@attrs.define
+class _Demo:
+    """What the steps share."""
+
+    story: Story
+    stack: contextlib.ExitStack
+    work: str
+    args: argparse.Namespace
+    node: str = "demo-node"
+    endpoints: dict[str, str] = attrs.field(factory=dict)
+    clients: dict[str, Any] = attrs.field(factory=dict)
+    manifests: Manifests = attrs.field(factory=Manifests)
+    desired: list[DesiredPod] = attrs.field(factory=list)
+    written: dict[tuple[str, str], str] = attrs.field(factory=dict)
+
+    @property
+    def root(self) -> str:
+        return os.path.join(self.work, "root")
+
+    def runtime(self) -> Any:
+        from kubevol.node.runtime import NodeRuntime
+
+        return NodeRuntime(self.root, node_name=self.node, csi_drivers=self.endpoints,
+                           csi_timeout=30)
+
+
+def tell(story: Story, stack: contextlib.ExitStack, work: str, args: argparse.Namespace) -> None:
+    """The story's steps (see the module docstring); cleanup is pushed on ``stack``."""
+    demo = _Demo(story=story, stack=stack, work=work, args=args)
+    _serve_drivers(demo)
+    _load(demo)
+    _mount_and_crash(demo)
+    runtime = demo.runtime()
+    stack.callback(runtime.close)
+    pods = runtime.volume_manager()
+    stack.callback(pods.close)
+    _reconstruct(demo, pods)
+    _shared_filesystem(demo, runtime, pods)
+    with story.step("tearing every pod down"):
+        for record in runtime.records.all():
+            runtime.records.write(PodRecord(uid=record.uid, state=PodState.TERMINATING,
+                                            objects=record.objects))
+        result = pods.sync(timeout=args.timeout)
+        report_sync(result, story.out)
+        story.check(result.converged and not runtime.records.all(),
+                    "every volume was torn down, unstaged and forgotten")
+        story.check(not os.listdir(os.path.join(demo.root, "pods")), "no pod directory is left")
+    with story.step("deleting the volumes and stopping the drivers"):
+        stack.close()
+
+
+def _serve_drivers(demo: _Demo) -> None:
+    from kubevol.csi.client import CSIClient
+    from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+
+    with demo.story.step("serving the bundled hostpath CSI driver in-process, twice"):
+        for name, image in ((DRIVER_NAME, ""), (SHARED_DRIVER, "shared-fs.img")):
+            config = HostPathConfig(
+                state_dir=os.path.join(demo.work, name), node_id=demo.node, driver_name=name,
+                capacity_bytes=2 << 30,
+                shared_filesystem=os.path.join(demo.work, image) if image else "",
+                shared_filesystem_size=128 << 20,
+            )
+            running = HostPathDriver(config).serve()
+            demo.stack.callback(running.stop)
+            demo.endpoints[name] = running.endpoint
+            demo.clients[name] = CSIClient(running.endpoint, timeout=30)
+            demo.stack.callback(demo.clients[name].close)
+            demo.story.say(f"{name} on {running.endpoint}"
+                           + (" (every volume on one ext4 filesystem)" if image else ""))
+
+
+def _load(demo: _Demo) -> None:
+    with demo.story.step(f"loading the example pods from {demo.args.examples}"):
+        manifests = load_examples(Path(demo.args.examples), demo.work)
+        demo.manifests, created = create_demo_volumes(manifests, demo.clients)
+        for driver, volume_id in created:
+            demo.stack.callback(_delete_quietly, demo.clients[driver], volume_id)
+        demo.story.say(f"{len(manifests.pods)} pods, {len(manifests.pvs)} PersistentVolumes "
+                       f"({len(created)} created on the drivers)")
+
+
+def _mount_and_crash(demo: _Demo) -> None:
+    from kubevol.node.pods import records_for
+
+    story = demo.story
+    runtime = demo.runtime()
+    with story.step("registering the drivers and mounting every volume"):
+        story.check(not runtime.unregistered, "both drivers are registered")
+        for record in records_for(demo.manifests, PodState.RUNNING):
+            runtime.records.write(record)
+        pods = runtime.volume_manager()
+        result = pods.sync(timeout=demo.args.timeout)
+        report_sync(result, story.out)
+        story.check(result.converged, "every volume of every pod is set up")
+        demo.desired = [desired_pod(runtime.mgr, p, demo.manifests) for p in demo.manifests.pods]
+        rows = _show(story, runtime, demo.desired, pods.manager.actual, demo.root)
+        demo.written = _markers(rows)
+        story.say(f"wrote a file into {len(demo.written)} volumes (the block device included)")
+    with story.step("crash: dropping every in-memory state"):
+        mounted = leftovers(demo.root)
+        pods.close()
+        runtime.close()
+        story.say(f"{len(mounted)} mounts stay on the node; nothing in memory knows them")
+
+
+def _reconstruct(demo: _Demo, pods: Any) -> None:
+    story = demo.story
+    with story.step("reconstructing the volumes from disk"):
+        rebuilt = pods.reconstruct()
+        rows = rebuilt.to_dict()["volumes"]
+        write_table(
+            [{**r, "pod": r["pod_uid"][:8]} for r in rows],
+            ("pod", "plugin", "volume", "mode", "mount", "device"), story.out,
+        )
+        on_disk = sum(1 for p in demo.desired for v in p.volumes
+                      if v.plugin_name != "kubernetes.io/host-path")
+        story.check(len(rows) == on_disk,
+                    f"all {on_disk} pod volumes kept on disk were found ({len(rows)})")
+        story.check(not rebuilt.failures and not rebuilt.orphans,
+                    "no volume failed to rebuild and no device mount is orphaned")
+        states = {p.state.value for p in pods.manager.actual.mounted_volumes()}
+        story.check(states == {"uncertain"},
+                    "every rebuilt mount is marked uncertain until confirmed")
+        result = pods.sync(timeout=demo.args.timeout)
+        report_sync(result, story.out)
+        story.check(result.converged, "the volumes are confirmed (set up again, idempotently)")
+        _check_markers(story, demo.written)
+
+
+def _shared_filesystem(demo: _Demo, runtime: Any, pods: Any) -> None:
+    from kubevol.mount.guard import check_unmount_device
+
+    story = demo.story
+    with story.step("one of two volumes of one filesystem goes: the unstage guard"):
+        first, second = [v for p in demo.desired for v in p.volumes
+                         if v.volume_name.startswith(SHARED_DRIVER + "^")]
+        runtime.records.write(PodRecord(uid=first.pod_uid, state=PodState.TERMINATING,
+                                        objects=()))
+        pods.refresh()
+        pods.manager.reconcile()  # one pass: the pod's publish goes, the staging stays
+        pods.manager.executor.wait_idle(demo.args.timeout)
+        for policy in ("kubelet", "safe"):
+            verdict = check_unmount_device(first.device_mount_path, root_dir=demo.root,
+                                           policy=policy)
+            story.say(f"{policy} policy: {'may unstage' if verdict.allowed else 'refuses'}: "
+                      f"{verdict.message.replace(demo.root + '/', '<root>/')}")
+            story.check(verdict.allowed == (policy == "safe"),
+                        f"the {policy} policy {'allows' if policy == 'safe' else 'refuses'} "
+                        "the unstage while the other volume is staged")
+        result = pods.sync(timeout=demo.args.timeout)
+        story.check(result.converged and not os.path.ismount(first.device_mount_path)
+                    and os.path.ismount(second.device_mount_path),
+                    "the pod went and its volume was unstaged; the other stays staged")
+
+
+def _uids(manifests: Manifests) -> list[tuple[dict[str, Any], str]]:
+    from kubevol.node.pods import pod_uid
+
+    return [(p, pod_uid(p)) for p in manifests.pods]
+
+
+def _delete_quietly(client: Any, volume_id: str) -> None:
+    with contextlib.suppress(KubevolError):
+        client.delete_volume(volume_id)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="the whole story on a throw-away root: mount, crash, reconstruct, tear down",
+        description=(
+            "Serve the bundled hostpath CSI driver in-process, mount the volumes of the "
+            "example pods (CSI filesystem and block, emptyDir, hostPath, two volumes of one "
+            "shared filesystem), drop the in-memory state as a crash would, rebuild it from "
+            "disk, tear everything down and check nothing is left. Needs root (mounts and "
+            "loop devices). Exits 1 if any check fails."
+        ),
+    )
+    parser.add_argument("--examples", default=str(examples_dir()), metavar="DIR",
+                        help="directory of example manifests (default: the source tree's)")
+    parser.add_argument("--workdir", default=None, metavar="DIR",
+                        help="where to create the throw-away root (default: the temp dir)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the throw-away directory (it is empty unless a check failed)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds each convergence may take (default: 60)")
+    parser.set_defaults(func=run)
+

@@ -1,0 +1,61 @@
+"""``kubevol down``: tear down the volumes of pods under a kubelet-style root."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
+from kubevol.errors import KubevolError
+from kubevol.host import validate_path_segment
+from kubevol.node.pods import PodRecord, PodState, load_manifest_files, pod_uid
+from kubevol.node.privileges import require_privileges
+
+
+def run(args: argparse.Namespace) -> int:
+    require_privileges("kubevol down")
+    if bool(args.manifests) == bool(args.pod_uid):
+        raise KubevolError("give either POD_MANIFEST files or --pod-uid, not both or neither")
+    if args.manifests:
+        uids = [pod_uid(p) for p in load_manifest_files(args.manifests).pods]
+    else:
+        uids = [validate_path_segment(u, "pod UID") for u in args.pod_uid]
+    with open_runtime(args) as runtime:
+        for uid in uids:
+            old = runtime.records.read(uid)
+            runtime.records.write(PodRecord(
+                uid=uid, state=PodState.TERMINATING,
+                objects=old.objects if old is not None else (),
+            ))
+        pods = runtime.volume_manager(workers=args.workers)
+        try:
+            pods.reconstruct()
+            result = pods.sync(timeout=args.timeout)
+        finally:
+            pods.close()
+        left = [u for u in uids if runtime.records.read(u) is not None]
+        for uid in uids:
+            print(f"{uid}: {'still being torn down' if uid in left else 'gone'}")
+        report_sync(result, sys.stderr)
+        return 0 if result.converged and not left else 1
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "down",
+        help="tear down the volumes of pods under a kubelet-style root",
+        description=(
+            "Unmount the volumes of the pods named by POD_MANIFEST files (or by --pod-uid), "
+            "unstage and detach devices no other pod uses, and remove the pods' directories. "
+            "Works after a crash: what is mounted is found on disk."
+        ),
+    )
+    parser.add_argument("manifests", nargs="*", metavar="POD_MANIFEST")
+    parser.add_argument("--pod-uid", action="append", default=[], metavar="UID",
+                        help="a pod to tear down by UID (repeatable)")
+    add_root_flags(parser)
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to keep retrying (default: 120)")
+    parser.add_argument("--workers", type=int, default=8, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)

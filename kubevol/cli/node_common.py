@@ -1,0 +1,163 @@
+"""What the node commands (``up``, ``down``, ``status``, ``reconstruct``, ``demo``) share:
+their common flags, opening the node runtime, rows describing volumes, and reporting a sync."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+from kubevol.errors import KubevolError, MetricsError
+from kubevol.node.manager import SyncResult
+from kubevol.node.reconstruct import FoundVolume, MountCheck, Reconstruction
+from kubevol.node.runtime import NodeRuntime, parse_driver_flag
+from kubevol.node.state import ActualState, DesiredPod
+from kubevol.plugins import HOST_PATH_PLUGIN_NAME
+
+
+def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> None:
+    """``--root`` (required), ``--node-name``, and ``--csi-driver`` (repeatable)."""
+    parser.add_argument(
+        "--root", required=True, metavar="DIR",
+        help="the kubelet-style root directory (pods/, plugins/ ... live under it)",
+    )
+    parser.add_argument(
+        "--node-name", default=None, help="this node's name (default: the host name)"
+    )
+    if drivers:
+        parser.add_argument(
+            "--csi-driver", action="append", default=[], metavar="NAME=ENDPOINT",
+            help="a CSI driver to use, e.g. hostpath.csi.kubevol.io=unix:///run/hp.sock; "
+            "remembered under the root for later commands (repeatable)",
+        )
+    parser.add_argument(
+        "--guard-policy", choices=("safe", "kubelet"), default="safe",
+        help="the unstage guard's rules for CSI device mounts (default: safe)",
+    )
+
+
+def open_runtime(args: argparse.Namespace) -> NodeRuntime:
+    """The node runtime the flags describe. Raises KubevolError for a bad ``--csi-driver``."""
+    drivers: dict[str, str] = {}
+    for value in getattr(args, "csi_driver", []) or []:
+        try:
+            name, endpoint = parse_driver_flag(value)
+        except ValueError as exc:
+            raise KubevolError(f"--csi-driver: {exc}") from exc
+        drivers[name] = endpoint
+    runtime = NodeRuntime(
+        os.path.abspath(args.root), node_name=args.node_name, csi_drivers=drivers,
+        guard_policy=args.guard_policy,
+    )
+    for name, why in sorted(runtime.unregistered.items()):
+        print(f"warning: CSI driver {name} is not available: {why}", file=sys.stderr)
+    return runtime
+
+
+def human_bytes(value: int | None) -> str:
+    """``1536`` → ``1.5 KiB``; None → ``-``."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"  # pragma: no cover - the loop always returns
+
+
+def state_of(found: FoundVolume) -> str:
+    """What the mount check means for this kind of volume, in one word."""
+    if found.mount is MountCheck.NOT_MOUNTED and not (
+        found.device_mountable or found.attachable
+    ):
+        return "present"  # a plain directory volume (emptyDir on disk)
+    return found.mount.value
+
+
+def _row(names: dict[str, str], uid: str, spec_name: str, **fields: Any) -> dict[str, Any]:
+    return {"pod": names.get(uid, uid), "pod_uid": uid, "spec_name": spec_name, **fields}
+
+
+def volume_rows(
+    desired: Sequence[DesiredPod],
+    actual: ActualState | None,
+    found: Reconstruction | None,
+    names: dict[str, str],
+) -> list[dict[str, Any]]:
+    """One row per pod volume: from the actual state when given, else from a scan.
+
+    ``desired`` supplies outer names (and hostPath volumes, which leave nothing on disk);
+    ``names`` maps pod UIDs to ``namespace/name``.
+    """
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    if actual is not None:
+        for av in actual.volumes():
+            device = av.device_state.value if av.device_mountable else None
+            for m in av.pods:
+                rows[(m.pod_uid, av.plugin_name, m.spec_name)] = _row(
+                    names, m.pod_uid, m.spec_name, volume=m.outer_name,
+                    plugin=av.plugin_name, path=m.path, state=m.state.value, device=device,
+                )
+    if found is not None:
+        for f in found.volumes:
+            d = f.dir
+            rows.setdefault((d.pod_uid, d.plugin_name, d.spec_name), _row(
+                names, d.pod_uid, d.spec_name, volume=d.spec_name, plugin=d.plugin_name,
+                path=f.mount_path, state=state_of(f), device=f.device.value if f.device else None,
+            ))
+        for failed in found.failures:
+            d = failed.dir
+            rows[(d.pod_uid, d.plugin_name, d.spec_name)] = _row(
+                names, d.pod_uid, d.spec_name, volume=d.spec_name, plugin=d.plugin_name,
+                path=d.path, state="unreadable", device=None, error=failed.reason,
+            )
+    for pod in desired:
+        for v in pod.volumes:
+            key = (v.pod_uid, v.plugin_name, v.spec_name)
+            if key in rows:
+                rows[key]["volume"] = v.outer_name
+                continue
+            path, state = "", "not set up"
+            if v.plugin_name == HOST_PATH_PLUGIN_NAME:
+                # hostPath keeps nothing under the pod: the node's path is the volume.
+                path = v.volume_name
+                state = "host path" if os.path.lexists(path) else "missing"
+            rows[key] = _row(
+                names, v.pod_uid, v.spec_name, volume=v.outer_name, plugin=v.plugin_name,
+                path=path, state=state, device=None,
+            )
+    return [rows[k] for k in sorted(rows, key=lambda k: (rows[k]["pod"], k[2]))]
+
+
+def add_metrics(runtime: NodeRuntime, rows: Iterable[dict[str, Any]]) -> None:
+    """Fill ``used``/``capacity``/``available`` (bytes, None when unknown) and ``usage``
+    (``used/capacity`` for people) of each row from its plugin."""
+    for row in rows:
+        row.update(used=None, capacity=None, available=None)
+        if row["state"] in ("not set up", "unreadable", "missing", "corrupted"):
+            row["usage"] = "-"
+            continue
+        try:
+            plugin = runtime.mgr.find_plugin_by_name(row["plugin"])
+            metrics = plugin.new_unmounter(row["spec_name"], row["pod_uid"]).get_metrics()
+        except (KubevolError, MetricsError, OSError, ValueError) as exc:
+            row["usage"] = "-"
+            row["metrics_error"] = str(exc)
+            continue
+        row.update(used=metrics.used, capacity=metrics.capacity, available=metrics.available)
+        row["usage"] = f"{human_bytes(metrics.used)}/{human_bytes(metrics.capacity)}"
+
+
+def report_sync(result: SyncResult, out: TextIO = sys.stderr) -> None:
+    """Say what is left and why, when a sync did not converge."""
+    if result.converged:
+        return
+    why = "only final errors are left" if result.stuck else "the time ran out"
+    print(f"not done ({why}):", file=out)
+    for item in result.pending:
+        print(f"  pending: {item}", file=out)
+    for failure in result.failures:
+        print(f"  {failure.kind} {failure.key}: {failure.error}", file=out)

@@ -1,0 +1,57 @@
+"""``kubevol status``: the volumes under a kubelet-style root, with state and usage."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kubevol.cli.node_common import add_metrics, add_root_flags, open_runtime, volume_rows
+from kubevol.cli.output import add_output_flag, render
+from kubevol.errors import KubevolError
+from kubevol.node.pods import PodState, desired_pod
+from kubevol.node.reconstruct import scan
+from kubevol.node.state import DesiredPod
+
+COLUMNS = ("pod", "volume", "plugin", "path", "state", "desired", "usage")
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_runtime(args) as runtime:
+        records = runtime.records.all()
+        desired: list[DesiredPod] = []
+        for record in records:
+            if record.state is not PodState.RUNNING:
+                continue
+            try:
+                m = record.manifests()
+                desired += [desired_pod(runtime.mgr, p, m) for p in m.pods]
+            except KubevolError as exc:
+                print(f"warning: recorded pod {record.uid}: {exc}", file=sys.stderr)
+        found = scan(runtime.host, runtime.mgr)
+        names = {r.uid: r.name for r in records}
+        rows = volume_rows(desired, None, found, names)
+        wanted = {r.uid: r.state.value for r in records}
+        for row in rows:
+            row["desired"] = wanted.get(row["pod_uid"], "unknown")
+        if not args.no_metrics:
+            add_metrics(runtime, rows)
+        render(rows, args.output, sys.stdout, columns=COLUMNS)
+        return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="list the volumes under a kubelet-style root with their state and usage",
+        description=(
+            "List every pod volume found under --root and every volume of the pods kubevol "
+            "runs there, with its state on disk (mounted, present, not-mounted, corrupted, "
+            "unreadable, not set up), what kubevol was asked (running, terminating, or "
+            "unknown for pods it did not mount) and its usage. Changes nothing."
+        ),
+    )
+    add_root_flags(parser)
+    parser.add_argument("--no-metrics", action="store_true", help="do not measure volumes")
+    add_output_flag(parser, ("table", "json", "yaml"))
+    parser.set_defaults(func=run)

@@ -1,0 +1,68 @@
+"""``kubevol up``: mount the volumes of pods under a kubelet-style root."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, volume_rows
+from kubevol.cli.output import add_output_flag, render
+from kubevol.node.pods import (
+    PodRecords,
+    PodState,
+    desired_pod,
+    load_manifest_files,
+    records_for,
+)
+from kubevol.node.privileges import require_privileges
+
+COLUMNS = ("pod", "volume", "plugin", "path", "state")
+
+
+def run(args: argparse.Namespace) -> int:
+    require_privileges("kubevol up")
+    manifests = load_manifest_files(args.manifests)
+    with open_runtime(args) as runtime:
+        # Check every pod before recording any: bad input changes nothing.
+        wanted = [desired_pod(runtime.mgr, pod, manifests) for pod in manifests.pods]
+        records: PodRecords = runtime.records
+        for record in records_for(manifests, PodState.RUNNING):
+            records.write(record)
+        pods = runtime.volume_manager(workers=args.workers)
+        try:
+            pods.reconstruct()
+            result = pods.sync(timeout=args.timeout)
+            names = {p.uid: p.name for p in wanted}
+            rows = [
+                r for r in volume_rows(wanted, pods.manager.actual, None, names)
+                if not wanted or r["pod_uid"] in names
+            ]
+        finally:
+            pods.close()
+        for uid, why in sorted(pods.invalid.items()):
+            print(f"warning: recorded pod {uid} cannot be run: {why}", file=sys.stderr)
+        render(rows, args.output, sys.stdout, columns=COLUMNS)
+        report_sync(result)
+        return 0 if result.converged else 1
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="mount the volumes of pods under a kubelet-style root",
+        description=(
+            "Mount the volumes of the pods in MANIFEST files (YAML: Pods with the "
+            "PersistentVolumes and PersistentVolumeClaims they use) under --root, as the "
+            "kubelet lays them out, and record the pods there. Volumes of pods recorded "
+            "before are brought back if they went missing (after a crash). Without "
+            "MANIFEST, only brings the recorded pods up to date."
+        ),
+    )
+    parser.add_argument("manifests", nargs="*", metavar="MANIFEST", help="YAML manifest file")
+    add_root_flags(parser)
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to keep retrying (default: 120)")
+    parser.add_argument("--workers", type=int, default=8, help=argparse.SUPPRESS)
+    add_output_flag(parser)
+    parser.set_defaults(func=run)

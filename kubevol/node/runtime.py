@@ -1,0 +1,259 @@
+"""``NodeRuntime``: everything a node agent needs on one kubelet-style root, assembled.
+
+It builds the host, the plugin manager with the built-in plugins and the
+``kubernetes.io/csi`` plugin, and the CSI driver registry; it remembers the CSI drivers it
+was given (``<root>/kubevol/csi-drivers.json``, name → endpoint) so that later runs on the
+same root reach them again, and registers them, retrying those that were down::
+
+    drivers = {"hostpath.csi.kubevol.io": "unix:///run/hp.sock"}
+    with open_node("/var/lib/kubevol", csi_drivers=drivers) as node:
+        pods = node.volume_manager()
+
+This module imports the CSI stack (gRPC); the rest of :mod:`kubevol.node` does not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from kubevol.csi.plugin import CSIPlugin
+from kubevol.csi.registration import DriverRegistry
+from kubevol.errors import KubevolError
+from kubevol.host import NodeVolumeHost
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount.guard import GuardPolicy
+from kubevol.node.manager import NodeVolumeManager, SyncResult
+from kubevol.node.pods import STATE_DIR, PodRecords, PodState, RecordWatcher, desired_pod
+from kubevol.node.reconstruct import Reconstruction
+from kubevol.plugins import builtin_plugins
+
+log = logging.getLogger(__name__)
+
+#: The CSI versions assumed for a driver given by endpoint (it has no registration socket
+#: to say which it speaks): every CSI driver in use speaks 1.x.
+ASSUMED_CSI_VERSIONS = ("1.0.0",)
+
+#: How long registration waits for a driver's NodeGetInfo.
+REGISTRATION_TIMEOUT = 5.0
+
+#: How often a long-running agent retries drivers that could not be registered.
+REGISTRATION_RETRY = 1.0
+
+
+class DriverEndpoints:
+    """The CSI drivers known on a root (name → endpoint), in one JSON file written atomically."""
+
+    def __init__(self, host: NodeVolumeHost) -> None:
+        self.path = os.path.join(host.root_dir, STATE_DIR, "csi-drivers.json")
+
+    def load(self) -> dict[str, str]:
+        """The known drivers; ``{}`` when none. Raises KubevolError for a corrupt file."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise KubevolError(f"{self.path} is unreadable: {exc}") from exc
+        if not isinstance(data, dict):
+            raise KubevolError(f"{self.path} must hold a JSON object of name: endpoint")
+        return {str(k): str(v) for k, v in data.items()}
+
+    def save(self, drivers: Mapping[str, str]) -> None:
+        """Replace the known drivers."""
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".tmp-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(dict(sorted(drivers.items())), f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, self.path)
+
+
+def parse_driver_flag(value: str) -> tuple[str, str]:
+    """``NAME=ENDPOINT`` → (name, endpoint); a bare socket path becomes ``unix://PATH``.
+
+    Raises ValueError naming the value when it is not of that form.
+    """
+    name, sep, endpoint = value.partition("=")
+    if not sep or not name or not endpoint:
+        raise ValueError(f"expected NAME=ENDPOINT (e.g. hostpath.csi.kubevol.io=unix:///run/"
+                         f"hp.sock), got {value!r}")
+    if endpoint.startswith("/"):
+        endpoint = "unix://" + endpoint
+    return name, endpoint
+
+
+class NodeRuntime:
+    """Host, plugins, CSI registry and records of one root. Close it when done."""
+
+    def __init__(
+        self,
+        root_dir: str,
+        *,
+        node_name: str | None = None,
+        csi_drivers: Mapping[str, str] | None = None,
+        guard_policy: GuardPolicy | str = GuardPolicy.SAFE,
+        csi_timeout: float = 60.0,
+        registration_timeout: float = REGISTRATION_TIMEOUT,
+    ) -> None:
+        self.host = NodeVolumeHost(
+            root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0]
+        )
+        self.registry = DriverRegistry(
+            node_info_timeout=registration_timeout, client_timeout=csi_timeout
+        )
+        self.csi = CSIPlugin(
+            registry=self.registry, guard_policy=guard_policy, timeout=csi_timeout,
+            attach_timeout=csi_timeout,
+        )
+        self.mgr = VolumePluginMgr()
+        self.mgr.init_plugins([*builtin_plugins(), self.csi], host=self.host)
+        self.records = PodRecords(self.host)
+        self.endpoints = DriverEndpoints(self.host)
+        self._wanted: dict[str, str] = {}
+        self._last_try = 0.0
+        self._lock = threading.Lock()
+        #: Drivers that could not be registered, with why (retried by ensure_drivers).
+        self.unregistered: dict[str, str] = {}
+        known = self.endpoints.load()
+        given = dict(csi_drivers or {})
+        if given and {**known, **given} != known:
+            self.endpoints.save({**known, **given})
+        self._wanted = {**known, **given}
+        self.ensure_drivers(force=True)
+
+    def ensure_drivers(self, *, force: bool = False) -> dict[str, str]:
+        """Register the known drivers that are not registered yet (at most once per
+        :data:`REGISTRATION_RETRY` seconds unless ``force``); returns those still missing."""
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._last_try < REGISTRATION_RETRY:
+                return dict(self.unregistered)
+            self._last_try = now
+            missing = {n: e for n, e in self._wanted.items() if not self.registry.is_registered(n)}
+        problems: dict[str, str] = {}
+        for name, endpoint in sorted(missing.items()):
+            try:
+                self.registry.register_driver(name, endpoint, ASSUMED_CSI_VERSIONS)
+            except KubevolError as exc:
+                log.warning("CSI driver %s at %s is not available: %s", name, endpoint, exc)
+                problems[name] = f"{endpoint}: {exc}"
+        with self._lock:
+            self.unregistered = problems
+        return dict(problems)
+
+    def volume_manager(self, **kwargs: Any) -> RecordedPods:
+        """A volume manager on this root that runs the recorded pods (see
+        :class:`RecordedPods`); keyword arguments go to :class:`NodeVolumeManager`."""
+        return RecordedPods(self, **kwargs)
+
+    def close(self) -> None:
+        """Close the CSI clients. Idempotent."""
+        self.registry.close()
+
+    def __enter__(self) -> NodeRuntime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RecordedPods:
+    """A :class:`NodeVolumeManager` whose desired state is the pod records of the root.
+
+    Recorded ``running`` pods are desired; ``terminating`` ones are torn down and their
+    record removed once nothing of them is left; pods found on disk without a record are
+    not managed (left alone). :meth:`refresh` re-reads changed records; it runs before each
+    pass of :meth:`sync` and :meth:`run`.
+    """
+
+    def __init__(self, node: NodeRuntime, **kwargs: Any) -> None:
+        self.node = node
+        self.watcher = RecordWatcher(node.records)
+        self.known: set[str] = set()
+        #: Records whose manifests could not be turned into desired pods, with why.
+        self.invalid: dict[str, str] = {}
+        self.manager = NodeVolumeManager(
+            node.host, node.mgr, managed=lambda uid: uid in self.known, **kwargs
+        )
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Bring the desired state in line with the records; retry unregistered drivers."""
+        records, changed = self.watcher.refresh()
+        self.known = set(records)
+        for uid in sorted(changed):
+            record = records.get(uid)
+            if record is None or record.state is PodState.TERMINATING:
+                self.invalid.pop(uid, None)
+                self.manager.remove_pod(uid)
+                continue
+            try:
+                manifests = record.manifests()
+                for pod in manifests.pods:
+                    self.manager.set_pod(desired_pod(self.node.mgr, pod, manifests))
+                self.invalid.pop(uid, None)
+            except KubevolError as exc:
+                log.error("recorded pod %s cannot be run: %s", uid, exc)
+                self.invalid[uid] = str(exc)
+        if self.node.unregistered:
+            self.node.ensure_drivers()
+
+    def forget_terminated(self) -> list[str]:
+        """Remove the records of terminating pods of which nothing is left; their UIDs."""
+        in_use = self.manager.actual.pods()
+        done = []
+        for uid in sorted(self.known):
+            record = self.node.records.read(uid)
+            if record is None or record.state is not PodState.TERMINATING:
+                continue
+            if uid in in_use or os.path.lexists(self.node.host.get_pod_dir(uid)):
+                continue
+            self.node.records.remove(uid)
+            done.append(uid)
+        return done
+
+    def reconstruct(self, **kwargs: Any) -> Reconstruction:
+        """:meth:`NodeVolumeManager.reconstruct` after a refresh."""
+        self.refresh()
+        return self.manager.reconstruct(**kwargs)
+
+    def sync(self, timeout: float = 120.0) -> SyncResult:
+        """Refresh, reconcile until converged (or stuck, or ``timeout``), forget terminated pods."""
+        self.refresh()
+        result = self.manager.sync(timeout=timeout)
+        self.forget_terminated()
+        return result
+
+    def run(self, stop: threading.Event, *, period: float = 0.1) -> None:
+        """Reconcile until ``stop`` is set, following the records as they change."""
+
+        def before_pass() -> None:
+            self.refresh()
+            self.forget_terminated()
+
+        self.manager.run(stop, period=period, before_pass=before_pass)
+
+    def close(self) -> None:
+        """Close the volume manager (not the runtime)."""
+        self.manager.close()
+
+
+def open_node(root_dir: str, **kwargs: Any) -> NodeRuntime:
+    """A :class:`NodeRuntime` on ``root_dir`` (keyword arguments as its constructor's)."""
+    return NodeRuntime(root_dir, **kwargs)
