@@ -21,6 +21,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kubevol.cli.mount_refs",
     "kubevol.cli.csi",
     "kubevol.cli.driver",
+    "kubevol.cli.up",
+    "kubevol.cli.down",
+    "kubevol.cli.status",
+    "kubevol.cli.reconstruct",
+    "kubevol.cli.demo",
 )
 
 #: Exit code for bad input (as argparse uses).
