@@ -1,0 +1,135 @@
+"""The conformance suite's pytest plugin (a ``pytest11`` entry point, so it is loaded before
+the command line is parsed and ``pytest --pyargs kubevol.csi.sanity --csi-endpoint ...``
+works).
+
+In any other test run it only adds the ``--csi-*`` options and fixtures named ``csi_*``:
+it collects nothing, and it fails nothing unless the suite's own tests were collected
+without ``--csi-endpoint``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # imported lazily: loading the plugin must stay cheap for every test run
+    from kubevol.csi.sanity.context import Resources, SanityConfig, SanityContext
+
+SUITE_PACKAGE = "kubevol.csi.sanity"
+_SUITE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the ``--csi-*`` options."""
+    group = parser.getgroup("csi-sanity", "CSI conformance suite (kubevol.csi.sanity)")
+    group.addoption("--csi-endpoint", default=None, help="the driver's endpoint (required)")
+    group.addoption(
+        "--csi-controller-endpoint", default="", help="the controller's endpoint, if separate"
+    )
+    group.addoption(
+        "--csi-staging-dir", default="", help="where staging directories go (default: temp)"
+    )
+    group.addoption("--csi-mount-dir", default="", help="where targets go (default: temp)")
+    group.addoption("--csi-volume-size", default="64Mi", help="size of test volumes")
+    group.addoption(
+        "--csi-volume-expand-size", default="", help="size to expand to (default: +64Mi)"
+    )
+    group.addoption(
+        "--csi-access-type",
+        default="mount",
+        choices=("mount", "block"),
+        help="access type of test volumes",
+    )
+    group.addoption("--csi-secrets-file", default="", help="secrets (flat or csi-sanity YAML)")
+    group.addoption("--csi-params-file", default="", help="CreateVolume parameters (YAML)")
+    group.addoption(
+        "--csi-snapshot-params-file", default="", help="CreateSnapshot parameters (YAML)"
+    )
+    group.addoption(
+        "--csi-mutable-params-file",
+        default="",
+        help="ControllerModifyVolume parameters (YAML); the positive modify test needs them",
+    )
+    group.addoption(
+        "--csi-idempotent-count",
+        default=3,
+        type=int,
+        help="how often each mutating call is repeated (default: 3)",
+    )
+    group.addoption("--csi-timeout", default="60s", help="per-call timeout")
+
+
+def _is_suite_item(item: pytest.Item) -> bool:
+    return str(item.path).startswith(_SUITE_DIR + os.sep)
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Refuse to run the suite's tests without an endpoint."""
+    if config.getoption("--csi-endpoint") is None and any(_is_suite_item(i) for i in items):
+        raise pytest.UsageError(f"{SUITE_PACKAGE} needs --csi-endpoint unix:///path/to/csi.sock")
+
+
+def build_config(config: pytest.Config) -> SanityConfig:
+    """The suite's settings from the command line; UsageError for a bad value or file."""
+    from kubevol.csi.sanity.context import SanityConfig
+    from kubevol.csi.sanity.inputs import (
+        Secrets,
+        load_parameters,
+        load_secrets,
+        parse_duration,
+        parse_size,
+    )
+
+    opt = config.getoption
+    try:
+        expand = opt("--csi-volume-expand-size")
+        return SanityConfig(
+            endpoint=opt("--csi-endpoint"),
+            controller_endpoint=opt("--csi-controller-endpoint"),
+            staging_dir=opt("--csi-staging-dir"),
+            mount_dir=opt("--csi-mount-dir"),
+            volume_size=parse_size(opt("--csi-volume-size")),
+            expand_size=parse_size(expand) if expand else 0,
+            access_type=opt("--csi-access-type"),
+            secrets=load_secrets(opt("--csi-secrets-file"))
+            if opt("--csi-secrets-file")
+            else Secrets(),
+            parameters=_params(opt("--csi-params-file"), load_parameters),
+            snapshot_parameters=_params(opt("--csi-snapshot-params-file"), load_parameters),
+            mutable_parameters=_params(opt("--csi-mutable-params-file"), load_parameters),
+            idempotent_count=max(1, opt("--csi-idempotent-count")),
+            timeout=parse_duration(opt("--csi-timeout")),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"csi-sanity: {exc}") from exc
+
+
+def _params(path: str, load: Any) -> dict[str, str]:
+    return dict(load(path)) if path else {}
+
+
+@pytest.fixture(scope="session")
+def csi_sanity(request: pytest.FixtureRequest) -> Iterator[SanityContext]:
+    """The driver under test: clients and advertised capabilities (one per session)."""
+    from kubevol.csi.sanity.context import SanityContext
+
+    ctx = SanityContext(build_config(request.config))
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def csi_resources(csi_sanity: SanityContext, request: pytest.FixtureRequest) -> Iterator[Resources]:
+    """What the test creates; cleaned up afterwards, and the cleanup calls must succeed."""
+    from kubevol.csi.sanity.context import Resources
+
+    res = Resources(csi_sanity, request.node.name)
+    yield res
+    problems = res.cleanup()
+    if problems:
+        pytest.fail("cleanup calls failed (they must answer OK): " + "; ".join(problems))
