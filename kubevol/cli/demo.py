@@ -316,13 +316,13 @@ def _mount_and_crash(demo: _Demo) -> None:
     runtime = demo.runtime()
     with story.step("registering the drivers and mounting every volume"):
         story.check(not runtime.unregistered, "both drivers are registered")
+        demo.desired = [desired_pod(runtime.mgr, p, demo.manifests) for p in demo.manifests.pods]
         for record in records_for(demo.manifests, PodState.RUNNING):
             runtime.records.write(record)
         pods = runtime.volume_manager()
         result = pods.sync(timeout=demo.args.timeout)
         report_sync(result, story.out)
         story.check(result.converged, "every volume of every pod is set up")
-        demo.desired = [desired_pod(runtime.mgr, p, demo.manifests) for p in demo.manifests.pods]
         rows = _show(story, runtime, demo.desired, pods.manager.actual, demo.root)
         demo.written = _markers(rows)
         story.say(f"wrote a file into {len(demo.written)} volumes (the block device included)")

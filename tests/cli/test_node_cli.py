@@ -1,0 +1,257 @@
+"""``kubevol up``, ``down``, ``status``, ``reconstruct`` and ``demo`` end to end: real mounts,
+the bundled hostpath CSI driver on a unix socket, the command line as users run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubevol.cli.main import main
+from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
+from kubevol.csi.drivers.common import RunningDriver
+from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.privileges import missing_privileges
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def mounts_under(path: Path) -> list[str]:
+    base = os.path.realpath(path)
+    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(base + "/")]
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[RunningDriver]:
+    """The hostpath driver served in-process; everything under tmp_path unmounted after."""
+    if os.geteuid() != 0:
+        pytest.fail("the node CLI tests need root (real mounts)")
+    running = HostPathDriver(HostPathConfig(state_dir=str(tmp_path / "hp"), node_id="n1")).serve()
+    try:
+        yield running
+    finally:
+        for point in reversed(mounts_under(tmp_path)):
+            subprocess.run(["umount", "-l", point], check=False)
+        running.stop()
+
+
+def write_manifest(tmp_path: Path, handle: str, *, claim_volume: str = "pv1") -> Path:
+    text = f"""
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: pv1}}
+spec:
+  capacity: {{storage: 64Mi}}
+  accessModes: [ReadWriteOnce]
+  csi: {{driver: {DRIVER_NAME}, volumeHandle: "{handle}"}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: shop}}
+spec: {{volumeName: {claim_volume}, accessModes: [ReadWriteOnce]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: shop, uid: 11111111-2222-3333-4444-555555555555}}
+spec:
+  containers: [{{name: c, image: x}}]
+  volumes:
+  - {{name: data, persistentVolumeClaim: {{claimName: data}}}}
+  - {{name: cache, emptyDir: {{medium: Memory, sizeLimit: 8Mi}}}}
+  - {{name: logs, hostPath: {{path: {tmp_path}/logs, type: DirectoryOrCreate}}}}
+"""
+    path = tmp_path / "web.yaml"
+    path.write_text(text)
+    return path
+
+
+def create_volume(driver: RunningDriver) -> str:
+    with CSIClient(driver.endpoint) as client:
+        volume = client.create_volume(
+            "v1", [t.VolumeCapability.mount()],
+            capacity_range=t.CapacityRange(required_bytes=64 << 20),
+        )
+    return volume.volume_id
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+UID = "11111111-2222-3333-4444-555555555555"
+
+
+def test_up_status_reconstruct_down(
+    tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod with a CSI, an emptyDir and a hostPath volume goes up, is listed with usage,
+    reconstructed read-only, and goes down leaving nothing (the driver remembered)."""
+    manifest = write_manifest(tmp_path, create_volume(driver))
+    root = str(tmp_path / "root")
+    flags = ["--root", root, "--node-name", "n1"]
+    code, rows = run_json(capsys, "up", *flags, "--csi-driver",
+                          f"{DRIVER_NAME}={driver.endpoint}", "-o", "json", str(manifest))
+    assert code == 0
+    assert isinstance(rows, list)
+    assert {(r["volume"], r["plugin"], r["state"]) for r in rows} == {
+        ("data", "kubernetes.io/csi", "mounted"),
+        ("cache", "kubernetes.io/empty-dir", "mounted"),
+        ("logs", "kubernetes.io/host-path", "mounted"),
+    }
+    csi_mount = f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1/mount"
+    assert csi_mount in mounts_under(tmp_path)
+
+    code, status = run_json(capsys, "status", *flags, "-o", "json")
+    assert code == 0 and isinstance(status, list)
+    by_volume = {r["volume"]: r for r in status}
+    assert by_volume["data"]["state"] == "mounted" and by_volume["data"]["desired"] == "running"
+    assert by_volume["data"]["capacity"] == 64 << 20
+    assert by_volume["cache"]["capacity"] == 8 << 20
+    assert by_volume["logs"]["state"] == "host path"
+    assert all(r["pod"] == "shop/web" for r in status)
+
+    code, found = run_json(capsys, "reconstruct", *flags, "-o", "json")
+    assert code == 0 and isinstance(found, dict)
+    assert {(v["plugin"], v["mount"]) for v in found["volumes"]} == {
+        ("kubernetes.io/csi", "mounted"), ("kubernetes.io/empty-dir", "mounted"),
+    }
+    assert found["failures"] == [] and found["orphan_device_mounts"] == []
+
+    assert main(["down", *flags, str(manifest)]) == 0
+    assert f"{UID}: gone" in capsys.readouterr().out
+    assert mounts_under(tmp_path) == []
+    assert not os.path.exists(f"{root}/pods/{UID}")
+    assert os.listdir(f"{root}/kubevol/pods") == []
+    assert (tmp_path / "logs").is_dir()  # the node's own directory stays
+
+
+def test_up_refuses_bad_manifest_and_changes_nothing(
+    tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A claim bound to no PersistentVolume: exit 1, a message naming it, nothing recorded."""
+    manifest = write_manifest(tmp_path, "h", claim_volume="pv-missing")
+    root = tmp_path / "root"
+    code = main(["up", "--root", str(root), "--node-name", "n1", str(manifest)])
+    assert code == 1
+    assert "PersistentVolumeClaim shop/data is not bound" in capsys.readouterr().err
+    assert not (root / "pods").exists()
+    assert not (root / "kubevol" / "pods").exists() or not os.listdir(root / "kubevol" / "pods")
+
+
+def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
+    tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod whose record is gone is left alone by up, and torn down by down --pod-uid."""
+    manifest = write_manifest(tmp_path, create_volume(driver))
+    root = str(tmp_path / "root")
+    flags = ["--root", root, "--node-name", "n1"]
+    assert main(["up", *flags, "--csi-driver", f"{DRIVER_NAME}={driver.endpoint}",
+                 str(manifest)]) == 0
+    os.unlink(f"{root}/kubevol/pods/{UID}.json")
+    assert main(["up", *flags]) == 0  # converging the recorded pods does not touch it
+    assert len(mounts_under(tmp_path)) == 3
+    capsys.readouterr()
+    code, status = run_json(capsys, "status", *flags, "-o", "json", "--no-metrics")
+    assert code == 0
+    assert isinstance(status, list) and {r["desired"] for r in status} == {"unknown"}
+    assert main(["down", *flags, "--pod-uid", UID]) == 0
+    assert mounts_under(tmp_path) == []
+
+
+def test_reconstruct_repair_cleans_an_unreadable_volume(
+    tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod volume with a corrupt vol_data.json is reported read-only; --repair unmounts
+    it and tries the device no pod leads to any more, reporting the driver's refusal (it
+    still counts the publish kubevol could not tell it about) with exit status 1."""
+    manifest = write_manifest(tmp_path, create_volume(driver))
+    root = str(tmp_path / "root")
+    flags = ["--root", root, "--node-name", "n1"]
+    assert main(["up", *flags, "--csi-driver", f"{DRIVER_NAME}={driver.endpoint}",
+                 str(manifest)]) == 0
+    os.unlink(f"{root}/kubevol/pods/{UID}.json")
+    vol_data = Path(f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1/vol_data.json")
+    vol_data.write_text("{broken")
+    capsys.readouterr()
+    code, found = run_json(capsys, "reconstruct", *flags, "-o", "json")
+    assert code == 0 and isinstance(found, dict)
+    [failure] = found["failures"]
+    assert failure["volume"] == "pv1" and failure["cleanup"] == ""
+    assert vol_data.read_text() == "{broken" and len(mounts_under(tmp_path)) == 3
+
+    code, repaired = run_json(capsys, "reconstruct", *flags, "--repair", "-o", "json")
+    assert isinstance(repaired, dict)
+    assert repaired["failures"][0]["cleanup"] == "cleaned"
+    assert not os.path.exists(f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1")
+    [orphan] = repaired["orphan_device_mounts"]
+    assert orphan["path"].endswith("/globalmount")
+    assert orphan["cleanup"].startswith("failed:") and "still published" in orphan["cleanup"]
+    assert code == 1
+    # The staging stays (the driver refused) and so does the unrecorded pod's emptyDir.
+    assert sorted(m.rsplit("/", 1)[1] for m in mounts_under(tmp_path)) == ["cache", "globalmount"]
+
+
+def test_privilege_errors_say_what_is_missing_and_how_to_run(tmp_path: Path) -> None:
+    """Without CAP_SYS_ADMIN, up fails at once naming the capability and the fix."""
+    result = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+         sys.executable, "-m", "kubevol.cli.main", "up", "--root", str(tmp_path / "r"),
+         str(tmp_path / "missing.yaml")],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )
+    assert result.returncode == 1
+    assert "lacks CAP_SYS_ADMIN" in result.stderr
+    assert "sudo kubevol up" in result.stderr and "unshare" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_privileges_reads_capabilities_and_namespaces(tmp_path: Path) -> None:
+    """The check reads CapEff and the uid map: a user namespace cannot do loop devices."""
+    status = tmp_path / "status"
+    uid_map = tmp_path / "uid_map"
+    status.write_text("Name:\tx\nCapEff:\t000001ffffffffff\n")
+    uid_map.write_text("         0       1000          1\n")
+    missing = missing_privileges(loop_devices=True, status_path=str(status),
+                                 uid_map_path=str(uid_map))
+    assert len(missing) == 1 and "user namespace" in missing[0]
+    status.write_text("CapEff:\t0000000000000000\n")
+    uid_map.write_text("0 0 4294967295\n")
+    missing = missing_privileges(status_path=str(status), uid_map_path=str(uid_map))
+    assert len(missing) == 1 and "CAP_SYS_ADMIN" in missing[0]
+
+
+def test_demo_runs_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kubevol demo tells the whole story, passes every check and leaves nothing behind."""
+    code = main(["demo", "--workdir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "every check passed" in out and "PROBLEM" not in out
+    assert "reconstructing the volumes from disk" in out
+    assert os.listdir(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+
+
+def test_demo_fails_when_a_check_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broken example makes the demo exit 1 with the problem, still cleaning up."""
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "bad.yaml").write_text(
+        "kind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: x}]\n"
+        "  volumes:\n  - {name: v, persistentVolumeClaim: {claimName: x}}\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    code = main(["demo", "--workdir", str(work), "--examples", str(examples)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "PersistentVolumeClaim default/x is not in the manifests" in out
+    assert mounts_under(tmp_path) == []
