@@ -76,15 +76,22 @@ def gnu_du(root: Path, *flags: str) -> int:
     return int(out.split()[0])
 
 
-def timed(fn: Callable[[], int | tuple[int, int]], repeat: int) -> tuple[float, object]:
-    """Median wall time of ``repeat`` calls of ``fn`` after one warm-up call, and its result."""
-    result: object = fn()
-    times = []
+def timed(
+    contenders: dict[str, Callable[[], object]], repeat: int
+) -> dict[str, tuple[float, object]]:
+    """Median wall time and last result of each contender over ``repeat`` rounds.
+
+    Each contender runs once to warm up; then the rounds interleave the contenders, so
+    that load from other processes falls on all of them alike.
+    """
+    results = {name: fn() for name, fn in contenders.items()}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(times[name]), results[name]) for name in contenders}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,25 +114,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tree: {root} ({args.files} files, ready in {time.perf_counter() - start:.1f}s)")
         print(f"cpus: {len(os.sched_getaffinity(0))}, native walker threads: {args.threads}")
 
-        du_bytes_t, du_bytes = timed(lambda: gnu_du(root, "-B1"), args.repeat)
-        du_inodes_t, du_inodes = timed(lambda: gnu_du(root, "--inodes"), args.repeat)
+        contenders: dict[str, Callable[[], object]] = {
+            "du -B1": lambda: gnu_du(root, "-B1"),
+            "du --inodes": lambda: gnu_du(root, "--inodes"),
+        }
+        if native_available():
+            contenders["native"] = lambda: _totals(str(root), True, args.threads)
+        else:
+            print("native walker: NOT BUILT (kubevol.metrics._duwalk missing)")
+        contenders["python"] = lambda: _totals(str(root), False, 1)
+        timings = timed(contenders, args.repeat)
+        du_bytes_t, du_bytes = timings["du -B1"]
+        du_inodes_t, du_inodes = timings["du --inodes"]
         print(f"GNU du -x -s -B1      {du_bytes_t:7.3f}s  bytes={du_bytes}")
         print(f"GNU du -x -s --inodes {du_inodes_t:7.3f}s  inodes={du_inodes}")
 
         ok = True
         results: dict[str, float] = {}
-        impls: list[tuple[str, Callable[[], tuple[int, int]]]] = []
-        if native_available():
-            impls.append(("native", lambda: _totals(str(root), True, args.threads)))
-        else:
-            print("native walker: NOT BUILT (kubevol.metrics._duwalk missing)")
-        impls.append(("python", lambda: _totals(str(root), False, 1)))
-        for name, fn in impls:
-            seconds, totals = timed(fn, args.repeat)
-            assert isinstance(totals, tuple)
+        for name in ("native", "python"):
+            if name not in timings:
+                continue
+            seconds, totals = timings[name]
             same = totals == (du_bytes, du_inodes)
             ok = ok and same
             results[name] = seconds
+            assert isinstance(totals, tuple)
             print(
                 f"kubevol {name:<13} {seconds:7.3f}s  bytes={totals[0]} inodes={totals[1]}  "
                 f"ratio={seconds / du_bytes_t:.2f}x GNU du  totals {'equal' if same else 'DIFFER'}"
