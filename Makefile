@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/kubevol plugins
+	$(BIN)/kubevol demo
 
 system-deps:
 	bash scripts/install-system-deps.sh

@@ -76,6 +76,5 @@ def require_privileges(command: str, *, loop_devices: bool = False, **paths: str
             "(tmpfs and bind mounts work there)"
         )
     raise PrivilegeError(
-        f"{command.split(' --', 1)[0]} lacks " + "; and ".join(missing) + ". To fix it, "
-        + " ".join(how) + "."
+        "this process lacks " + "; and ".join(missing) + ". To fix it, " + " ".join(how) + "."
     )

@@ -209,7 +209,7 @@ def test_privilege_errors_say_what_is_missing_and_how_to_run(tmp_path: Path) -> 
         capture_output=True, text=True, check=False, cwd=REPO,
     )
     assert result.returncode == 1
-    assert "lacks CAP_SYS_ADMIN" in result.stderr
+    assert "kubevol up: this process lacks CAP_SYS_ADMIN" in result.stderr
     assert "sudo kubevol up" in result.stderr and "unshare" in result.stderr
     assert not (tmp_path / "r").exists()
 
