@@ -16,7 +16,8 @@ from kubevol.csi.plugin.paths import (
     split_volume_name,
     volume_name,
 )
-from kubevol.csi.plugin.plugin import CSIPlugin, attach_limit_key, remove_mount_dir
+from kubevol.csi.plugin.plugin import CSIPlugin
+from kubevol.csi.plugin.rules import attach_limit_key, remove_mount_dir
 from kubevol.csi.plugin.source import (
     CSIVolumeSource,
     csi_access_mode,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubevol.csi import types as t
 from kubevol.csi.plugin import paths
-from kubevol.csi.plugin.plugin import remove_mount_dir, secret_lookup_error
+from kubevol.csi.plugin.rules import remove_mount_dir, secret_lookup_error
 from kubevol.csi.plugin.source import persistent_source, volume_capability
 from kubevol.csi.plugin.voldata import (
     KEY_DRIVER_NAME,

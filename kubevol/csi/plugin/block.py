@@ -20,7 +20,7 @@ from kubevol.csi import types as t
 from kubevol.csi.attach import attachment_name
 from kubevol.csi.plugin import paths
 from kubevol.csi.plugin.metrics import CSIMetrics
-from kubevol.csi.plugin.plugin import secret_lookup_error
+from kubevol.csi.plugin.rules import secret_lookup_error
 from kubevol.csi.plugin.source import (
     FS_TYPE_BLOCK,
     CSIVolumeSource,

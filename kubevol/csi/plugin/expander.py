@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kubevol.csi import types as t
-from kubevol.csi.plugin.plugin import secret_lookup_error
+from kubevol.csi.plugin.rules import secret_lookup_error
 from kubevol.csi.plugin.source import FS_TYPE_BLOCK, persistent_source, volume_capability
 from kubevol.errors import KubevolError, OperationError, TransientOperationError
 from kubevol.spec import Spec

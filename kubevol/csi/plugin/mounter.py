@@ -13,7 +13,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.driverinfo import CSIDriverInfo, FSGroupPolicy
 from kubevol.csi.plugin import paths
 from kubevol.csi.plugin.metrics import CSIMetrics
-from kubevol.csi.plugin.plugin import (
+from kubevol.csi.plugin.rules import (
     fs_group_policy,
     kubelet_applies_fs_group,
     lifecycle_mode_problem,
