@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from kubevol.csi import types as t
 from kubevol.csi.plugin import map_block_volume, unmap_block_volume
 from kubevol.errors import DeviceStillMountedError
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
@@ -23,11 +24,16 @@ from tests.csi.plugin.rig import (
 BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
 
 
-def test_block_lifecycle_stages_publishes_maps_and_cleans_up(rig: Rig, loops: LoopDevices) -> None:
-    """A block PV: vol_data.json in volumeDevices/<spec>/data, NodeStage at staging/<spec>,
-    NodePublish (with that staging path) at publish/<spec>/<podUID>, the device mapped into the
-    pod; data written through the pod's device reaches the loop device; teardown leaves only
-    the kubelet's empty directories."""
+@pytest.mark.parametrize("staged", [True, False])
+def test_block_lifecycle_stages_publishes_maps_and_cleans_up(
+    make_rig: RigFactory, loops: LoopDevices, staged: bool
+) -> None:
+    """A block PV: vol_data.json in volumeDevices/<spec>/data, NodeStage at staging/<spec>
+    (only for a driver with STAGE_UNSTAGE), NodePublish (with that staging path) at
+    publish/<spec>/<podUID>, the device mapped into the pod; data written through the pod's
+    device reaches the loop device; teardown leaves only the kubelet's empty directories."""
+    caps = {t.NodeCapability.STAGE_UNSTAGE_VOLUME} if staged else set()
+    rig = make_rig(node_caps=caps)
     device = loops.make()
     spec = pv_spec("pv-b", "blk-1", block=True, fs_type="", attributes={"device": device})
     pod = make_pod()
@@ -35,7 +41,7 @@ def test_block_lifecycle_stages_publishes_maps_and_cleans_up(rig: Rig, loops: Lo
     staging = mapper.set_up_device()
     publish = mapper.map_pod_device()
     root = rig.root
-    assert staging == str(root / BLOCK / "staging/pv-b")
+    assert staging == (str(root / BLOCK / "staging/pv-b") if staged else "")
     assert publish == str(root / BLOCK / f"publish/pv-b/{POD_UID}")
     assert stat.S_ISBLK(os.stat(publish).st_mode)
     global_map = mapper.get_global_map_path(spec)
@@ -46,12 +52,13 @@ def test_block_lifecycle_stages_publishes_maps_and_cleans_up(rig: Rig, loops: Lo
     mounter = rig.host.get_mounter()
     map_block_volume(mounter, device_path=publish, global_map_path=global_map,
                      pod_device_dir=pod_dir, volume_map_name=name, pod_uid=POD_UID)
+    staging_dirs = [f"{BLOCK}/staging/", f"{BLOCK}/staging/pv-b/"] if staged else []
     assert tree(root) == sorted([
         "plugins/", "plugins/kubernetes.io/", "plugins/kubernetes.io/csi/", f"{BLOCK}/",
         f"{BLOCK}/pv-b/", f"{BLOCK}/pv-b/data/", f"{BLOCK}/pv-b/data/vol_data.json",
         f"{BLOCK}/pv-b/dev/", f"{BLOCK}/pv-b/dev/{POD_UID}",
         f"{BLOCK}/publish/", f"{BLOCK}/publish/pv-b/", f"{BLOCK}/publish/pv-b/{POD_UID}",
-        f"{BLOCK}/staging/", f"{BLOCK}/staging/pv-b/",
+        *staging_dirs,
         "pods/", f"pods/{POD_UID}/", f"pods/{POD_UID}/volumeDevices/",
         f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi/",
         f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi/pv-b",
@@ -60,9 +67,11 @@ def test_block_lifecycle_stages_publishes_maps_and_cleans_up(rig: Rig, loops: Lo
         f.write(b"kubevol-block")
     with open(device, "rb") as f:
         assert f.read(13) == b"kubevol-block"
-    stage = rig.driver.calls("NodeStageVolume")[0]
-    assert "block" in stage["volume_capability"]
-    assert rig.driver.calls("NodePublishVolume")[0]["staging_target_path"] == staging
+    if staged:
+        assert "block" in rig.driver.calls("NodeStageVolume")[0]["volume_capability"]
+        assert rig.driver.calls("NodePublishVolume")[0]["staging_target_path"] == staging
+    else:
+        assert "staging_target_path" not in rig.driver.calls("NodePublishVolume")[0]
 
     unmap_block_volume(mounter, global_map_path=global_map, pod_device_dir=pod_dir,
                        volume_map_name=name, pod_uid=POD_UID)
@@ -72,13 +81,14 @@ def test_block_lifecycle_stages_publishes_maps_and_cleans_up(rig: Rig, loops: Lo
     assert mounts_under(root) == []
     assert tree(root) == sorted([
         "plugins/", "plugins/kubernetes.io/", "plugins/kubernetes.io/csi/", f"{BLOCK}/",
-        f"{BLOCK}/publish/", f"{BLOCK}/staging/",
+        f"{BLOCK}/publish/", *staging_dirs[:1],
         "pods/", f"pods/{POD_UID}/", f"pods/{POD_UID}/volumeDevices/",
         f"pods/{POD_UID}/volumeDevices/kubernetes.io~csi/",
     ])
-    assert rig.driver.names() == [
-        "NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume",
-    ]
+    expected = ["NodePublishVolume", "NodeUnpublishVolume"]
+    if staged:
+        expected = ["NodeStageVolume", *expected, "NodeUnstageVolume"]
+    assert rig.driver.names() == expected
 
 
 def _two_staged_volumes(rig: Rig) -> dict[str, tuple[str, str]]:
