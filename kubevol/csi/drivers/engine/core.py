@@ -2,8 +2,8 @@
 
 Locking: a per-key lock serialises the calls on one volume (or one name being created), so
 slow work (copies, mounts) on different volumes runs in parallel; a short mutex guards the
-state itself. A change is applied to the in-memory state and saved to the store as one
-step: when saving fails, the in-memory state is rolled back and the call fails.
+state itself. A change is applied to the in-memory state and saved to the store before the
+call returns: when saving fails, the change is undone and the call fails.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ class Engine:
         self._store = store
         self._state = store.load()
         self._mutex = threading.Lock()
+        self._save_lock = threading.Lock()
+        self._version = 0
+        self._saved_version = 0
         #: Per volume id, snapshot id ("snap:" prefix) or name being created ("name:").
         self.locks = KeyedLocks()
         self._reserved = 0
@@ -108,20 +111,37 @@ class Engine:
     # --- writes ---------------------------------------------------------------------
 
     def commit(self, fn: Callable[[DriverState], T]) -> T:
-        """Apply ``fn`` to the state and save it; on a failed save, undo and re-raise."""
+        """Apply ``fn`` to the state and save it; when saving fails, undo what ``fn``
+        changed and re-raise.
+
+        Saves are grouped: the change is applied under the mutex, then the caller waits for
+        the save lock; whoever holds it writes the newest state, covering every change made
+        so far, so concurrent calls share one write (and one fsync) instead of queueing for
+        one each.
+        """
         with self._mutex:
-            before = (
-                dict(self._state.volumes),
-                dict(self._state.snapshots),
-                dict(self._state.groups),
-            )
+            before = self._state.copy()
             try:
                 result = fn(self._state)
-                self._store.save(self._state)
             except BaseException:
-                self._state.volumes, self._state.snapshots, self._state.groups = before
+                self._state = before
                 raise
-            return result
+            changes = self._state.changes_since(before)
+            self._version += 1
+            version = self._version
+        with self._save_lock:
+            if self._saved_version >= version:
+                return result
+            try:
+                with self._mutex:
+                    snapshot, latest = self._state.copy(), self._version
+                self._store.save(snapshot)
+            except BaseException:
+                with self._mutex:
+                    self._state.undo(before, changes)
+                raise
+            self._saved_version = latest
+        return result
 
     def put_volume(self, volume: VolumeRecord) -> None:
         """Store (or replace) a volume record."""

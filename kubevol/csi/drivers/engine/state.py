@@ -41,6 +41,38 @@ class DriverState:
         self.snapshots: dict[str, SnapshotRecord] = {}
         self.groups: dict[str, GroupSnapshotRecord] = {}
 
+    def copy(self) -> DriverState:
+        """A copy sharing the (immutable) records."""
+        other = DriverState()
+        other.volumes = dict(self.volumes)
+        other.snapshots = dict(self.snapshots)
+        other.groups = dict(self.groups)
+        return other
+
+    def _tables(self) -> tuple[dict[str, Any], ...]:
+        return (self.volumes, self.snapshots, self.groups)
+
+    def changes_since(self, before: DriverState) -> list[tuple[int, str, object]]:
+        """``(table, key, value now)`` for every record added, replaced or removed (value
+        ``None``) since ``before``."""
+        found: list[tuple[int, str, object]] = []
+        for index, (now, then) in enumerate(zip(self._tables(), before._tables(), strict=True)):
+            for key in set(now) | set(then):
+                if now.get(key) is not then.get(key):
+                    found.append((index, key, now.get(key)))
+        return found
+
+    def undo(self, before: DriverState, changes: list[tuple[int, str, object]]) -> None:
+        """Put back what ``before`` held for each change that nobody changed again since."""
+        for index, key, value in changes:
+            now, then = self._tables()[index], before._tables()[index]
+            if now.get(key) is not value:
+                continue
+            if key in then:
+                now[key] = then[key]
+            else:
+                now.pop(key, None)
+
     def volume_by_name(self, name: str) -> VolumeRecord | None:
         """The volume created under ``name``, if any."""
         return next((v for v in self.volumes.values() if v.name == name), None)
