@@ -284,7 +284,8 @@ def test_shutdown_under_load_is_deterministic(
             reports = recorder.reports(name)
             assert reports, name
             assert reports[-1].health is not HealthState.HEALTHY
-            assert reports[-1].health_description == "plugin instance shut down"
+            finals = [r for r in reports if r.health_description == "plugin instance shut down"]
+            assert finals == [reports[-1]], "a fingerprint was reported after cancel"
         settled = recorder.count()
         threading.Event().wait(0.02)
         assert recorder.count() == settled, "a report arrived after shutdown returned"
