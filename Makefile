@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint system-deps clean generate check-generated
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml kubevol/metrics/_duwalk.c
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -37,6 +37,15 @@ from kubevol.host import (
     validate_path_segment,
 )
 from kubevol.manager import ENTRY_POINT_GROUP, VolumePluginMgr, entry_point_plugins
+from kubevol.metrics import (
+    CachedMetrics,
+    DiskUsage,
+    MetricsBlock,
+    MetricsDu,
+    MetricsNil,
+    MetricsStatFS,
+    disk_usage,
+)
 from kubevol.mount import (
     GuardPolicy,
     LinuxMounter,
@@ -127,6 +136,7 @@ __all__ = [
     "BlockVolumeUnmapper",
     "BulkVolumeVerifier",
     "CSIVolumePhase",
+    "CachedMetrics",
     "CorruptedMountError",
     "CustomBlockVolumeMapper",
     "CustomBlockVolumeUnmapper",
@@ -137,6 +147,7 @@ __all__ = [
     "DeviceMounter",
     "DeviceMounterArgs",
     "DeviceUnmounter",
+    "DiskUsage",
     "DynamicPluginProber",
     "ExpandableVolumePlugin",
     "FSGroupChangePolicy",
@@ -149,9 +160,13 @@ __all__ = [
     "KubevolError",
     "LinuxMounter",
     "Metrics",
+    "MetricsBlock",
+    "MetricsDu",
     "MetricsError",
     "MetricsErrorCode",
+    "MetricsNil",
     "MetricsProvider",
+    "MetricsStatFS",
     "MountError",
     "MountInfo",
     "MountRef",
@@ -190,6 +205,7 @@ __all__ = [
     "VolumePluginWithAttachLimits",
     "check_unmount_device",
     "cleanup_mount_point",
+    "disk_usage",
     "entry_point_plugins",
     "escape_plugin_name",
     "is_corrupted_mount",

@@ -201,11 +201,12 @@ class VolumePluginWithAttachLimits(VolumePlugin):
 
     @abc.abstractmethod
     def get_volume_limits(self) -> dict[str, int]:
-        """Limits keyed by ``volume_limit_key`` (``storage-limits-...``)."""
+        """Limits keyed by ``volume_limit_key`` (CSI: ``attachable-volumes-csi-<driver>``)."""
 
     @abc.abstractmethod
     def volume_limit_key(self, spec: Spec) -> str:
-        """The limit key for ``spec``; starts with ``storage-limits-``."""
+        """The node-allocatable key counting ``spec``'s volumes, e.g.
+        ``attachable-volumes-csi-<driver>`` (shortened with a hash when too long)."""
 
 
 class BulkVolumeVerifier(abc.ABC):

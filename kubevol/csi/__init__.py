@@ -3,7 +3,10 @@
 - :class:`CSIClient` calls any CSI driver with :mod:`kubevol.csi.types` in and out;
 - :mod:`kubevol.csi.errors` holds the CSI error branch (:class:`CSIRPCError`, ...);
 - :mod:`kubevol.csi.server` serves drivers written in Python (gocsi's role);
-- :mod:`kubevol.csi.locks` holds the serial-volume lock providers.
+- :mod:`kubevol.csi.locks` holds the serial-volume lock providers;
+- :class:`CSIPlugin` is the kubelet's ``kubernetes.io/csi`` volume plugin, with driver
+  registration (:class:`DriverRegistry`, :class:`PluginWatcher`), CSIDriver information
+  (:class:`LocalCSIDrivers`, :class:`KubernetesCSIDrivers`) and attachment backends.
 
 Names are imported on first use, so ``import kubevol.csi`` does not load grpc.
 """
@@ -14,12 +17,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kubevol.csi.attach import DirectAttachBackend, VolumeAttachmentBackend
     from kubevol.csi.client import DEFAULT_TIMEOUT, CSIClient
+    from kubevol.csi.driverinfo import CSIDriverInfo, KubernetesCSIDrivers, LocalCSIDrivers
     from kubevol.csi.errors import (
         CSIEndpointError,
         CSIRPCError,
         CSIRPCUncertainError,
         CSIServeError,
+    )
+    from kubevol.csi.plugin import CSIPlugin, VolumeDataError
+    from kubevol.csi.registration import (
+        DriverNotRegisteredError,
+        DriverRegistry,
+        PluginWatcher,
+        RegistrationServer,
+        serve_registration,
     )
 
 _LAZY = {
@@ -29,15 +42,39 @@ _LAZY = {
     "CSIRPCError": "kubevol.csi.errors",
     "CSIRPCUncertainError": "kubevol.csi.errors",
     "CSIServeError": "kubevol.csi.errors",
+    "CSIPlugin": "kubevol.csi.plugin",
+    "VolumeDataError": "kubevol.csi.plugin",
+    "DriverRegistry": "kubevol.csi.registration",
+    "PluginWatcher": "kubevol.csi.registration",
+    "RegistrationServer": "kubevol.csi.registration",
+    "serve_registration": "kubevol.csi.registration",
+    "DriverNotRegisteredError": "kubevol.csi.registration",
+    "CSIDriverInfo": "kubevol.csi.driverinfo",
+    "LocalCSIDrivers": "kubevol.csi.driverinfo",
+    "KubernetesCSIDrivers": "kubevol.csi.driverinfo",
+    "DirectAttachBackend": "kubevol.csi.attach",
+    "VolumeAttachmentBackend": "kubevol.csi.attach",
 }
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "CSIClient",
+    "CSIDriverInfo",
     "CSIEndpointError",
+    "CSIPlugin",
     "CSIRPCError",
     "CSIRPCUncertainError",
     "CSIServeError",
+    "DirectAttachBackend",
+    "DriverNotRegisteredError",
+    "DriverRegistry",
+    "KubernetesCSIDrivers",
+    "LocalCSIDrivers",
+    "PluginWatcher",
+    "RegistrationServer",
+    "VolumeAttachmentBackend",
+    "VolumeDataError",
+    "serve_registration",
 ]
 
 

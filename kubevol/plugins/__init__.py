@@ -16,5 +16,10 @@ __all__ = [
 
 
 def builtin_plugins() -> list[VolumePlugin]:
-    """Fresh instances of every plugin shipped with kubevol."""
-    return [EmptyDirPlugin(), HostPathPlugin()]
+    """Fresh instances of every plugin shipped with kubevol, the CSI adapter included.
+
+    The CSI adapter is imported here, lazily, because it brings grpc with it.
+    """
+    from kubevol.csi.plugin import CSIPlugin
+
+    return [EmptyDirPlugin(), HostPathPlugin(), CSIPlugin()]

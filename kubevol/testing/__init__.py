@@ -2,8 +2,14 @@
 
 They stand in for real systems only in unit tests of logic; kubevol's own tests also run
 every part against the real thing (real mounts, real gRPC).
+
+Modules that start real servers import their dependencies on use:
+``kubevol.testing.etcd`` (a real etcd), ``kubevol.testing.kube_api`` (a stand-in
+Kubernetes API server on loopback), ``kubevol.testing.mount_rig`` (loop devices, tmpfs,
+bind and corrupted mounts that clean up after themselves).
 """
 
 from kubevol.testing.fake_mounter import FakeAction, FakeMounter
+from kubevol.testing.fake_plugin import FakeVolumePlugin, fake_plugin_with
 
-__all__ = ["FakeAction", "FakeMounter"]
+__all__ = ["FakeAction", "FakeMounter", "FakeVolumePlugin", "fake_plugin_with"]

@@ -75,7 +75,10 @@ def make_tree_fixture() -> Callable[[Path], None]:
 
 
 #: The walker implementations this build has: the Python one always, the C one when built.
-IMPLEMENTATIONS = ("python", *(("native",) if native_available() else ()))
+# The native walker is built by every install of kubevol (pyproject's ext-modules), so it
+# is always tested; a missing build is a failure here, not a quietly smaller test run.
+assert native_available(), "kubevol.metrics._duwalk is not built: reinstall with pip install -e ."
+IMPLEMENTATIONS = ("python", "native")
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
