@@ -148,6 +148,35 @@ def test_block_volume_binds_the_loop_device_onto_a_file(
     assert not image.exists()
 
 
+def test_read_only_block_publish_cannot_write(
+    hostpath: Served, tmp_path: Path, staging_dir: StagingDir
+) -> None:
+    """A read-only block publication is its own read-only loop device: writing to it
+    fails; unpublishing detaches it and leaves the staging device."""
+    c = hostpath.client
+    multi = t.VolumeCapability.block(t.AccessMode.SINGLE_NODE_MULTI_WRITER)
+    staging = staging_dir("roblk")
+    vid, rw_target = stage_and_publish(hostpath, tmp_path, staging, multi, name="roblk")
+    ro_target = target_path(tmp_path, "roblk-ro")
+    c.node_publish_volume(vid, ro_target, multi, staging_target_path=staging, readonly=True)
+    fd = os.open(ro_target, os.O_RDWR)
+    try:
+        with pytest.raises(OSError) as info:
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert info.value.errno in (errno.EROFS, errno.EPERM)
+    assert len(loops_under(tmp_path)) == 2
+    c.node_unpublish_volume(vid, ro_target)
+    assert len(loops_under(tmp_path)) == 1
+    with open(rw_target, "r+b") as dev:
+        dev.write(b"still writable")
+    c.node_unpublish_volume(vid, rw_target)
+    c.node_unstage_volume(vid, staging)
+    assert loops_under(tmp_path) == []
+
+
 def test_block_expansion_reaches_the_device(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:

@@ -142,6 +142,15 @@ def path_condition(mounter: LinuxMounter, path: str) -> t.VolumeCondition | None
 HEALTHY = t.VolumeCondition(abnormal=False, message="volume is healthy")
 
 
+def bound_device(target: str) -> str:
+    """The device node bind-mounted at ``target`` (``/dev/loopN``), or "" when the mount
+    there is not a bind of a node of the ``/dev`` filesystem."""
+    entries = [e for e in parse_mountinfo() if e.mount_point == target]
+    if not entries or entries[-1].fs_type != "devtmpfs":
+        return ""
+    return "/dev" + entries[-1].root
+
+
 class HostPathBackend(VolumeBackend):
     """Directories and loop-backed images under ``root``; see the module docstring."""
 
@@ -280,10 +289,11 @@ class HostPathBackend(VolumeBackend):
         if not os.path.exists(source):
             fail(Code.FAILED_PRECONDITION, f"the storage of volume {volume.volume_id} is missing")
         if volume.kind is AccessKind.BLOCK:
-            attached = loop.devices_for(source)
-            if staging.device in attached:
+            writable = [d for d in loop.devices_for(source) if not loop.is_read_only(d)]
+            if staging.device in writable:
                 return staging
-            device = attached[0] if attached else loop.attach(source)
+            # A writable device nobody recorded is the one an interrupted stage attached.
+            device = writable[0] if writable else loop.attach(source)
             return Staging(path=staging.path, capability=staging.capability, device=device)
         if not mounted(self.mounter, staging.path):
             self.mounter.mount(source, staging.path, "", bind_options(staging, False))
@@ -314,8 +324,22 @@ class HostPathBackend(VolumeBackend):
         self, volume: VolumeRecord, publication: Publication, staging: Staging | None
     ) -> None:
         """Bind the staging path (mount) or the loop device (block, onto a file) at the
-        target, read-only when asked."""
+        target, read-only when asked.
+
+        A read-only mount of a device node does not stop writes to the device, so a
+        read-only block publication gets its own read-only loop device over the image.
+        """
         source = self._publish_source(volume, staging)
+        if volume.kind is AccessKind.BLOCK and publication.readonly:
+            if mounted(self.mounter, publication.target_path):
+                return
+            device = loop.attach(self.volume_path(volume), read_only=True)
+            try:
+                self.bind_at_target(device, publication, volume.kind)
+            except BaseException:
+                loop.detach(device)
+                raise
+            return
         self.bind_at_target(source, publication, volume.kind)
 
     def bind_at_target(self, source: str, publication: Publication, kind: AccessKind) -> None:
@@ -341,8 +365,16 @@ class HostPathBackend(VolumeBackend):
             raise
 
     def unpublish(self, volume: VolumeRecord, publication: Publication) -> None:
-        """Unmount the target and remove it."""
+        """Unmount the target and remove it; detach a read-only block publication's own
+        loop device."""
+        own_device = ""
+        if volume.kind is AccessKind.BLOCK and publication.readonly:
+            own_device = bound_device(publication.target_path)
         remove_target(self.mounter, publication.target_path)
+        image = self.volume_path(volume)
+        attached = loop.devices_for(image) if own_device and os.path.exists(image) else []
+        if own_device in attached and loop.is_read_only(own_device):
+            loop.detach(own_device)
 
     def volume_stats(self, volume: VolumeRecord, path: str) -> t.VolumeStats:
         """Usage through :mod:`kubevol.metrics` (du for directories, the device size for
@@ -381,6 +413,7 @@ class HostPathBackend(VolumeBackend):
     def node_expand(self, volume: VolumeRecord, path: str) -> int:
         """Refresh the loop device's size (block) and report the capacity."""
         if volume.kind is AccessKind.BLOCK and volume.staging and volume.staging.device:
-            loop.refresh_size(volume.staging.device)
+            for device in loop.devices_for(self.volume_path(volume)):
+                loop.refresh_size(device)
             return loop.device_size(volume.staging.device)
         return volume.capacity_bytes

@@ -54,6 +54,16 @@ def refresh_size(device: str) -> None:
     _losetup("--set-capacity", device)
 
 
+def is_read_only(device: str) -> bool:
+    """Whether loop device ``device`` was attached read-only (``/sys/block/loopN/ro``)."""
+    name = os.path.basename(device)
+    try:
+        with open(f"/sys/block/{name}/ro", encoding="ascii") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def device_size(device: str) -> int:
     """The size of block device ``device`` in bytes."""
     fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
