@@ -144,13 +144,17 @@ def unmount_leftovers(tmp_path: Path) -> Iterator[None]:
     if os.geteuid() != 0:
         pytest.fail("the CSI manager tests need root: run them in `unshare -m` as root")
     yield
-    problems = []
-    for path in reversed(mounts_under(tmp_path)):
+    # The table is read again after each unmount: with shared propagation one unmount
+    # can take others along.
+    problems: list[str] = []
+    while (left := mounts_under(tmp_path)) and len(problems) < len(left):
+        path = left[-1]
         result = subprocess.run(["umount", path], capture_output=True, text=True, check=False)
         if result.returncode != 0:
             lazy = subprocess.run(["umount", "-l", path], capture_output=True, check=False)
             if lazy.returncode != 0:
                 problems.append(f"umount {path}: {result.stderr.strip()}")
+                break
     assert not problems, problems
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import grpc
 import pytest
 
@@ -362,3 +364,36 @@ def test_names_that_would_escape_the_root_are_refused(
         mounter.unmount_volume("v", "", "a/../../b", RW)
     assert proc.calls("NodeStageVolume") == []
     assert not (root / "staging").exists()
+
+
+def test_plugin_is_sent_paths_under_the_root_as_it_sees_it(
+    plugins: PluginFactory, agent: Agent, source: Path, tmp_path: Path
+) -> None:
+    """A plugin that sees the mount root elsewhere (a container's /local/csi; here a shared
+    bind mount of the root) is sent paths under its view, while the agent checks and
+    reports the host paths, where the mounts propagate."""
+    root = tmp_path / "root"
+    view = tmp_path / "plugin-view"
+    root.mkdir()
+    view.mkdir()
+    subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
+    subprocess.run(["mount", "--make-shared", str(root)], check=True)
+    subprocess.run(["mount", "--bind", str(root), str(view)], check=True)
+    proc = plugins("hostpath")
+    agent.registry.register(attrs.evolve(proc.registration(root), plugin_mount_root=str(view)))
+    mounter = agent.mounter()
+    volume = CSIVolume(id="vol1", context={"source": str(source)})
+    info = mounter.mount_volume(volume, "alloc-a", RW)
+    assert info.source == str(root / "per-alloc" / "alloc-a" / "vol1" / USAGE)
+    assert Path(info.source, "hello").exists() and mounter.has_mount(info)
+    (stage,) = proc.calls("NodeStageVolume")
+    (publish,) = proc.calls("NodePublishVolume")
+    assert stage["path"] == str(view / "staging" / "default" / "vol1" / USAGE)
+    assert publish["path"] == str(view / "per-alloc" / "alloc-a" / "vol1" / USAGE)
+    assert publish["staging"] == stage["path"]
+    before = len(proc.calls())
+    mounter.mount_volume(volume, "alloc-a", RW)  # host paths are mounted: no call
+    assert len(proc.calls()) == before
+    mounter.unmount_volume("vol1", "", "alloc-a", RW)
+    assert (proc.calls()[-1]["path"]) == stage["path"]
+    assert mounts_under(root / "staging") == mounts_under(root / "per-alloc") == []
