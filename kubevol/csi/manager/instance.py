@@ -137,7 +137,11 @@ class Fingerprinter:
                 self._basic = self._basic_fingerprint(client)
                 base = self._basic
             info = self._health_fingerprint(client, base)
-        except CSIRPCError as exc:
+        except Exception as exc:
+            # CSIRPCError is the expected failure; anything else (an answer kubevol cannot
+            # read) is logged, and the loop lives on to fingerprint again.
+            if not isinstance(exc, CSIRPCError):
+                log.exception("unexpected failure fingerprinting plugin %s", self.plugin.name)
             self._drop_client(client)
             if self._is_closed():
                 return self._failed(base, "plugin instance shut down")

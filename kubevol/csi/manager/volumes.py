@@ -48,7 +48,7 @@ from kubevol.csi.manager.usage import (
     UsageTracker,
     VolumeKey,
 )
-from kubevol.errors import MountError
+from kubevol.errors import MountError, UncertainProgressError
 from kubevol.host import validate_path_segment
 from kubevol.mount.helpers import is_corrupted_mount
 from kubevol.mount.interface import Mounter
@@ -165,8 +165,9 @@ class VolumeManager:
         """Stage (when the plugin needs it) and publish ``volume`` for ``alloc_id``.
 
         The allocation's claim is recorded first, so a concurrent unmount of another
-        allocation cannot unstage the volume under it; a failure drops a claim this call
-        added. Idempotent: steps whose path is already mounted are skipped.
+        allocation cannot unstage the volume under it. A final failure drops a claim this
+        call added; an uncertain one (or a shutdown) keeps it until
+        :meth:`unmount_volume`. Idempotent: steps whose path is already mounted are skipped.
         """
         key = volume_key(volume.namespace, volume.id, usage_options)
         validate_path_segment(alloc_id, "allocation id")
@@ -177,8 +178,11 @@ class VolumeManager:
                     if self.requires_staging:
                         self._stage(volume, key, usage_options, publish_context)
                     info = self._publish(volume, key, alloc_id, usage_options, publish_context)
-                except BaseException:
-                    if new_claim:
+                except BaseException as exc:
+                    # A call that may have taken effect keeps the claim: the volume may be
+                    # published for this allocation, and must not be unstaged under it
+                    # until the allocation's unmount says so.
+                    if new_claim and not _may_have_progressed(exc):
                         self.state.tracker.free(alloc_id, key)
                     raise
         except Exception as exc:
@@ -398,6 +402,11 @@ class VolumeManager:
             )
         except Exception:
             log.exception("node event callback failed")
+
+
+def _may_have_progressed(exc: BaseException) -> bool:
+    """Whether a failed mount may still have staged or published something."""
+    return isinstance(exc, UncertainProgressError | ManagerShutdownError)
 
 
 def _make_dirs(path: str) -> None:

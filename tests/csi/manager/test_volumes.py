@@ -28,7 +28,7 @@ from kubevol.csi.manager import (
     VolumeManager,
 )
 from kubevol.csi.manager._backoff import Backoff
-from kubevol.errors import InvalidPathSegmentError
+from kubevol.errors import InvalidPathSegmentError, UncertainProgressError
 from tests.csi.manager.conftest import PluginFactory, PluginProcess, mounts_under
 
 RW = UsageOptions(
@@ -332,7 +332,8 @@ def test_final_failure_is_not_retried_and_frees_the_claim(
 def test_retries_stop_when_the_time_budget_is_spent(
     plugins: PluginFactory, agent: Agent, source: Path, tmp_path: Path
 ) -> None:
-    """A plugin answering UNAVAILABLE forever: the mount fails once the budget is spent."""
+    """A plugin answering UNAVAILABLE forever: the mount fails, uncertain, once the budget
+    is spent, keeping its claim until the allocation is unmounted."""
     root = tmp_path / "root"
     proc = start_plugin(plugins, agent, root, "--fail", "NodeStageVolume=UNAVAILABLE")
     agent.retry = RetryPolicy(timeout=0.5, backoff=Backoff(initial=0.05, maximum=0.1))
@@ -341,9 +342,16 @@ def test_retries_stop_when_the_time_budget_is_spent(
     with pytest.raises(CSIRPCError) as err:
         mounter.mount_volume(CSIVolume(id="vol1", context={"source": str(source)}), "a", RW)
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
+    assert isinstance(err.value, UncertainProgressError)
     calls = proc.calls("NodeStageVolume")
     assert 3 <= len(calls) <= 12
     assert calls[-1]["t"] - calls[0]["t"] < 1.0  # far below the 2-minute default budget
+    # The stage may have happened: the claim stays until the allocation's unmount.
+    key = VolumeKey(namespace="default", volume_id="vol1", usage=USAGE)
+    assert mounter.state.tracker.users(key) == {"a"}
+    mounter.unmount_volume("vol1", "", "a", RW)
+    assert mounter.state.tracker.claims() == {}
+    assert len(proc.calls("NodeUnstageVolume")) == 1
 
 
 def test_names_that_would_escape_the_root_are_refused(
