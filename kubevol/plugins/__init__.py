@@ -15,11 +15,15 @@ __all__ = [
 ]
 
 
-def builtin_plugins() -> list[VolumePlugin]:
+def builtin_plugins(*, csi: VolumePlugin | None = None) -> list[VolumePlugin]:
     """Fresh instances of every plugin shipped with kubevol, the CSI adapter included.
 
-    The CSI adapter is imported here, lazily, because it brings grpc with it.
+    Pass ``csi`` to use a CSI adapter configured by the caller (its own driver registry,
+    unstage-guard policy, attachment backend) instead of a default one. The adapter is
+    imported lazily because it brings grpc with it.
     """
-    from kubevol.csi.plugin import CSIPlugin
+    if csi is None:
+        from kubevol.csi.plugin import CSIPlugin
 
-    return [EmptyDirPlugin(), HostPathPlugin(), CSIPlugin()]
+        csi = CSIPlugin()
+    return [EmptyDirPlugin(), HostPathPlugin(), csi]

@@ -19,7 +19,7 @@ def test_plugin_manager_finds_the_csi_plugin_for_every_role(rig: Rig) -> None:
     as attachable, device-mountable, block, expandable, node-expandable and limited."""
     mgr = VolumePluginMgr()
     plugin = CSIPlugin(registry=rig.registry)
-    mgr.init_plugins([*builtin_plugins(), plugin], host=rig.host)
+    mgr.init_plugins(builtin_plugins(csi=plugin), host=rig.host)
     spec = pv_spec("pv-a", "h-1")
     assert mgr.find_plugin_by_name(CSI_PLUGIN_NAME) is plugin
     assert mgr.find_plugin_by_spec(spec) is plugin
