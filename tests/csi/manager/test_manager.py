@@ -294,3 +294,33 @@ def test_shutdown_under_load_is_deterministic(
     stage_calls = len(proc.calls("NodeStageVolume"))
     threading.Event().wait(0.2)
     assert len(proc.calls("NodeStageVolume")) == stage_calls > 0
+
+
+def test_registry_events_and_resyncs_trigger_fingerprints(
+    plugins: PluginFactory,
+    registry: PluginRegistry,
+    recorder: Recorder,
+    managers: list[CSIManager],
+    tmp_path: Path,
+) -> None:
+    """With a one-minute fingerprint interval, an event about the plugin (an older owner
+    leaving) fingerprints the running instance at once, and so does every resync."""
+    proc = plugins("hostpath")
+    registry.register(proc.registration(tmp_path / "root", alloc_id="old"))
+    registry.register(proc.registration(tmp_path / "root", alloc_id="new"))
+    start_manager(managers, registry, recorder, fingerprint_interval=60.0)
+    wait_until(lambda: recorder.health_of("hostpath") is HealthState.HEALTHY)
+    seen = len(recorder.reports("hostpath"))
+    registry.deregister(PluginType.CSI_NODE, "hostpath", "old")
+    wait_until(lambda: len(recorder.reports("hostpath")) == seen + 1, 5, "an event fingerprint")
+    assert recorder.reports("hostpath")[-1].alloc_id == "new"
+
+    start_manager(
+        managers,
+        PluginRegistry(registry.state_path),
+        Recorder(),
+        fingerprint_interval=60.0,
+        resync_period=0.1,
+    )
+    probes = len(proc.calls("Probe"))
+    wait_until(lambda: len(proc.calls("Probe")) >= probes + 3, 10, "resync fingerprints")
