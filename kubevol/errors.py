@@ -24,9 +24,28 @@ may catch either::
         ├── MountInfoError (ValueError)        a mountinfo line is malformed; names the line
         └── DeviceStillMountedError            the unstage guard refused an unmount; .refs
 
-The CSI package adds its own branch under ``KubevolError`` (``kubevol.csi.errors``):
-``CSIRPCError`` with ``.code`` and ``.method``, whose non-final variant also derives
-from :class:`UncertainProgressError`.
+Packages that sit above this module add branches of their own, defined where they are
+raised (so that ``import kubevol`` needs no grpc)::
+
+    KubevolError
+    ├── kubevol.csi.errors
+    │   ├── CSIRPCError                        .code (grpc.StatusCode), .method
+    │   │   └── CSIRPCUncertainError           also UncertainProgressError (non-final codes)
+    │   ├── CSIEndpointError (ValueError)      an endpoint that cannot be parsed
+    │   └── CSIServeError                      a driver could not be served
+    ├── kubevol.csi.server.config.ServerConfigError (ValueError)   bad X_CSI_* settings
+    ├── kubevol.csi.locks: LockConfigError (ValueError), LockProviderError (etcd failed)
+    ├── kubevol.csi.plugin: VolumeDataError (ValueError)
+    │   └── VolumeDataMissingError (FileNotFoundError)            no vol_data.json
+    ├── kubevol.csi.registration: DriverNotRegisteredError (LookupError),
+    │   DriverRegistrationError (ValueError)
+    ├── kubevol.csi.driverinfo.CSIDriverInfoError (ValueError)
+    ├── kubevol.csi.attach: APIError; VolumeAttachmentError (an OperationError)
+    ├── kubevol.csi.drivers.engine.state.DriverStateError (ValueError)
+    ├── kubevol.csi.manager: PluginWaitTimeoutError (a PluginNotFoundError, TimeoutError),
+    │   ManagerStateError, ManagerShutdownError, PluginUnhealthyError
+    └── kubevol.node.errors: OperationPendingError, OperationBackoffError, VolumeInUseError,
+        ReconstructionError, PrivilegeError (PermissionError)
 
 Retry meaning follows the kubelet: :func:`is_operation_finished` is false only for
 :class:`TransientOperationError` and :class:`UncertainProgressError`.
