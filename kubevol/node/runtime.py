@@ -117,7 +117,7 @@ class NodeRuntime:
             attach_timeout=csi_timeout,
         )
         self.mgr = VolumePluginMgr()
-        self.mgr.init_plugins([*builtin_plugins(), self.csi], host=self.host)
+        self.mgr.init_plugins(builtin_plugins(csi=self.csi), host=self.host)
         self.records = PodRecords(self.host)
         self.endpoints = DriverEndpoints(self.host)
         self._wanted: dict[str, str] = {}
