@@ -40,7 +40,7 @@ from kubevol.node.reconstruct import (
     list_pod_volume_dirs,
     scan,
 )
-from kubevol.node.state import ActualState, DesiredPod, DesiredState
+from kubevol.node.state import ActualState, DesiredPod, DesiredState, MountState
 from kubevol.node.usage import VolumeUsage
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,9 @@ class NodeVolumeManager:
         self.generator = OperationGenerator(
             host=host, mgr=mgr, actual=self.actual, usage=self.usage
         )
+        #: Volumes that could not be rebuilt and are not cleaned yet, by directory.
+        self._failed: dict[str, FailedVolume] = {}
+        self._failed_lock = threading.Lock()
         self.reconciler = Reconciler(
             desired=self.desired,
             actual=self.actual,
@@ -136,6 +139,11 @@ class NodeVolumeManager:
         result = result.with_failures(
             [self._clean_failure(f, repair_all) for f in result.failures]
         )
+        with self._failed_lock:
+            for f in result.failures:
+                if f.cleanup.startswith("left"):
+                    # Cleaned later, once, if its pod stops being wanted first.
+                    self._failed[f.dir.path] = f
         claimed = {v.device_mount_path for v in self.desired.volumes_to_mount()}
         return result.with_orphans(
             [self._clean_orphan(o) for o in result.orphans if o.path not in claimed]
@@ -163,20 +171,55 @@ class NodeVolumeManager:
 
     # -- running ----------------------------------------------------------------------------
 
+    def has_failures(self, uid: str) -> bool:
+        """Whether pod ``uid`` has a volume that could not be rebuilt and is not cleaned."""
+        with self._failed_lock:
+            return any(f.dir.pod_uid == uid for f in self._failed.values())
+
+    def _follow_failures(self) -> None:
+        """Drop failures that set-up redid; clean, once, those whose pod is not wanted now."""
+        with self._failed_lock:
+            failed = list(self._failed.values())
+        for f in failed:
+            uid = f.dir.pod_uid
+            if self.desired.pod(uid) is not None:
+                mounted = any(
+                    m.pod_uid == uid and m.spec_name == f.dir.spec_name
+                    and m.state is MountState.MOUNTED
+                    for m in self.actual.mounted_volumes()
+                )
+                if not mounted:
+                    continue  # set-up will redo it
+            elif self.managed(uid) and not self.reconciler.busy(uid):
+                outcome = clean_failed_volume(self.mgr, f, self.host.get_mounter())
+                log.info("volume %s that could not be rebuilt: %s", f.dir.path, outcome)
+                self.reconciler.forget_pod_later(uid)
+            else:
+                continue
+            with self._failed_lock:
+                self._failed.pop(f.dir.path, None)
+
     def reconcile(self) -> int:
         """One reconciler pass; returns how many operations it started."""
+        if self._failed:
+            self._follow_failures()
         return self.reconciler.reconcile()
 
-    def sync(self, timeout: float = 120.0, period: float = 0.02) -> SyncResult:
+    def sync(
+        self, timeout: float = 120.0, period: float = 0.02, *, give_up_after: float = 5.0
+    ) -> SyncResult:
         """Reconcile until the actual state matches the desired state.
 
-        Stops early (``stuck``) when nothing runs and only final errors, met during this
-        call, are left; else after ``timeout`` seconds, retrying failed operations as their
-        backoff allows.
+        Failed operations are retried as their backoff allows, until ``timeout`` seconds.
+        It stops early (``stuck``) when nothing runs and every failing operation failed
+        with a final error at least 3 times in this call, the first at least
+        ``give_up_after`` seconds ago: a final error may still be the passing outage of a
+        driver, which the kubelet would retry for ever.
         """
         deadline = time.monotonic() + timeout
-        # Failures from before this call get one more try before they count as stuck.
         earlier = {id(f.error) for f in self.executor.failures()}
+        #: key -> (first final failure in this call, how many, id of the last error seen)
+        finals: dict[object, tuple[float, int, int]] = {}
         while True:
             started = self.reconcile()
             if started:
@@ -190,8 +233,18 @@ class NodeVolumeManager:
                 if self.reconcile() == 0 and not self.reconciler.pending_work():
                     return SyncResult(converged=True, pending=(), failures=tuple(failures))
                 continue
+            now = time.monotonic()
+            for f in failures:
+                if not is_operation_finished(f.error) or id(f.error) in earlier:
+                    continue
+                first, count, last = finals.get(f.key, (now, 0, 0))
+                if id(f.error) != last:
+                    finals[f.key] = (first, count + 1, id(f.error))
             if failures and all(
-                is_operation_finished(f.error) and id(f.error) not in earlier for f in failures
+                f.key in finals and finals[f.key][1] >= 3
+                and now - finals[f.key][0] >= give_up_after
+                and is_operation_finished(f.error)
+                for f in failures
             ):
                 return SyncResult(
                     converged=False, pending=tuple(pending), failures=tuple(failures), stuck=True

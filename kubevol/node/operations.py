@@ -40,7 +40,13 @@ from kubevol.manager import VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
-from kubevol.node.reconstruct import MountCheck, OrphanDeviceMount, check_mount
+from kubevol.node.reconstruct import (
+    MountCheck,
+    OrphanDeviceMount,
+    check_mount,
+    only_leftovers,
+    remove_volume_dir_leftovers,
+)
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,
@@ -339,7 +345,17 @@ class OperationGenerator:
 
         def run() -> None:
             plugin = self.mgr.find_plugin_by_name(av.plugin_name)
-            plugin.new_unmounter(m.spec_name, m.pod_uid).tear_down()
+            try:
+                plugin.new_unmounter(m.spec_name, m.pod_uid).tear_down()
+            except Exception:
+                # A tear-down interrupted by a crash may leave only the plugin's metadata
+                # (or half of it), which the plugin then cannot read: finish it then.
+                vol_dir = self.host.get_pod_volume_dir(m.pod_uid, av.plugin_name, m.spec_name)
+                mounter = self.host.get_mounter()
+                if not os.path.isdir(vol_dir) or not only_leftovers(vol_dir, mounter):
+                    raise
+                log.warning("finishing the tear-down of %s: only leftovers remain", vol_dir)
+                remove_volume_dir_leftovers(vol_dir, mounter)
             self._finish_tear_down(m.path)
             self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
 

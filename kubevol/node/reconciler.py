@@ -68,6 +68,8 @@ class Reconciler:
         self.attach_by_node = attach_by_node
         self.managed = managed
         self._pods_to_clean: set[str] = set()
+        #: Pod UID -> how many operations that create or remove its directories run now.
+        self._busy: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def forget_pod_later(self, uid: str) -> None:
@@ -83,14 +85,45 @@ class Reconciler:
         self._clean_pod_dirs()
         return started
 
-    def _start(self, kind: OperationKind, unique: str, pod_uid: str, op: Operation) -> int:
+    def busy(self, uid: str) -> bool:
+        """Whether an operation that may create or remove pod ``uid``'s directories runs."""
+        with self._lock:
+            return self._busy.get(uid, 0) > 0
+
+    def _start(
+        self, kind: OperationKind, unique: str, pod_uid: str, op: Operation, *, pod: str = ""
+    ) -> int:
+        """Start ``op`` under its key; ``pod`` is the pod whose directories it touches."""
         key = operation_key(kind, unique, pod_uid, self.generator.node_name)
+        if pod:
+            op = self._tracked(pod, op)
+            with self._lock:
+                self._busy[pod] = self._busy.get(pod, 0) + 1
         try:
             self.executor.run(key, kind, op)
         except (OperationPendingError, OperationBackoffError) as exc:
+            if pod:
+                self._done(pod)
             log.debug("not starting %s: %s", kind, exc)
             return 0
         return 1
+
+    def _tracked(self, pod: str, op: Operation) -> Operation:
+        def run() -> None:
+            try:
+                op()
+            finally:
+                self._done(pod)
+
+        return run
+
+    def _done(self, pod: str) -> None:
+        with self._lock:
+            left = self._busy.get(pod, 0) - 1
+            if left > 0:
+                self._busy[pod] = left
+            else:
+                self._busy.pop(pod, None)
 
     # 1 ------------------------------------------------------------------------------------
 
@@ -106,12 +139,12 @@ class Reconciler:
                 if av.mode is VolumeMode.BLOCK:
                     started += self._start(
                         OperationKind.UNMAP, av.unique_name, m.pod_uid,
-                        self.generator.unmap(av, m),
+                        self.generator.unmap(av, m), pod=m.pod_uid,
                     )
                 else:
                     started += self._start(
                         OperationKind.TEAR_DOWN, av.unique_name, m.pod_uid,
-                        self.generator.tear_down(av, m),
+                        self.generator.tear_down(av, m), pod=m.pod_uid,
                     )
         return started
 
@@ -157,7 +190,8 @@ class Reconciler:
         if v.mode is VolumeMode.BLOCK:
             if pod is None or pod.state is not MountState.MOUNTED:
                 return self._start(
-                    OperationKind.MAP, v.unique_name, pod_key, self.generator.map(v)
+                    OperationKind.MAP, v.unique_name, pod_key, self.generator.map(v),
+                    pod=v.pod_uid,
                 )
             return 0
         if v.device_mountable and av.device_state is not MountState.MOUNTED:
@@ -166,7 +200,8 @@ class Reconciler:
             )
         if pod is None or pod.state is not MountState.MOUNTED:
             return self._start(
-                OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v)
+                OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v),
+                pod=v.pod_uid,
             )
         grown = v.size is not None and av.size is not None and v.size > av.size
         if grown and self.generator.mgr.find_node_expandable_plugin_by_name(v.plugin_name):
@@ -213,7 +248,12 @@ class Reconciler:
             return
         in_use = self.actual.pods()
         for uid in candidates:
-            if uid in in_use or self.desired.pod(uid) is not None or not self.managed(uid):
+            if (
+                uid in in_use
+                or self.desired.pod(uid) is not None
+                or not self.managed(uid)
+                or self.busy(uid)
+            ):
                 continue
             if remove_pod_dir(self.generator.host.get_pod_dir(uid)):
                 with self._lock:

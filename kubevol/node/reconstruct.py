@@ -26,6 +26,7 @@ it creates, writes and removes nothing, so it is safe on a live kubelet's tree.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -52,6 +53,9 @@ from kubevol.spec import Spec
 from kubevol.types import VolumeOptions
 
 log = logging.getLogger(__name__)
+
+#: How the CSI plugin names the temporary file it renames to ``vol_data.json``.
+_VOL_DATA_TEMP_PREFIX = ".vol_data."
 
 _MODE_DIRS = (("volumes", VolumeMode.FILESYSTEM), ("volumeDevices", VolumeMode.BLOCK))
 
@@ -514,12 +518,53 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
         cleanup_mount_point(os.path.join(d.path, "mount"), mounter)
         if os.path.isdir(d.path) and not mounter.is_likely_not_mount_point(d.path):
             cleanup_mount_point(d.path, mounter)
-        vol_data = os.path.join(d.path, VOL_DATA_FILE)
-        if os.path.isfile(vol_data):  # the CSI plugin's metadata, not pod data
-            os.unlink(vol_data)
-        if os.path.isdir(d.path):
-            os.rmdir(d.path)
+        remove_volume_dir_leftovers(d.path, mounter)
     except OSError as exc:
         why = f"{exc}" + (f" (plugin tear-down: {first_error})" if first_error else "")
         return f"failed: {why}"
     return "cleaned"
+
+
+def _is_metadata(name: str) -> bool:
+    # The CSI plugin's metadata, and the temporary file of an interrupted atomic write of
+    # it: never pod data.
+    return name == VOL_DATA_FILE or name.startswith(_VOL_DATA_TEMP_PREFIX)
+
+
+def only_leftovers(path: str, mounter: MountInterface) -> bool:
+    """Whether the pod volume directory ``path`` holds nothing but what a tear-down leaves
+    when interrupted: plugin metadata and an empty, unmounted ``mount`` directory."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
+        return False
+    for name in names:
+        if _is_metadata(name):
+            continue
+        sub = os.path.join(path, name)
+        if name != "mount" or os.path.islink(sub) or not os.path.isdir(sub):
+            return False
+        if check_mount(mounter, sub) is not MountCheck.NOT_MOUNTED or os.listdir(sub):
+            return False
+    return True
+
+
+def remove_volume_dir_leftovers(path: str, mounter: MountInterface) -> None:
+    """Remove a pod volume directory that :func:`only_leftovers` approves: its metadata
+    files, its empty ``mount`` directory, itself. Anything else stops it with ``OSError``
+    before pod data could be touched (``rmdir`` only)."""
+    if not os.path.isdir(path):
+        return
+    if not only_leftovers(path, mounter):
+        raise OSError(errno.ENOTEMPTY, f"{path} holds more than a plugin's leftovers")
+    for name in os.listdir(path):
+        sub = os.path.join(path, name)
+        if _is_metadata(name):
+            os.unlink(sub)
+        else:
+            os.rmdir(sub)
+    os.rmdir(path)

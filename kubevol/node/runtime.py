@@ -25,14 +25,21 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from kubevol.csi.plugin import CSIPlugin
+from kubevol.csi.plugin import CSI_PLUGIN_NAME, CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.guard import GuardPolicy
 from kubevol.node.manager import NodeVolumeManager, SyncResult
-from kubevol.node.pods import STATE_DIR, PodRecords, PodState, RecordWatcher, desired_pod
+from kubevol.node.pods import (
+    STATE_DIR,
+    PodRecord,
+    PodRecords,
+    PodState,
+    RecordWatcher,
+    desired_pod,
+)
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.plugins import builtin_plugins
 
@@ -117,7 +124,9 @@ class NodeRuntime:
             attach_timeout=csi_timeout,
         )
         self.mgr = VolumePluginMgr()
-        self.mgr.init_plugins(builtin_plugins(csi=self.csi), host=self.host)
+        # This runtime's CSI plugin (with its registry) replaces any other built-in one.
+        others = [p for p in builtin_plugins() if p.get_plugin_name() != CSI_PLUGIN_NAME]
+        self.mgr.init_plugins([*others, self.csi], host=self.host)
         self.records = PodRecords(self.host)
         self.endpoints = DriverEndpoints(self.host)
         self._wanted: dict[str, str] = {}
@@ -186,6 +195,7 @@ class RecordedPods:
         self.node = node
         self.watcher = RecordWatcher(node.records)
         self.known: set[str] = set()
+        self._records: dict[str, PodRecord] = {}
         #: Records whose manifests could not be turned into desired pods, with why.
         self.invalid: dict[str, str] = {}
         self.manager = NodeVolumeManager(
@@ -197,6 +207,7 @@ class RecordedPods:
         """Bring the desired state in line with the records; retry unregistered drivers."""
         records, changed = self.watcher.refresh()
         self.known = set(records)
+        self._records = records
         for uid in sorted(changed):
             record = records.get(uid)
             if record is None or record.state is PodState.TERMINATING:
@@ -216,15 +227,21 @@ class RecordedPods:
 
     def forget_terminated(self) -> list[str]:
         """Remove the records of terminating pods of which nothing is left; their UIDs."""
-        in_use = self.manager.actual.pods()
         done = []
-        for uid in sorted(self.known):
-            record = self.node.records.read(uid)
-            if record is None or record.state is not PodState.TERMINATING:
+        for uid, record in sorted(self._records.items()):
+            if record.state is not PodState.TERMINATING:
                 continue
-            if uid in in_use or os.path.lexists(self.node.host.get_pod_dir(uid)):
+            # Busy first: an operation that ends updates the actual state before it is no
+            # longer busy, so a pod found idle and then unused is really gone.
+            if (
+                self.manager.reconciler.busy(uid)
+                or uid in self.manager.actual.pods()
+                or self.manager.has_failures(uid)
+                or os.path.lexists(self.node.host.get_pod_dir(uid))
+            ):
                 continue
             self.node.records.remove(uid)
+            self._records.pop(uid, None)
             done.append(uid)
         return done
 

@@ -256,7 +256,7 @@ def test_final_error_stops_sync_early(env: NodeEnv) -> None:
     pod = pod_manifest("p", [{"name": "f", "hostPath": {"path": str(path), "type": "File"}}])
     manager = make_manager(env)
     add(manager, env, pod)
-    result = manager.sync(timeout=60)
+    result = manager.sync(timeout=60, give_up_after=0.5)
     assert result.stuck and not result.converged
     [failure] = result.failures
     assert "is not a regular file" in str(failure.error)

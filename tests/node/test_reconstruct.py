@@ -16,7 +16,13 @@ import pytest
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.pods import Manifests, desired_pod, pod_uid
-from kubevol.node.reconstruct import MountCheck, list_pod_volume_dirs, scan
+from kubevol.node.reconstruct import (
+    MountCheck,
+    list_pod_volume_dirs,
+    only_leftovers,
+    remove_volume_dir_leftovers,
+    scan,
+)
 from kubevol.node.state import MountState, VolumeMode
 from kubevol.testing.mount_rig import MountRig
 from tests.node.conftest import NodeEnv, mounts_under
@@ -235,3 +241,22 @@ def test_scan_changes_nothing_on_disk(env: NodeEnv, rig: MountRig) -> None:
         MountCheck.MOUNTED, MountCheck.NOT_MOUNTED, MountCheck.CORRUPTED,
     }
     assert uid_db in {f.dir.pod_uid for f in result.failures}
+
+
+def test_leftovers_of_an_interrupted_tear_down_are_told_from_data(env: NodeEnv) -> None:
+    """Metadata (and a half-written copy) plus an empty mount dir are leftovers and go;
+    any other file makes the directory pod data, which is never removed."""
+    mounter = env.host.get_mounter()
+    vol = env.root / "pods" / "u1" / "volumes" / "kubernetes.io~csi" / "pv1"
+    (vol / "mount").mkdir(parents=True)
+    (vol / ".vol_data.x1y2z3").write_text("{")
+    (vol / "vol_data.json").write_text("{}")
+    assert only_leftovers(str(vol), mounter)
+    (vol / "mount" / "data.db").write_text("precious")
+    assert not only_leftovers(str(vol), mounter)
+    with pytest.raises(OSError, match="more than a plugin's leftovers"):
+        remove_volume_dir_leftovers(str(vol), mounter)
+    assert (vol / "mount" / "data.db").read_text() == "precious"
+    (vol / "mount" / "data.db").unlink()
+    remove_volume_dir_leftovers(str(vol), mounter)
+    assert not vol.exists()
