@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from kubevol.csi.plugin import CSI_PLUGIN_NAME, CSIPlugin
+from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
@@ -124,9 +124,7 @@ class NodeRuntime:
             attach_timeout=csi_timeout,
         )
         self.mgr = VolumePluginMgr()
-        # This runtime's CSI plugin (with its registry) replaces any other built-in one.
-        others = [p for p in builtin_plugins() if p.get_plugin_name() != CSI_PLUGIN_NAME]
-        self.mgr.init_plugins([*others, self.csi], host=self.host)
+        self.mgr.init_plugins(builtin_plugins(csi=self.csi), host=self.host)
         self.records = PodRecords(self.host)
         self.endpoints = DriverEndpoints(self.host)
         self._wanted: dict[str, str] = {}
