@@ -29,7 +29,7 @@ import enum
 import errno
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -49,6 +49,7 @@ from kubevol.node.state import (
     VolumeMode,
     unique_volume_name,
 )
+from kubevol.plugin import AttachableVolumePlugin, DeviceMountableVolumePlugin
 from kubevol.spec import Spec
 from kubevol.types import VolumeOptions
 
@@ -315,16 +316,56 @@ def minimal_pod(uid: str) -> Any:
     return V1Pod(metadata=V1ObjectMeta(uid=uid))
 
 
+class MountSnapshot:
+    """Mount checks against one reading of the mount table (a whole scan sees one moment,
+    and a set lookup is cheaper than a ``statx`` per path). ``root_dir`` is the root the
+    checked paths are under, translated to its real path once."""
+
+    def __init__(self, table: MountTable, root_dir: str) -> None:
+        self.points = {e.mount_point for e in table.entries()}
+        self._root = os.path.abspath(root_dir)
+        self._real_root = os.path.realpath(root_dir)
+
+    def real(self, path: str) -> str:
+        """``path`` with symbolic links resolved (cheaply for paths under the root)."""
+        if path == self._root or path.startswith(self._root + "/"):
+            return self._real_root + path[len(self._root):]
+        return os.path.realpath(path)
+
+    def check(self, path: str) -> MountCheck:
+        """:func:`check_mount` by the snapshot."""
+        if not path:
+            return MountCheck.NONE
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            return MountCheck.MISSING
+        except OSError as exc:
+            if is_corrupted_error(exc):
+                return MountCheck.CORRUPTED
+            raise
+        return MountCheck.MOUNTED if self.real(path) in self.points else MountCheck.NOT_MOUNTED
+
+
 def reconstruct_pod_volume(
-    mgr: VolumePluginMgr, d: PodVolumeDir, mounter: MountInterface, *, check: bool = True
+    mgr: VolumePluginMgr,
+    d: PodVolumeDir,
+    mounter: MountInterface,
+    *,
+    check: bool = True,
+    mounts: MountSnapshot | None = None,
+    pods: dict[str, Any] | None = None,
 ) -> FoundVolume:
     """Rebuild one pod volume from disk. Reads only.
 
-    ``check=False`` skips the mount checks (the result then says MISSING/None for them).
+    ``check=False`` skips the mount checks (the result then says MISSING/None for them);
+    ``mounts`` checks against a snapshot of the mount table instead of asking ``mounter``;
+    ``pods`` caches the minimal pod objects by UID across calls.
     Raises :class:`~kubevol.node.errors.ReconstructionError` naming the directory and why.
     """
+    checker = mounts.check if mounts is not None else (lambda p: check_mount(mounter, p))
     try:
-        return _reconstruct(mgr, d, mounter, check)
+        return _reconstruct(mgr, d, checker if check else None, pods)
     except ReconstructionError:
         raise
     except (KubevolError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -338,10 +379,17 @@ def reconstruct_pod_volume(
 
 
 def _reconstruct(
-    mgr: VolumePluginMgr, d: PodVolumeDir, mounter: MountInterface, check: bool
+    mgr: VolumePluginMgr,
+    d: PodVolumeDir,
+    check: Callable[[str], MountCheck] | None,
+    pods: dict[str, Any] | None,
 ) -> FoundVolume:
     plugin = mgr.find_plugin_by_name(d.plugin_name)
-    pod = minimal_pod(d.pod_uid)
+    pod = pods.get(d.pod_uid) if pods is not None else None
+    if pod is None:
+        pod = minimal_pod(d.pod_uid)
+        if pods is not None:
+            pods[d.pod_uid] = pod
     selinux = ""
     if d.mode is VolumeMode.BLOCK:
         mapper_plugin = mgr.find_mapper_plugin_by_name(d.plugin_name)
@@ -354,9 +402,16 @@ def _reconstruct(
     else:
         reconstructed = plugin.construct_volume_spec(d.spec_name, d.path)
         spec, selinux = reconstructed.spec, reconstructed.selinux_mount_context
-    # By spec, not by name: an inline CSI volume is neither attachable nor device-mounted.
-    device_plugin = mgr.find_device_mountable_plugin_by_spec(spec)
-    attach_plugin = mgr.find_attachable_plugin_by_spec(spec)
+    # Asked about the spec, not the plugin: an inline CSI volume is neither attachable nor
+    # device-mounted (the kubelet looks plugins up by spec for this; it is the same plugin).
+    device_plugin = (
+        plugin
+        if isinstance(plugin, DeviceMountableVolumePlugin) and plugin.can_device_mount(spec)
+        else None
+    )
+    attach_plugin = (
+        plugin if isinstance(plugin, AttachableVolumePlugin) and plugin.can_attach(spec) else None
+    )
     shared = device_plugin is not None or attach_plugin is not None
     volume_name = plugin.get_volume_name(spec)
     unique = unique_volume_name(
@@ -370,16 +425,16 @@ def _reconstruct(
         map_dir, link = mapper.get_pod_device_map_path()
         mount_path = os.path.join(map_dir, link)
         device_mount_path = mapper.get_global_map_path(spec)
-        mount = check_link(mount_path) if check else MountCheck.MISSING
-        device = _check_dir(device_mount_path) if check else None
+        mount = check_link(mount_path) if check is not None else MountCheck.MISSING
+        device = _check_dir(device_mount_path) if check is not None else None
     else:
         mount_path = plugin.new_mounter(spec, pod, VolumeOptions()).get_path()
         if device_plugin is not None:
             device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
         # hostPath's "mount path" is the node's own path, not something of the pod.
         own = mount_path if _is_under(mount_path, d.path) else ""
-        mount = check_mount(mounter, own) if check else MountCheck.MISSING
-        device = check_mount(mounter, device_mount_path) if check and device_mount_path else None
+        mount = check(own) if check is not None else MountCheck.MISSING
+        device = check(device_mount_path) if check is not None and device_mount_path else None
     return FoundVolume(
         dir=d,
         unique_name=unique,
@@ -420,17 +475,20 @@ def scan(
 ) -> Reconstruction:
     """Rebuild every pod volume under the host's root (or only ``pod_uids``'). Reads only."""
     mounter = host.get_mounter()
+    table = MountTable(read_mountinfo_bytes(mountinfo_path))
+    mounts = MountSnapshot(table, host.root_dir)
+    pods: dict[str, Any] = {}
     found: list[FoundVolume] = []
     failed: list[FailedVolume] = []
     for d in list_pod_volume_dirs(host.get_pods_dir(), pod_uids):
         try:
-            found.append(reconstruct_pod_volume(mgr, d, mounter))
+            found.append(reconstruct_pod_volume(mgr, d, mounter, mounts=mounts, pods=pods))
         except ReconstructionError as exc:
             log.warning("%s", exc)
             failed.append(FailedVolume(dir=d, reason=str(exc)))
     orphans: list[OrphanDeviceMount] = []
     if pod_uids is None:
-        orphans = find_orphan_device_mounts(host, mgr, found, mountinfo_path=mountinfo_path)
+        orphans = find_orphan_device_mounts(host, mgr, found, mounts=mounts, table=table)
     return Reconstruction(volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans))
 
 
@@ -441,20 +499,29 @@ def find_orphan_device_mounts(
     *,
     mountinfo_path: str = "/proc/self/mountinfo",
     claimed: Iterable[str] = (),
+    mounts: MountSnapshot | None = None,
+    table: MountTable | None = None,
 ) -> list[OrphanDeviceMount]:
-    """Mounts under ``<root>/plugins/`` that none of ``found`` (or ``claimed`` paths) use."""
+    """Mounts under ``<root>/plugins/`` that none of ``found`` (or ``claimed`` paths) use.
+
+    ``table`` (and ``mounts`` made from it) are a mount table already read; else it is
+    read from ``mountinfo_path``.
+    """
+    if table is None:
+        table = MountTable(read_mountinfo_bytes(mountinfo_path))
+    if mounts is None:
+        mounts = MountSnapshot(table, host.root_dir)
     plugins_dir = os.path.join(os.path.realpath(host.root_dir), "plugins")
     found = list(found)
-    known = {os.path.realpath(f.device_mount_path) for f in found if f.device_mount_path}
-    known |= {os.path.realpath(p) for p in claimed if p}
+    known = {mounts.real(f.device_mount_path) for f in found if f.device_mount_path}
+    known |= {mounts.real(p) for p in claimed if p}
     block_names = {f.dir.spec_name for f in found if f.dir.mode is VolumeMode.BLOCK}
-    table = MountTable(read_mountinfo_bytes(mountinfo_path))
     out: dict[str, OrphanDeviceMount] = {}
     for entry in table.entries():
         point = entry.mount_point
         if not point.startswith(plugins_dir + "/") or point in out:
             continue
-        if any(_is_under(point, k) for k in known):
+        if _self_or_ancestor_in(point, known, plugins_dir):
             continue
         rel = point[len(plugins_dir) + 1 :].split("/")
         kind = "device"
@@ -472,6 +539,15 @@ def find_orphan_device_mounts(
             kind=kind,
         )
     return list(out.values())
+
+
+def _self_or_ancestor_in(path: str, paths: set[str], stop: str) -> bool:
+    """Whether ``path`` or one of its ancestors below ``stop`` is in ``paths``."""
+    while len(path) > len(stop):
+        if path in paths:
+            return True
+        path = os.path.dirname(path)
+    return False
 
 
 def _plugin_of(mgr: VolumePluginMgr, segments: list[str]) -> str:

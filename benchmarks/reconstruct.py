@@ -1,0 +1,147 @@
+"""Reconstruction of a generated kubelet tree of 10,000 pod volumes, against a bare walk of
+the same tree, in the same run.
+
+Usage::
+
+    .venv/bin/python benchmarks/reconstruct.py [--volumes 10000] [--repeat 5] [--mounted 200]
+
+Builds, under a temporary root, ``--volumes`` pod volumes as the kubelet lays them out:
+2,500 pods with, each, two CSI volumes (``volumes/kubernetes.io~csi/<pv>/`` with its
+``vol_data.json`` and ``mount/``, and the staging ``vol_data.json`` beside the global mount)
+and two emptyDir volumes. ``--mounted`` of the CSI pod mounts (and their staging paths) are
+real bind mounts, so mount checks meet mounted and unmounted paths, and orphan detection
+reads a mount table with entries under the root (run it as root, in a private mount
+namespace: ``unshare -m --propagation private``). Then it times, warm, the median of
+``--repeat`` runs of:
+
+- the reference: ``os.walk`` over ``pods/`` (what any tool must at least do);
+- ``kubevol.node.reconstruct.scan``: the walk, unescaping, plugin lookup,
+  ``construct_volume_spec`` (reading every ``vol_data.json``), unique names, device mount
+  paths, mount checks of every pod and device path, and orphan detection.
+
+It prints both, the ratio, and exits 1 if the scan found the wrong number of volumes or
+took longer than the target (1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from kubevol.csi.plugin import CSIPlugin
+from kubevol.host import NodeVolumeHost
+from kubevol.manager import VolumePluginMgr
+from kubevol.node.reconstruct import MountCheck, scan
+from kubevol.plugins import builtin_plugins
+
+TARGET_SECONDS = 1.0
+DRIVER = "bench.csi.kubevol.io"
+
+
+def build_tree(root: str, volumes: int, mounted: int) -> list[str]:
+    """The kubelet tree; returns the bind mounts made (to undo them)."""
+    pods = volumes // 4
+    csi_base = os.path.join(root, "plugins", "kubernetes.io", "csi", DRIVER)
+    made: list[str] = []
+    for p in range(pods):
+        uid = f"{p:08d}-0000-4000-8000-000000000000"
+        pod = os.path.join(root, "pods", uid)
+        for k in range(2):
+            pv = f"pv-{p:05d}-{k}"
+            handle = f"vol-{p:05d}-{k}"
+            vol = os.path.join(pod, "volumes", "kubernetes.io~csi", pv)
+            os.makedirs(os.path.join(vol, "mount"))
+            data = {"specVolID": pv, "volumeHandle": handle, "driverName": DRIVER,
+                    "nodeName": "node-1", "volumeLifecycleMode": "Persistent"}
+            with open(os.path.join(vol, "vol_data.json"), "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            stage = os.path.join(csi_base, hashlib.sha256(handle.encode()).hexdigest())
+            os.makedirs(os.path.join(stage, "globalmount"))
+            with open(os.path.join(stage, "vol_data.json"), "w", encoding="utf-8") as f:
+                json.dump({"driverName": DRIVER, "volumeHandle": handle}, f)
+            if len(made) < 2 * mounted:
+                src = os.path.join(root, "backing", handle)
+                os.makedirs(src)
+                for target, source in ((os.path.join(stage, "globalmount"), src),
+                                       (os.path.join(vol, "mount"), src)):
+                    subprocess.run(["mount", "--bind", source, target], check=True)
+                    made.append(target)
+        for name in ("cache", "scratch"):
+            os.makedirs(os.path.join(pod, "volumes", "kubernetes.io~empty-dir", name))
+            os.makedirs(os.path.join(pod, "plugins", "kubernetes.io~empty-dir", name))
+            open(os.path.join(pod, "plugins", "kubernetes.io~empty-dir", name, "ready"),
+                 "w").close()
+    return made
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def walk_tree(pods_dir: str) -> int:
+    count = 0
+    for _, dirs, files in os.walk(pods_dir):
+        count += len(dirs) + len(files)
+    return count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--volumes", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--mounted", type=int, default=200,
+                        help="CSI volumes whose pod and staging paths are real bind mounts")
+    args = parser.parse_args()
+    if args.mounted and os.geteuid() != 0:
+        print("run as root (the tree has real bind mounts) or with --mounted 0", file=sys.stderr)
+        return 2
+    work = tempfile.mkdtemp(prefix="kubevol-bench-reconstruct-")
+    root = os.path.join(work, "root")
+    made: list[str] = []
+    try:
+        started = time.perf_counter()
+        made = build_tree(root, args.volumes, args.mounted)
+        print(f"built {args.volumes} pod volumes ({len(made)} bind mounts) in "
+              f"{time.perf_counter() - started:.1f} s under {root}")
+        host = NodeVolumeHost(root_dir=root, node_name="node-1")
+        mgr = VolumePluginMgr()
+        mgr.init_plugins(builtin_plugins(csi=CSIPlugin()), host=host)
+        scan(host, mgr)  # warm: caches, imports, the kubernetes model classes
+        walk_tree(host.get_pods_dir())
+        ref, entries = median_time(lambda: walk_tree(host.get_pods_dir()), args.repeat)
+        took, result = median_time(lambda: scan(host, mgr), args.repeat)
+        assert result is not None
+        volumes = result.volumes  # type: ignore[attr-defined]
+        mounted = sum(1 for v in volumes if v.mount is MountCheck.MOUNTED)
+        print(f"os.walk of pods/ ({entries} entries):      {ref * 1000:8.1f} ms")
+        print(f"kubevol reconstruct ({len(volumes)} volumes, {mounted} mounted, "
+              f"{len(result.failures)} failures, {len(result.orphans)} orphans): "  # type: ignore[attr-defined]
+              f"{took * 1000:8.1f} ms")
+        print(f"ratio reconstruct / os.walk: {took / ref:.1f}x; "
+              f"{took / len(volumes) * 1e6:.1f} us per volume; target <= {TARGET_SECONDS} s")
+        ok = len(volumes) == args.volumes and mounted == args.mounted and took <= TARGET_SECONDS
+        if not ok:
+            print("FAILED: wrong volume count or over the target", file=sys.stderr)
+        return 0 if ok else 1
+    finally:
+        for target in reversed(made):
+            subprocess.run(["umount", target], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
