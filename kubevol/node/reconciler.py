@@ -231,7 +231,9 @@ class Reconciler:
                 OperationKind.UNMOUNT_DEVICE, av.unique_name, "",
                 self.generator.unmount_device(av),
             )
-        if av.attachable and av.attach_state is not MountState.UNMOUNTED:
+        # Detaching is the node's job only when it attached the volume itself; otherwise the
+        # controller that attached it detaches it.
+        if self.attach_by_node and av.attachable and av.attach_state is not MountState.UNMOUNTED:
             return self._start(
                 OperationKind.DETACH, av.unique_name, "", self.generator.detach(av)
             )

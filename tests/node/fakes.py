@@ -20,12 +20,17 @@ from typing import Any
 from kubevol.errors import SpecError
 from kubevol.host import VolumeHost
 from kubevol.mount.helpers import cleanup_mount_point
-from kubevol.plugin import AttachableVolumePlugin, PersistentVolumePlugin
+from kubevol.plugin import (
+    AttachableVolumePlugin,
+    NodeExpandableVolumePlugin,
+    PersistentVolumePlugin,
+)
 from kubevol.spec import Spec
 from kubevol.types import (
     Attributes,
     DeviceMounterArgs,
     MounterArgs,
+    NodeResizeOptions,
     ReconstructedVolume,
     VolumeOptions,
 )
@@ -66,13 +71,22 @@ def _source(spec: Spec) -> str:
     return str(local.path)
 
 
-class StagedPlugin(AttachableVolumePlugin, PersistentVolumePlugin):
-    """See the module docstring."""
+class StagedPlugin(AttachableVolumePlugin, PersistentVolumePlugin, NodeExpandableVolumePlugin):
+    """See the module docstring. ``expansions`` records node expansions (new, old size)."""
 
     def __init__(self) -> None:
         self._host: VolumeHost | None = None
         self.faults = Faults()
         self._lock = threading.Lock()
+        self.expansions: list[tuple[int, int]] = []
+
+    def requires_fs_resize(self) -> bool:
+        return True
+
+    def node_expand(self, options: NodeResizeOptions) -> bool:
+        self.faults.check("node_expand", after=False)
+        self.expansions.append((options.new_size, options.old_size))
+        return True
 
     @property
     def host(self) -> VolumeHost:
@@ -240,14 +254,14 @@ class PodBind(Mounter, Unmounter):
         cleanup_mount_point(directory, self.plugin.host.get_mounter())
 
 
-def local_pv_manifest(name: str, source: str) -> dict[str, Any]:
+def local_pv_manifest(name: str, source: str, size: str = "1Mi") -> dict[str, Any]:
     """A PersistentVolume the fake plugin serves, bound to claim ``<name>-claim``."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": name},
         "spec": {
-            "capacity": {"storage": "1Mi"},
+            "capacity": {"storage": size},
             "accessModes": ["ReadWriteOnce"],
             "local": {"path": source},
             "claimRef": {"name": f"{name}-claim", "namespace": "default"},

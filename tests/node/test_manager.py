@@ -290,3 +290,44 @@ def test_volume_mode_recorded(env: NodeEnv, mode: VolumeMode, tmp_path: Path) ->
     assert v.plugin_name == PLUGIN_NAME
     assert v.unique_name == f"{PLUGIN_NAME}/pv1"
     assert v.attachable and v.device_mountable
+
+
+def test_larger_desired_size_expands_on_the_node(env: NodeEnv) -> None:
+    """A PV grown in the desired state is expanded on the node once, with both sizes."""
+    src = str(env.source("pv1"))
+    pvc = claim_manifest("pv1")
+    pod = staged_pod("a", "pv1")
+    manager = make_manager(env)
+    add(manager, env, pod, local_pv_manifest("pv1", src), pvc)
+    assert manager.sync(timeout=20).converged
+    assert env.staged.expansions == []
+    add(manager, env, pod, local_pv_manifest("pv1", src, size="2Mi"), pvc)
+    assert manager.sync(timeout=20).converged
+    assert env.staged.expansions == [(2 << 20, 1 << 20)]
+    assert manager.actual.volumes()[0].size == 2 << 20
+    manager.remove_pod(pod_uid(pod))
+    assert manager.sync(timeout=20).converged
+    manager.close()
+
+
+def test_controller_attached_volume_is_waited_for(env: NodeEnv) -> None:
+    """Without node attach, the manager waits for someone else to attach the volume."""
+    src = str(env.source("pv1"))
+    pv, pvc = local_pv_manifest("pv1", src), claim_manifest("pv1")
+    pod = staged_pod("a", "pv1")
+    manager = make_manager(env, attach_by_node=False)
+    add(manager, env, pod, pv, pvc)
+    result = manager.sync(timeout=2)
+    assert not result.converged
+    assert {f.kind.value for f in result.failures} == {"wait-for-attach"}
+    assert "attach" not in env.staged.faults.calls
+    env.staged.new_attacher().attach(manager.desired.volumes_to_mount()[0].spec, "node-1")
+    result = manager.sync(timeout=20)
+    assert result.converged, result
+    [volume] = manager.actual.volumes()
+    assert volume.attach_state is MountState.MOUNTED and volume.device_path == src
+    manager.remove_pod(pod_uid(pod))
+    assert manager.sync(timeout=20).converged
+    assert env.staged.attached() == {"pv1"}  # detaching is the attacher's (controller's) job
+    assert manager.actual.volumes() == []
+    manager.close()
