@@ -17,11 +17,14 @@ import threading
 
 from kubevol.host import NodeVolumeHost, escape_plugin_name
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.mountinfo import PROC_MOUNTINFO, escape, parse_mountinfo_line
 from kubevol.mount.table import MountTableCache
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.reconstruct import PodVolumeDir, reconstruct_pod_volume
 from kubevol.node.state import VolumeMode
+
+#: Parsed mountinfo lines kept (a node's pod mounts, with room to spare).
+_LINE_CACHE_SIZE = 65536
 
 
 class VolumeUsage:
@@ -38,6 +41,7 @@ class VolumeUsage:
         self._mgr = mgr
         self._table = MountTableCache(mountinfo_path)
         self._cache: dict[str, tuple[tuple[int, int], str | None]] = {}
+        self._lines: dict[bytes, tuple[str, str, str, str] | None] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -68,18 +72,45 @@ class VolumeUsage:
     def _mounted_candidates(
         self, pods_dir: str, escaped: str
     ) -> dict[tuple[str, str, str], list[str]]:
+        """Pod volume directories of the plugin with something mounted in them.
+
+        Only lines that mention the pods directory are parsed, and each distinct line once:
+        on a node with thousands of mounts, a check costs a substring search.
+        """
         prefix = pods_dir + "/"
+        needle = os.fsencode(escape(prefix))
+        data = self._table.table().data
         out: dict[tuple[str, str, str], list[str]] = {}
-        for entry in self._table.table().entries():
-            point = entry.mount_point
-            if not point.startswith(prefix):
+        pos = 0
+        while (hit := data.find(needle, pos)) >= 0:
+            start = data.rfind(b"\n", 0, hit) + 1
+            end = data.find(b"\n", hit)
+            end = len(data) if end < 0 else end
+            pos = end + 1
+            found = self._pod_mount(data[start:end], prefix)
+            if found is None or found[1] != escaped:
                 continue
-            segs = point[len(prefix) :].split("/")
-            if len(segs) < 4 or segs[1] != "volumes" or segs[2] != escaped:
-                continue
-            vol_dir = os.path.join(pods_dir, segs[0], "volumes", escaped, segs[3])
-            out.setdefault((segs[0], segs[3], vol_dir), []).append(point)
+            uid, _, spec_name, point = found
+            vol_dir = os.path.join(pods_dir, uid, "volumes", escaped, spec_name)
+            out.setdefault((uid, spec_name, vol_dir), []).append(point)
         return out
+
+    def _pod_mount(self, line: bytes, prefix: str) -> tuple[str, str, str, str] | None:
+        """(pod UID, escaped plugin, spec name, mount point) of a mount under a pod's
+        ``volumes`` directory, from one mountinfo line (cached by its bytes)."""
+        with self._lock:
+            if line in self._lines:
+                return self._lines[line]
+        point = parse_mountinfo_line(os.fsdecode(line)).mount_point
+        segs = point[len(prefix) :].split("/") if point.startswith(prefix) else []
+        found = None
+        if len(segs) >= 4 and segs[1] == "volumes":
+            found = (segs[0], segs[2], segs[3], point)
+        with self._lock:
+            if len(self._lines) > _LINE_CACHE_SIZE:
+                self._lines.clear()
+            self._lines[line] = found
+        return found
 
     @staticmethod
     def _block_candidates(
