@@ -15,6 +15,7 @@ from kubevol.node.pods import (
     PodRecord,
     PodRecords,
     PodState,
+    RecordWatcher,
     desired_pod,
     parse_manifests,
     pod_uid,
@@ -156,3 +157,20 @@ def test_records_round_trip_atomically(tmp_path: Path) -> None:
     records.remove(record.uid)
     records.remove(record.uid)
     assert records.all() == [] and records.read(record.uid) is None
+
+
+def test_record_watcher_reports_only_changes(tmp_path: Path) -> None:
+    """refresh() re-reads new, changed and removed records, and nothing else."""
+    records = PodRecords(NodeVolumeHost(root_dir=str(tmp_path), node_name="n"))
+    watcher = RecordWatcher(records)
+    assert watcher.refresh() == ({}, set())
+    [record] = records_for(parse_manifests(MANIFEST), PodState.RUNNING)
+    records.write(record)
+    found, changed = watcher.refresh()
+    assert changed == {record.uid} and found[record.uid].state is PodState.RUNNING
+    assert watcher.refresh()[1] == set()
+    records.write(PodRecord(uid=record.uid, state=PodState.TERMINATING, objects=record.objects))
+    found, changed = watcher.refresh()
+    assert changed == {record.uid} and found[record.uid].state is PodState.TERMINATING
+    records.remove(record.uid)
+    assert watcher.refresh() == ({}, {record.uid})
