@@ -7,14 +7,16 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.node.manager import SyncResult
 from kubevol.node.reconstruct import FoundVolume, MountCheck, Reconstruction
-from kubevol.node.runtime import NodeRuntime, parse_driver_flag
 from kubevol.node.state import ActualState, DesiredPod
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
+
+if TYPE_CHECKING:
+    from kubevol.node.runtime import NodeRuntime
 
 
 def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> None:
@@ -40,6 +42,8 @@ def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> 
 
 def open_runtime(args: argparse.Namespace) -> NodeRuntime:
     """The node runtime the flags describe. Raises KubevolError for a bad ``--csi-driver``."""
+    from kubevol.node.runtime import NodeRuntime, parse_driver_flag  # brings grpc: load late
+
     drivers: dict[str, str] = {}
     for value in getattr(args, "csi_driver", []) or []:
         try:
