@@ -13,6 +13,7 @@ from typing import Any
 from kubevol.errors import MountError, SpecError
 from kubevol.host import VolumeHost, validate_path_segment
 from kubevol.metrics import MetricsDu
+from kubevol.mount import is_corrupted_mount
 from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
 from kubevol.plugins._util import pod_uid, quantity_bytes, remove_tree_on_one_device
@@ -148,7 +149,12 @@ class EmptyDir(Mounter, Unmounter):
 
         A failed unmount raises MountError and deletes nothing.
         """
-        if os.path.lexists(directory):
+        if is_corrupted_mount(directory):
+            # A dead mount (e.g. a FUSE daemon that died) looks absent to lexists(); it
+            # must still be unmounted, and its directory removed, like a live one.
+            self._host.get_mounter().unmount(directory)
+            os.rmdir(directory)
+        elif os.path.lexists(directory):
             if self._is_mounted(directory):
                 self._host.get_mounter().unmount(directory)
                 if self._is_mounted(directory):

@@ -172,3 +172,30 @@ def test_hostpath_metrics_not_supported() -> None:
     with pytest.raises(MetricsError) as info:
         HostPathPlugin().new_mounter(spec, None, VolumeOptions()).get_metrics()
     assert is_not_supported(info.value)
+
+
+def test_tear_down_unmounts_a_dead_fuse_mount(plugin: EmptyDirPlugin, tmp_path: Path) -> None:
+    """A corrupted mount (bindfs whose daemon was killed) is unmounted and removed."""
+    mounter = plugin.new_mounter(ed_spec(), pod(), VolumeOptions())
+    mounter.set_up(MounterArgs())
+    source = tmp_path / "fuse-source"
+    source.mkdir()
+    (source / "kept").write_text("source data")
+    path = mounter.get_path()
+    subprocess.run(["bindfs", "-o", "attr_timeout=0", str(source), path], check=True)
+    daemon = subprocess.run(
+        ["pgrep", "-f", f"bindfs -o attr_timeout=0 {source} {path}"],
+        capture_output=True, text=True, check=True,
+    )
+    for pid in daemon.stdout.split():
+        os.kill(int(pid), 9)
+    try:
+        with pytest.raises(OSError):
+            os.stat(path)
+        plugin.new_unmounter("scratch", UID).tear_down()
+        assert mount_of(path) == []
+        assert not os.path.lexists(path)
+        assert (source / "kept").read_text() == "source data"
+    finally:
+        if mount_of(path):
+            subprocess.run(["umount", "-l", path], check=False)
