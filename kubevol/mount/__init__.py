@@ -2,6 +2,7 @@
 mounter, corrupted-mount checks, safe cleanup and formatting, mount references and the
 unstage guard."""
 
+from kubevol.mount.blockmap import map_block_device, unmap_block_device
 from kubevol.mount.format import SafeFormatAndMount
 from kubevol.mount.guard import (
     GuardPolicy,
@@ -18,6 +19,7 @@ from kubevol.mount.helpers import (
     is_corrupted_error,
     is_corrupted_mount,
     path_exists,
+    remove_tree_on_one_device,
     search_mount_points,
 )
 from kubevol.mount.interface import Mounter, MountPoint
@@ -51,10 +53,13 @@ __all__ = [
     "get_mount_refs",
     "is_corrupted_error",
     "is_corrupted_mount",
+    "map_block_device",
     "parse_mountinfo",
     "parse_mountinfo_line",
     "parse_mountinfo_text",
     "path_exists",
     "read_mountinfo_bytes",
+    "remove_tree_on_one_device",
     "search_mount_points",
+    "unmap_block_device",
 ]

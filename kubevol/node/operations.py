@@ -37,7 +37,8 @@ from kubevol.errors import (
 )
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
+from kubevol.mount.blockmap import map_block_device, unmap_block_device
+from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
 from kubevol.node.reconstruct import (
@@ -405,7 +406,11 @@ class OperationGenerator:
                     device_path = mapper.map_pod_device() or device_path
                 if not device_path:
                     raise MountError(f"block volume {v.unique_name!r} has no device path to map")
-                _map_block_device(self.host, device_path, global_map_path, pod_link, v.pod_uid)
+                map_block_device(
+                    self.host.get_mounter(), device_path=device_path,
+                    global_map_path=global_map_path, pod_device_dir=map_dir,
+                    volume_map_name=link, pod_uid=v.pod_uid,
+                )
             except Exception as exc:
                 self._pod_error(v, exc, pod_link)
                 if not isinstance(exc, UncertainProgressError):
@@ -430,7 +435,10 @@ class OperationGenerator:
             unmapper = plugin.new_block_volume_unmapper(m.spec_name, m.pod_uid)
             global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
             map_dir, link = unmapper.get_pod_device_map_path()
-            _unmap_block_device(self.host, global_map_path, os.path.join(map_dir, link), m.pod_uid)
+            unmap_block_device(
+                self.host.get_mounter(), global_map_path=global_map_path,
+                pod_device_dir=map_dir, volume_map_name=link, pod_uid=m.pod_uid,
+            )
             if isinstance(unmapper, CustomBlockVolumeUnmapper):
                 unmapper.unmap_pod_device()
             self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
@@ -498,47 +506,6 @@ class OperationGenerator:
 
 
 # -- the block mapping the kubelet does itself (util.MapBlockVolume / UnmapBlockVolume) ---
-
-
-def _map_block_device(
-    host: NodeVolumeHost, device_path: str, global_map_path: str, pod_link: str, pod_uid: str
-) -> None:
-    """Bind ``device_path`` at ``<global_map_path>/<pod uid>`` and link it from the pod."""
-    mounter = host.get_mounter()
-    os.makedirs(global_map_path, mode=0o750, exist_ok=True)
-    bind = os.path.join(global_map_path, pod_uid)
-    if not os.path.lexists(bind):
-        with open(bind, "w", encoding="utf-8"):
-            pass
-    if not mounter.is_mount_point(bind):
-        mounter.mount(device_path, bind, "", ["bind"])
-    os.makedirs(os.path.dirname(pod_link), mode=0o750, exist_ok=True)
-    if os.path.islink(pod_link):
-        if os.readlink(pod_link) == device_path:
-            return
-        os.unlink(pod_link)
-    os.symlink(device_path, pod_link)
-
-
-def _unmap_block_device(
-    host: NodeVolumeHost, global_map_path: str, pod_link: str, pod_uid: str
-) -> None:
-    """Remove the pod's link and unbind ``<global_map_path>/<pod uid>``. Idempotent."""
-    if os.path.islink(pod_link):
-        os.unlink(pod_link)
-    bind = os.path.join(global_map_path, pod_uid)
-    mounter = host.get_mounter()
-    try:
-        mounted = not mounter.is_likely_not_mount_point(bind)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        if not is_corrupted_error(exc):
-            raise
-        mounted = True
-    if mounted:
-        mounter.unmount(bind)
-    os.unlink(bind)
 
 
 def _bind_refs(host: NodeVolumeHost, global_map_path: str) -> list[str]:

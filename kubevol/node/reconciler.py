@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 
 from kubevol.errors import KubevolError
+from kubevol.mount import remove_tree_on_one_device
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import OperationExecutor, OperationKey, OperationKind
 from kubevol.node.operations import Operation, OperationGenerator, operation_key
@@ -35,7 +36,6 @@ from kubevol.node.state import (
     VolumeMode,
     VolumeToMount,
 )
-from kubevol.plugins._util import remove_tree_on_one_device
 
 log = logging.getLogger(__name__)
 

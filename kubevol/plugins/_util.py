@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 from typing import Any
 
-from kubevol.errors import MountError, SpecError
+from kubevol.errors import SpecError
 from kubevol.host import validate_path_segment
 
 
@@ -29,27 +28,3 @@ def quantity_bytes(quantity: Any) -> int | None:
     except ValueError as exc:
         raise SpecError(f"{quantity!r} is not a valid quantity: {exc}") from exc
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def remove_tree_on_one_device(path: str) -> None:
-    """Delete ``path`` recursively, refusing (before deleting anything) if a mount is inside.
-
-    A volume's directory may have something mounted below it; deleting through that
-    mount would destroy data that is not the volume's.
-    """
-    root_dev = os.lstat(path).st_dev
-    for dirpath, dirnames, _ in os.walk(path):
-        for name in dirnames:
-            sub = os.path.join(dirpath, name)
-            if os.lstat(sub).st_dev != root_dev or os.path.ismount(sub):
-                raise MountError(f"refusing to delete {path!r}: {sub!r} is a mount point")
-    for dirpath, dirnames, filenames in os.walk(path, topdown=False):
-        for name in filenames:
-            os.unlink(os.path.join(dirpath, name))
-        for name in dirnames:
-            sub = os.path.join(dirpath, name)
-            if os.path.islink(sub):
-                os.unlink(sub)
-            else:
-                os.rmdir(sub)
-    os.rmdir(path)

@@ -16,6 +16,7 @@ from typing import Any
 from kubevol.errors import HostPathTypeError, KubevolError, OperationError, SpecError
 from kubevol.host import VolumeHost
 from kubevol.metrics import MetricsNil
+from kubevol.mount import remove_tree_on_one_device
 from kubevol.plugin import (
     DeletableVolumePlugin,
     EventRecorder,
@@ -23,7 +24,6 @@ from kubevol.plugin import (
     ProvisionableVolumePlugin,
     RecyclableVolumePlugin,
 )
-from kubevol.plugins._util import remove_tree_on_one_device
 from kubevol.spec import Spec
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Deleter, Metrics, Mounter, Provisioner, Unmounter

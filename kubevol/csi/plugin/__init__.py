@@ -1,11 +1,7 @@
 """The ``kubernetes.io/csi`` volume plugin: the kubelet's CSI adapter on kubevol's bases."""
 
 from kubevol.csi.plugin.attacher import CSIAttacher
-from kubevol.csi.plugin.block import (
-    CSIBlockMapper,
-    map_block_volume,
-    unmap_block_volume,
-)
+from kubevol.csi.plugin.block import CSIBlockMapper
 from kubevol.csi.plugin.metrics import CSIMetrics
 from kubevol.csi.plugin.mounter import CSIMounter
 from kubevol.csi.plugin.paths import (
@@ -31,6 +27,8 @@ from kubevol.csi.plugin.voldata import (
     load_volume_data,
     save_volume_data,
 )
+from kubevol.mount.blockmap import map_block_device as map_block_volume
+from kubevol.mount.blockmap import unmap_block_device as unmap_block_volume
 
 __all__ = [
     "CSI_PLUGIN_NAME",

@@ -10,7 +10,6 @@ pod's ``volumeDevices/kubernetes.io~csi/<spec>``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -41,17 +40,16 @@ from kubevol.csi.plugin.voldata import (
 )
 from kubevol.errors import (
     KubevolError,
-    MountError,
     OperationError,
     TransientOperationError,
     is_operation_finished,
 )
+from kubevol.mount.helpers import remove_tree_on_one_device
 from kubevol.spec import Spec
 from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
 
 if TYPE_CHECKING:
     from kubevol.csi.plugin.plugin import CSIPlugin
-    from kubevol.mount.interface import Mounter as MountInterface
 
 log = logging.getLogger(__name__)
 
@@ -291,60 +289,4 @@ def _remove_all_one_filesystem(path: str) -> None:
     below it. Absent is fine."""
     if not os.path.lexists(path):
         return
-    from kubevol.plugins._util import remove_tree_on_one_device
-
     remove_tree_on_one_device(path)
-
-
-# --- what the kubelet's operation executor does with a mapped device ---------------------
-
-
-def map_block_volume(
-    mounter: MountInterface,
-    *,
-    device_path: str,
-    global_map_path: str,
-    pod_device_dir: str,
-    volume_map_name: str,
-    pod_uid: str,
-) -> None:
-    """Bind ``device_path`` at ``<global_map_path>/<pod_uid>`` and link
-    ``<pod_device_dir>/<volume_map_name>`` to it (the kubelet's ``MapBlockVolume``, without
-    its loop-device lock). Idempotent. Raises :class:`~kubevol.errors.MountError`."""
-    os.makedirs(global_map_path, mode=0o750, exist_ok=True)
-    bind = os.path.join(global_map_path, pod_uid)
-    if not os.path.lexists(bind):
-        with open(bind, "a"):
-            pass
-    if not mounter.is_mount_point(bind):
-        mounter.mount(device_path, bind, "", ["bind"])
-    os.makedirs(pod_device_dir, mode=0o750, exist_ok=True)
-    link = os.path.join(pod_device_dir, volume_map_name)
-    if os.path.lexists(link):
-        if os.path.islink(link) and os.readlink(link) == device_path:
-            return
-        raise MountError(
-            f"cannot map block volume: {link} exists and is not a link to {device_path}"
-        )
-    os.symlink(device_path, link)
-
-
-def unmap_block_volume(
-    mounter: MountInterface,
-    *,
-    global_map_path: str,
-    pod_device_dir: str,
-    volume_map_name: str,
-    pod_uid: str,
-) -> None:
-    """Undo :func:`map_block_volume`: remove the pod's link, unmount and remove the bind.
-    Idempotent."""
-    link = os.path.join(pod_device_dir, volume_map_name)
-    if os.path.islink(link):
-        os.unlink(link)
-    bind = os.path.join(global_map_path, pod_uid)
-    if os.path.lexists(bind):
-        while mounter.is_mount_point(bind):
-            mounter.unmount(bind)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(bind)
