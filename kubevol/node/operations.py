@@ -74,8 +74,6 @@ Operation = Callable[[], None]
 #: The part of a device mount path that the kubelet's ``HasMountRefs`` looks for.
 _PLUGIN_PATH_MARKER = "/plugins/kubernetes.io/"
 
-#: The pod UID given to a block unmapper that tears the device down for no pod in particular.
-_NO_POD = "no-pod"
 
 #: How long a mount waits for its device to be attached (the kubelet's ``waitForAttachTimeout``).
 WAIT_FOR_ATTACH_TIMEOUT = datetime.timedelta(minutes=10)
@@ -450,8 +448,8 @@ class OperationGenerator:
 
         def run() -> None:
             plugin = self._mapper_plugin(av.plugin_name)
-            # The kubelet passes no pod here; plugins that validate the UID get a stand-in.
-            unmapper = plugin.new_block_volume_unmapper(av.spec.name(), _NO_POD)
+            # No pod is concerned here: like the kubelet, pass an empty pod UID.
+            unmapper = plugin.new_block_volume_unmapper(av.spec.name(), "")
             global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
             self._refuse_if_used(av)
             refs = _bind_refs(self.host, global_map_path)

@@ -129,7 +129,6 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         self.pod = pod
         host = plugin.host
         self._staging = paths.block_staging_path(host, spec_name)
-        self._publish = paths.block_publish_path(host, spec_name, pod_uid)
 
     # --- paths ----------------------------------------------------------------------
 
@@ -146,14 +145,15 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         return self._staging
 
     def get_publish_path(self) -> str:
-        """``volumeDevices/publish/<spec>/<podUID>``."""
-        return self._publish
+        """``volumeDevices/publish/<spec>/<podUID>``. Computed on use: tearing the device
+        down concerns no pod, and the kubelet then passes an empty pod UID."""
+        return paths.block_publish_path(self.plugin.host, self.spec_name, self.pod_uid)
 
     def get_metrics(self) -> Metrics:
         """NodeGetVolumeStats on the publish path."""
         return CSIMetrics(
             plugin=self.plugin, driver=self.driver, volume_id=self.volume_handle,
-            target_path=self._publish,
+            target_path=self.get_publish_path(),
         ).get_metrics()
 
     # --- set up ---------------------------------------------------------------------
@@ -224,31 +224,32 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
             ) from exc
         staging = self._staging if t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps else ""
         secrets = self._secrets(source, "publish")
+        publish = self.get_publish_path()
         try:
-            os.makedirs(os.path.dirname(self._publish), mode=0o750, exist_ok=True)
+            os.makedirs(os.path.dirname(publish), mode=0o750, exist_ok=True)
         except OSError as exc:
             raise OperationError(
                 f"blockMapper.publishVolumeForBlock failed to create dir: {exc}"
             ) from exc
         client.node_publish_volume(
-            self.volume_handle, self._publish, self._capability(source, caps),
+            self.volume_handle, publish, self._capability(source, caps),
             staging_target_path=staging, readonly=self.read_only,
             publish_context=publish_context, secrets=secrets,
             volume_context=source.volume_attributes, timeout=self.plugin.timeout,
         )
-        return self._publish
+        return publish
 
     # --- tear down ------------------------------------------------------------------
 
     def unmap_pod_device(self) -> None:
         """NodeUnpublishVolume of the publish path, if it still exists."""
         client = self.plugin.transient_client(self.driver, "blockMapper.UnmapPodDevice")
-        if not os.path.lexists(self._publish):
-            log.info("publish path %s already gone, skipping NodeUnpublishVolume", self._publish)
+        publish = self.get_publish_path()
+        if not os.path.lexists(publish):
+            log.info("publish path %s already gone, skipping NodeUnpublishVolume", publish)
             return
         try:
-            client.node_unpublish_volume(self.volume_handle, self._publish,
-                                         timeout=self.plugin.timeout)
+            client.node_unpublish_volume(self.volume_handle, publish, timeout=self.plugin.timeout)
         except KubevolError as exc:
             raise OperationError(f"blockMapper.unpublishVolumeForBlock failed: {exc}") from exc
 
