@@ -27,6 +27,9 @@ import attrs
 
 CSI_PLUGIN = "kubernetes.io/csi"
 VOL_DATA_FILE = "vol_data.json"
+#: The CSI adapter writes vol_data.json atomically through a temporary file named so; one
+#: may be left behind when the writer is killed.
+VOL_DATA_TEMP_PREFIX = ".vol_data."
 
 
 @attrs.frozen(kw_only=True)

@@ -39,7 +39,7 @@ from kubevol.host import NodeVolumeHost, unescape_plugin_name
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
 from kubevol.mount.interface import Mounter as MountInterface
-from kubevol.mount.layout import VOL_DATA_FILE
+from kubevol.mount.layout import VOL_DATA_FILE, VOL_DATA_TEMP_PREFIX
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.state import (
@@ -54,9 +54,6 @@ from kubevol.spec import Spec
 from kubevol.types import VolumeOptions
 
 log = logging.getLogger(__name__)
-
-#: How the CSI plugin names the temporary file it renames to ``vol_data.json``.
-_VOL_DATA_TEMP_PREFIX = ".vol_data."
 
 _MODE_DIRS = (("volumes", VolumeMode.FILESYSTEM), ("volumeDevices", VolumeMode.BLOCK))
 
@@ -604,7 +601,7 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
 def _is_metadata(name: str) -> bool:
     # The CSI plugin's metadata, and the temporary file of an interrupted atomic write of
     # it: never pod data.
-    return name == VOL_DATA_FILE or name.startswith(_VOL_DATA_TEMP_PREFIX)
+    return name == VOL_DATA_FILE or name.startswith(VOL_DATA_TEMP_PREFIX)
 
 
 def only_leftovers(path: str, mounter: MountInterface) -> bool:

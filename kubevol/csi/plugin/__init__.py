@@ -21,7 +21,6 @@ from kubevol.csi.plugin.source import (
     volume_capability,
 )
 from kubevol.csi.plugin.voldata import (
-    VOL_DATA_FILE,
     VolumeDataError,
     VolumeDataMissingError,
     load_volume_data,
@@ -29,6 +28,7 @@ from kubevol.csi.plugin.voldata import (
 )
 from kubevol.mount.blockmap import map_block_device as map_block_volume
 from kubevol.mount.blockmap import unmap_block_device as unmap_block_volume
+from kubevol.mount.layout import VOL_DATA_FILE
 
 __all__ = [
     "CSI_PLUGIN_NAME",

@@ -3,6 +3,7 @@ lifecycle modes, fsGroup, attach-limit names, and the cleanup of a mount directo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -16,6 +17,7 @@ from kubevol.csi.driverinfo import (
 )
 from kubevol.csi.plugin.source import READ_WRITE_ONCE, CSIVolumeSource, SecretRef
 from kubevol.host import VolumeHost
+from kubevol.mount.layout import VOL_DATA_TEMP_PREFIX
 
 #: Kubernetes' prefix of CSI attach-limit resource names, and their length limit.
 CSI_ATTACH_LIMIT_PREFIX = "attachable-volumes-csi-"
@@ -107,6 +109,12 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
     if mounted:
         return
     parent = os.path.dirname(mount_path)
+    # A writer of vol_data.json killed mid-write leaves its temporary file; it is ours.
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for name in os.listdir(parent):
+            if name.startswith(VOL_DATA_TEMP_PREFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(parent, name))
     for action, path in (
         (os.rmdir, mount_path),
         (os.unlink, os.path.join(parent, "vol_data.json")),

@@ -15,8 +15,7 @@ import tempfile
 from collections.abc import Mapping
 
 from kubevol.errors import KubevolError
-
-VOL_DATA_FILE = "vol_data.json"
+from kubevol.mount.layout import VOL_DATA_FILE, VOL_DATA_TEMP_PREFIX
 
 KEY_SPEC_VOL_ID = "specVolID"
 KEY_VOLUME_HANDLE = "volumeHandle"
@@ -54,7 +53,7 @@ def save_volume_data(directory: str, data: Mapping[str, str]) -> None:
 
     Raises ``OSError`` when it cannot be written; no partial file is ever left.
     """
-    fd, tmp = tempfile.mkstemp(prefix=".vol_data.", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=VOL_DATA_TEMP_PREFIX, dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(_go_json(data) + "\n")  # json.Encoder.Encode ends with a newline
