@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from types import TracebackType
 from typing import Any
 
 import grpc
@@ -25,6 +24,7 @@ from kubevol.csi._pb import csi_pb2
 from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import parse_endpoint
 from kubevol.csi.errors import error_from_rpc
+from kubevol.lifecycle import ClosesOnExit
 
 #: Per-call timeout in seconds when none is given (the kubelet's csiTimeout).
 DEFAULT_TIMEOUT = 120.0
@@ -43,7 +43,7 @@ _MAY_PROGRESS = frozenset(
 Metadata = Mapping[str, str] | None
 
 
-class CSIClient:
+class CSIClient(ClosesOnExit):
     """A client for one CSI endpoint. Thread-safe; close it (or use ``with``) when done.
 
     ``endpoint`` is ``unix:///path.sock``, a bare absolute socket path, or ``tcp://host:port``
@@ -78,17 +78,6 @@ class CSIClient:
             if not self._closed:
                 self._closed = True
                 self._channel.close()
-
-    def __enter__(self) -> CSIClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def channel(self) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from kubevol.errors import DeviceStillMountedError, MountError
+from kubevol.lifecycle import ClosesOnExit
 from kubevol.mount.helpers import is_corrupted_error, path_exists
 from kubevol.mount.layout import VolumeIdentity, describe
 from kubevol.mount.mountinfo import PROC_MOUNTINFO, MountInfo
@@ -157,7 +158,7 @@ def check_unmount_device(
     return _safe_verdict(context, path)
 
 
-class UnmountGuard:
+class UnmountGuard(ClosesOnExit):
     """:func:`check_unmount_device` with a cached mount table: repeated checks on an
     unchanged table do not read or parse it again. Close it (or use ``with``) when done."""
 
@@ -190,12 +191,6 @@ class UnmountGuard:
     def close(self) -> None:
         """Release the mount table descriptor. Idempotent."""
         self._cache.close()
-
-    def __enter__(self) -> UnmountGuard:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _allowed_empty(path: str, policy: GuardPolicy, why: str) -> UnmountVerdict:

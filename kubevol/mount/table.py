@@ -22,6 +22,7 @@ import threading
 import weakref
 
 from kubevol.errors import MountError, MountInfoError
+from kubevol.lifecycle import ClosesOnExit
 from kubevol.mount.mountinfo import (
     PROC_MOUNTINFO,
     MountInfo,
@@ -245,7 +246,7 @@ class _ConsistentReader:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-class MountTableCache:
+class MountTableCache(ClosesOnExit):
     """The current :class:`MountTable` of a mountinfo file, re-read only when it changed.
 
     For a proc file, the change signal is the kernel's poll flag; for a regular file (a
@@ -294,12 +295,6 @@ class MountTableCache:
                 self._closer.detach()
             os.close(self._reader.fd)
         self._reader = None
-
-    def __enter__(self) -> MountTableCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _open(self) -> _ConsistentReader:
         if self._reader is None:

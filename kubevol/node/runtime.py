@@ -22,13 +22,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
+from kubevol.lifecycle import ClosesOnExit
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.guard import GuardPolicy
 from kubevol.node.manager import NodeVolumeManager, SyncResult
@@ -100,7 +100,7 @@ def parse_driver_flag(value: str) -> tuple[str, str]:
     return name, endpoint
 
 
-class NodeRuntime:
+class NodeRuntime(ClosesOnExit):
     """Host, plugins, CSI registry and records of one root. Close it when done."""
 
     def __init__(
@@ -167,17 +167,6 @@ class NodeRuntime:
     def close(self) -> None:
         """Close the CSI clients. Idempotent."""
         self.registry.close()
-
-    def __enter__(self) -> NodeRuntime:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class RecordedPods:

@@ -26,7 +26,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
+
+from kubevol.lifecycle import RunsWhileEntered
 
 ETCD_BINARY = "/usr/bin/etcd"
 
@@ -41,7 +42,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class EtcdServer:
+class EtcdServer(RunsWhileEntered):
     """One etcd process. :meth:`start` blocks until healthy; :meth:`stop` is idempotent."""
 
     def __init__(
@@ -179,14 +180,3 @@ class EtcdServer:
                 proc.wait()
         with contextlib.suppress(OSError):
             shutil.rmtree(self._data_dir)
-
-    def __enter__(self) -> EtcdServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -31,8 +31,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
+
+from kubevol.lifecycle import RunsWhileEntered
 
 _STORAGE = "/apis/storage.k8s.io/v1"
 _ROUTES = [
@@ -115,7 +116,7 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
-class KubeAPIServer:
+class KubeAPIServer(RunsWhileEntered):
     """The stand-in server; see the module docstring. Thread-safe.
 
     ``auto_attach``: mark a new VolumeAttachment attached at once with
@@ -195,17 +196,6 @@ class KubeAPIServer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-
-    def __enter__(self) -> KubeAPIServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- test controls ----------------------------------------------------------------
 

@@ -16,7 +16,6 @@ import contextlib
 import enum
 import os
 from collections.abc import Mapping
-from types import TracebackType
 from typing import TypeVar
 
 import attrs
@@ -43,6 +42,7 @@ from kubevol.csi.drivers.engine import (
 from kubevol.csi.drivers.engine.rpc import Code, fail
 from kubevol.csi.drivers.engine.settings import ALL_MODES, DriverSettings, GiB
 from kubevol.csi.server import StoragePlugin
+from kubevol.lifecycle import ClosesOnExit
 
 DRIVER_NAME = "mock.csi.kubevol.io"
 
@@ -188,7 +188,7 @@ class MockBackend(VolumeBackend):
         return volume.capacity_bytes
 
 
-class MockDriver:
+class MockDriver(ClosesOnExit):
     """One mock driver instance: engine (state in memory) and storage plugin."""
 
     def __init__(self, config: MockConfig | None = None) -> None:
@@ -207,17 +207,6 @@ class MockDriver:
     def close(self) -> None:
         """Nothing to release; for symmetry with the hostpath driver."""
         self.engine.close()
-
-    def __enter__(self) -> MockDriver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def build_plugin(config: MockConfig | None = None) -> StoragePlugin:

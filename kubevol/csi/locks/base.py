@@ -15,6 +15,7 @@ import enum
 from types import TracebackType
 
 from kubevol.errors import KubevolError
+from kubevol.lifecycle import ClosesOnExit
 
 
 class LockProviderError(KubevolError):
@@ -68,7 +69,7 @@ class HeldLock(abc.ABC):
         self.release()
 
 
-class VolumeLockProvider(abc.ABC):
+class VolumeLockProvider(ClosesOnExit, abc.ABC):
     """Hands out exclusive, non-reentrant locks keyed by (:class:`LockKind`, key).
 
     Locks of different kinds never conflict, even for equal keys. A holder asking again for
@@ -84,23 +85,12 @@ class VolumeLockProvider(abc.ABC):
         :class:`LockProviderError` if the backend cannot be asked.
         """
 
-    def close(self) -> None:  # noqa: B027 - deliberately optional hook with a no-op default
+    def close(self) -> None:
         """Release the provider's resources (leases, sessions, threads). Idempotent.
 
         Whether locks still held are released is up to the provider (the etcd one releases
         them). The provider must not be used afterwards.
         """
-
-    def __enter__(self) -> VolumeLockProvider:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def check_timeout(timeout: float) -> float:

@@ -15,7 +15,6 @@ import stat
 import threading
 from collections.abc import Sequence
 from concurrent import futures
-from types import TracebackType
 from typing import Any
 
 import attrs
@@ -25,6 +24,7 @@ from kubevol.csi._pb import registration_pb2
 from kubevol.csi.endpoint import Scheme, parse_endpoint
 from kubevol.csi.errors import CSIServeError
 from kubevol.host import validate_path_segment
+from kubevol.lifecycle import RunsWhileEntered
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def _plain_endpoint(endpoint: str) -> str:
     return parsed.address if parsed.scheme is Scheme.UNIX else str(parsed)
 
 
-class RegistrationServer:
+class RegistrationServer(RunsWhileEntered):
     """Serves ``GetInfo``/``NotifyRegistrationStatus`` for one driver on a unix socket.
 
     ``endpoint`` is the driver's CSI endpoint (sent as a bare path for unix sockets, as the
@@ -167,17 +167,6 @@ class RegistrationServer:
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
                 os.unlink(self.socket_path)
-
-    def __enter__(self) -> RegistrationServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _remove_stale(path: str) -> None:

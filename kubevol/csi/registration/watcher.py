@@ -22,7 +22,6 @@ import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import attrs
@@ -31,6 +30,7 @@ import grpc
 from kubevol.csi._pb import registration_pb2
 from kubevol.csi.registration.registry import DriverRegistry
 from kubevol.csi.registration.server import CSI_PLUGIN_TYPE, REGISTRATION_SERVICE
+from kubevol.lifecycle import RunsWhileEntered
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class KnownPlugin:
     error: str = ""
 
 
-class PluginWatcher:
+class PluginWatcher(RunsWhileEntered):
     """Watches ``directory`` for registration sockets; see the module docstring.
 
     ``handlers`` maps plugin types to handlers (e.g. ``{"CSIPlugin": CSIPluginHandler(r)}``);
@@ -287,14 +287,3 @@ class PluginWatcher:
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()
-
-    def __enter__(self) -> PluginWatcher:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

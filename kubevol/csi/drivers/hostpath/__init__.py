@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from types import TracebackType
 
 from kubevol.csi.drivers.common import RunningDriver, serve_plugin
 from kubevol.csi.drivers.engine import Engine, build_storage_plugin
@@ -25,6 +24,7 @@ from kubevol.csi.drivers.hostpath.config import DRIVER_NAME, HostPathConfig
 from kubevol.csi.drivers.hostpath.shared import SharedFilesystemBackend
 from kubevol.csi.drivers.hostpath.state import FileStore, StateDirLock
 from kubevol.csi.server import StoragePlugin
+from kubevol.lifecycle import ClosesOnExit
 
 __all__ = [
     "DRIVER_NAME",
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-class HostPathDriver:
+class HostPathDriver(ClosesOnExit):
     """One hostpath driver instance: its state directory (locked while it lives), engine
     and storage plugin. :meth:`close` releases the lock and idle loop devices, never the
     volumes' mounts (a restarted driver takes them over)."""
@@ -69,17 +69,6 @@ class HostPathDriver:
         """Serve in the background (on a temporary socket when ``endpoint`` is None); stopping
         the returned driver also closes this one."""
         return serve_plugin(self.plugin, endpoint, env=env, cleanup=self.close)
-
-    def __enter__(self) -> HostPathDriver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def build_plugin(config: HostPathConfig) -> StoragePlugin:
