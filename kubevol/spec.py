@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 from inspect import signature
 from typing import Any
 
@@ -15,6 +16,7 @@ import attrs
 import yaml
 
 from kubevol.errors import SpecError
+from kubevol.host import validate_path_segment
 
 
 def _exactly_one_source(instance: Spec, _attribute: object, _value: object) -> None:
@@ -122,3 +124,24 @@ def deserialize(data: Mapping[str, Any], type_name: str) -> Any:
         return api.deserialize(_JSONResponse(data), type_name)
     except (ValueError, TypeError) as exc:
         raise SpecError(f"not a valid {type_name[2:]} manifest: {exc}") from exc
+
+
+def pod_uid(pod: Any) -> str:
+    """The validated UID of a ``V1Pod``; raises SpecError when it has none."""
+    uid = getattr(getattr(pod, "metadata", None), "uid", None)
+    if not uid:
+        raise SpecError("the pod has no metadata.uid; kubevol needs it to lay out its volumes")
+    return validate_path_segment(str(uid), "pod UID")
+
+
+def quantity_bytes(quantity: Any) -> int | None:
+    """A Kubernetes quantity (``"64Mi"``, ``1G``) as whole bytes, rounded up; None stays None."""
+    if quantity is None or quantity == "":
+        return None
+    from kubernetes.utils import parse_quantity  # imported lazily: ~0.3 s
+
+    try:
+        value = Decimal(parse_quantity(quantity))
+    except ValueError as exc:
+        raise SpecError(f"{quantity!r} is not a valid quantity: {exc}") from exc
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))

@@ -74,7 +74,7 @@ def create_demo_volumes(
     (``clients``: driver name → :class:`~kubevol.csi.client.CSIClient`) and put the returned
     volume handle in it; returns the new manifests and the (driver, volume id) created."""
     from kubevol.csi import types as t
-    from kubevol.plugins._util import quantity_bytes
+    from kubevol.spec import quantity_bytes
 
     pvs = dict(manifests.pvs)
     created: list[tuple[str, str]] = []

@@ -16,8 +16,7 @@ from kubevol.metrics import MetricsDu
 from kubevol.mount import is_corrupted_mount, remove_tree_on_one_device
 from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
-from kubevol.plugins._util import pod_uid, quantity_bytes
-from kubevol.spec import Spec
+from kubevol.spec import Spec, pod_uid, quantity_bytes
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Metrics, Mounter, Unmounter
 

@@ -45,7 +45,7 @@ from kubevol.errors import (
     is_operation_finished,
 )
 from kubevol.mount.helpers import remove_tree_on_one_device
-from kubevol.spec import Spec
+from kubevol.spec import Spec, pod_uid
 from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ def new_block_mapper(plugin: CSIPlugin, spec: Spec, pod: Any) -> CSIBlockMapper:
     :class:`~kubevol.errors.OperationError` when vol_data.json cannot be written (the data
     directory is then removed).
     """
-    from kubevol.plugins._util import pod_uid
-
     source = persistent_source(spec)
     uid = pod_uid(pod)
     mapper = CSIBlockMapper(

@@ -75,7 +75,7 @@ from kubevol.plugin import (
     PersistentVolumePlugin,
     VolumePluginWithAttachLimits,
 )
-from kubevol.spec import Spec
+from kubevol.spec import Spec, pod_uid
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 
 if TYPE_CHECKING:
@@ -306,8 +306,6 @@ class CSIPlugin(
 
     def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> CSIMounter:
         from kubevol.csi.plugin.mounter import CSIMounter
-        from kubevol.plugins._util import pod_uid
-
         source = csi_source(spec)
         uid = pod_uid(pod)
         handle = (
