@@ -126,6 +126,26 @@ def deserialize(data: Mapping[str, Any], type_name: str) -> Any:
         raise SpecError(f"not a valid {type_name[2:]} manifest: {exc}") from exc
 
 
+def api_object(type_name: str, data: Mapping[str, Any]) -> Any:
+    """The kubernetes client's model ``type_name`` built from a dict with the API's field
+    names (``volumeHandle``), for objects kubevol makes itself (reconstructed volumes).
+
+    Clients whose models are pydantic validate the whole dict in one call, about twice as
+    fast as building each nested model (this runs once per volume when a node is
+    reconstructed); older clients go through :func:`deserialize`. Raises
+    :class:`SpecError` when ``data`` is not a valid ``type_name``.
+    """
+    from kubernetes import client
+
+    validate = getattr(getattr(client, type_name), "model_validate", None)
+    if validate is None:
+        return deserialize(data, type_name)
+    try:
+        return validate(data)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise SpecError(f"not a valid {type_name[2:]}: {exc}") from exc
+
+
 def pod_uid(pod: Any) -> str:
     """The validated UID of a ``V1Pod``; raises SpecError when it has none."""
     uid = getattr(getattr(pod, "metadata", None), "uid", None)

@@ -76,3 +76,24 @@ def test_bad_node_name_is_refused(node_root: Path) -> None:
     """A node name is a path segment too (CSI ids embed it)."""
     with pytest.raises(InvalidPathSegmentError):
         NodeVolumeHost(root_dir=str(node_root), node_name="../n")
+
+
+def test_segment_length_is_counted_in_utf8_bytes(host: NodeVolumeHost) -> None:
+    """The 255-byte limit counts UTF-8 bytes, not characters: 100 three-byte characters are
+    refused, 85 are accepted, and undecodable bytes (surrogate escapes) are counted too."""
+    with pytest.raises(InvalidPathSegmentError, match="300 bytes long; at most 255"):
+        host.get_pod_dir("€" * 100)
+    assert host.get_pod_dir("€" * 85).endswith("/pods/" + "€" * 85)
+    with pytest.raises(InvalidPathSegmentError, match="256 bytes long"):
+        host.get_pod_dir("\udcff" * 256)
+
+
+def test_paths_under_the_filesystem_root(tmp_path: Path) -> None:
+    """A host rooted at '/' (or a root given with a trailing slash) lays paths out without a
+    doubled slash."""
+    assert NodeVolumeHost(root_dir="/", node_name="n").get_pods_dir() == "/pods"
+    host = NodeVolumeHost(root_dir=f"{tmp_path}/", node_name="n")
+    assert host.get_pod_volume_dir("u", "kubernetes.io/csi", "v") == (
+        f"{tmp_path}/pods/u/volumes/kubernetes.io~csi/v"
+    )
+    assert host.get_plugin_dir("kubernetes.io/csi") == f"{tmp_path}/plugins/kubernetes.io/csi"

@@ -78,3 +78,35 @@ def test_from_manifest_rejects_bad_input_clearly(manifest: object, message: str)
     """Malformed manifests raise SpecError saying what is wrong."""
     with pytest.raises(SpecError, match=message):
         Spec.from_manifest(manifest)  # type: ignore[arg-type]
+
+
+def test_api_object_builds_the_same_model_as_the_constructors() -> None:
+    """A model built from an API dict equals the one built from nested constructors, so
+    reconstructed specs are indistinguishable from loaded ones."""
+    from kubevol.spec import api_object
+
+    built = api_object("V1PersistentVolume", {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv-1"},
+        "spec": {"csi": {"driver": "d", "volumeHandle": "h"}, "volumeMode": "Block"},
+    })
+    assert built == client.V1PersistentVolume(
+        api_version="v1",
+        kind="PersistentVolume",
+        metadata=client.V1ObjectMeta(name="pv-1"),
+        spec=client.V1PersistentVolumeSpec(
+            csi=client.V1CSIPersistentVolumeSource(driver="d", volume_handle="h"),
+            volume_mode="Block",
+        ),
+    )
+    assert built.spec.csi.volume_handle == "h"
+
+
+def test_api_object_refuses_an_invalid_dict_clearly() -> None:
+    """A dict that is not the named model is a SpecError naming the model, not a pydantic
+    error leaking out."""
+    from kubevol.spec import api_object
+
+    with pytest.raises(SpecError, match="not a valid Volume"):
+        api_object("V1Volume", {"name": "v", "emptyDir": "not a mapping"})

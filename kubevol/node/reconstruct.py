@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -49,13 +50,20 @@ from kubevol.node.state import (
     VolumeMode,
     unique_volume_name,
 )
-from kubevol.plugin import AttachableVolumePlugin, DeviceMountableVolumePlugin
-from kubevol.spec import Spec
+from kubevol.plugin import (
+    AttachableVolumePlugin,
+    BlockVolumePlugin,
+    DeviceMountableVolumePlugin,
+    VolumePlugin,
+)
+from kubevol.spec import Spec, api_object
 from kubevol.types import VolumeOptions
 
 log = logging.getLogger(__name__)
 
 _MODE_DIRS = (("volumes", VolumeMode.FILESYSTEM), ("volumeDevices", VolumeMode.BLOCK))
+#: Mounters are made only to ask their paths: no options (frozen, so one serves all).
+_NO_OPTIONS = VolumeOptions()
 
 
 class MountCheck(enum.StrEnum):
@@ -231,33 +239,31 @@ def list_pod_volume_dirs(
     Only reads directories; a missing ``pods_dir`` gives ``[]``. ``pod_uids`` limits the
     walk to those pods.
     """
-    uids = sorted(pod_uids) if pod_uids is not None else _list_names(pods_dir, dirs_only=True)
+    if pod_uids is not None:
+        pods = [(uid, os.path.join(pods_dir, uid)) for uid in sorted(pod_uids)]
+    else:
+        pods = _list_dirs(pods_dir, dirs_only=True)
     out: list[PodVolumeDir] = []
-    for uid in uids:
-        pod_dir = os.path.join(pods_dir, uid)
+    for uid, pod_dir in pods:
         for kind, mode in _MODE_DIRS:
-            kind_dir = os.path.join(pod_dir, kind)
-            for escaped in _list_names(kind_dir, dirs_only=True):
-                plugin_dir = os.path.join(kind_dir, escaped)
+            for escaped, plugin_dir in _list_dirs(f"{pod_dir}/{kind}", dirs_only=True):
                 plugin = unescape_plugin_name(escaped)
-                for name in _list_names(plugin_dir, dirs_only=False):
+                for name, path in _list_dirs(plugin_dir, dirs_only=False):
                     out.append(
                         PodVolumeDir(
-                            pod_uid=uid,
-                            plugin_name=plugin,
-                            spec_name=name,
-                            path=os.path.join(plugin_dir, name),
-                            mode=mode,
+                            pod_uid=uid, plugin_name=plugin, spec_name=name, path=path, mode=mode
                         )
                     )
     return out
 
 
-def _list_names(path: str, *, dirs_only: bool) -> list[str]:
+def _list_dirs(path: str, *, dirs_only: bool) -> list[tuple[str, str]]:
+    """(name, path) of the entries of ``path`` (only directories with ``dirs_only``),
+    sorted by name; ``[]`` when ``path`` is missing or a corrupted mount."""
     try:
         with os.scandir(path) as entries:
-            names = [
-                e.name
+            found = [
+                (e.name, e.path)
                 for e in entries
                 if not dirs_only or e.is_dir(follow_symlinks=False)
             ]
@@ -268,8 +274,8 @@ def _list_names(path: str, *, dirs_only: bool) -> list[str]:
             log.warning("reconstruct: %s is a corrupted mount, skipped", path)
             return []
         raise
-    names.sort()
-    return names
+    found.sort()
+    return found
 
 
 def check_mount(mounter: MountInterface, path: str) -> MountCheck:
@@ -308,9 +314,7 @@ def check_link(path: str) -> MountCheck:
 
 def minimal_pod(uid: str) -> Any:
     """A ``V1Pod`` with only its UID: what is known of a pod after a restart."""
-    from kubernetes.client import V1ObjectMeta, V1Pod
-
-    return V1Pod(metadata=V1ObjectMeta(uid=uid))
+    return api_object("V1Pod", {"metadata": {"uid": uid}})
 
 
 class MountSnapshot:
@@ -351,100 +355,139 @@ def reconstruct_pod_volume(
     *,
     check: bool = True,
     mounts: MountSnapshot | None = None,
-    pods: dict[str, Any] | None = None,
 ) -> FoundVolume:
     """Rebuild one pod volume from disk. Reads only.
 
     ``check=False`` skips the mount checks (the result then says MISSING/None for them);
-    ``mounts`` checks against a snapshot of the mount table instead of asking ``mounter``;
-    ``pods`` caches the minimal pod objects by UID across calls.
+    ``mounts`` checks against a snapshot of the mount table instead of asking ``mounter``.
     Raises :class:`~kubevol.node.errors.ReconstructionError` naming the directory and why.
     """
-    checker = mounts.check if mounts is not None else (lambda p: check_mount(mounter, p))
-    try:
-        return _reconstruct(mgr, d, checker if check else None, pods)
-    except ReconstructionError:
-        raise
-    except (KubevolError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        # Plugins read files written by others (or corrupted by a crash): whatever they
-        # raise about them makes this one volume unrecoverable, not the whole scan.
-        raise ReconstructionError(
-            f"cannot reconstruct {d.mode.value.lower()} volume {d.spec_name!r} of pod "
-            f"{d.pod_uid} (plugin {d.plugin_name!r}) from {d.path}: {exc}",
-            d.path,
-        ) from exc
+    if not check:
+        checker = None
+    elif mounts is not None:
+        checker = mounts.check
+    else:
+        checker = functools.partial(check_mount, mounter)
+    return _Scan(mgr, checker).reconstruct(d)
 
 
-def _reconstruct(
-    mgr: VolumePluginMgr,
-    d: PodVolumeDir,
-    check: Callable[[str], MountCheck] | None,
-    pods: dict[str, Any] | None,
-) -> FoundVolume:
-    plugin = mgr.find_plugin_by_name(d.plugin_name)
-    pod = pods.get(d.pod_uid) if pods is not None else None
-    if pod is None:
-        pod = minimal_pod(d.pod_uid)
-        if pods is not None:
-            pods[d.pod_uid] = pod
-    selinux = ""
-    if d.mode is VolumeMode.BLOCK:
-        mapper_plugin = mgr.find_mapper_plugin_by_name(d.plugin_name)
-        if mapper_plugin is None:
+@attrs.frozen
+class _PluginRoles:
+    """A plugin found by name, and the roles it may play (asked once per scan)."""
+
+    plugin: VolumePlugin
+    mapper: BlockVolumePlugin | None
+    device_mountable: DeviceMountableVolumePlugin | None
+    attachable: AttachableVolumePlugin | None
+
+
+class _Scan:
+    """Rebuilds pod volumes one by one, reusing across them what one scan may: the plugins
+    by name and the minimal pods by UID (a scan is one moment; plugins are not
+    re-probed between its volumes). ``check`` tells what is at a path; None skips checks."""
+
+    def __init__(self, mgr: VolumePluginMgr, check: Callable[[str], MountCheck] | None) -> None:
+        self._mgr = mgr
+        self._check = check
+        self._roles: dict[str, _PluginRoles] = {}
+        self._pods: dict[str, Any] = {}
+
+    def reconstruct(self, d: PodVolumeDir) -> FoundVolume:
+        """:func:`reconstruct_pod_volume` of ``d``."""
+        try:
+            return self._reconstruct(d)
+        except ReconstructionError:
+            raise
+        except (KubevolError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Plugins read files written by others (or corrupted by a crash): whatever they
+            # raise about them makes this one volume unrecoverable, not the whole scan.
             raise ReconstructionError(
-                f"plugin {d.plugin_name!r} of block volume {d.path} does not map block volumes",
+                f"cannot reconstruct {d.mode.value.lower()} volume {d.spec_name!r} of pod "
+                f"{d.pod_uid} (plugin {d.plugin_name!r}) from {d.path}: {exc}",
                 d.path,
+            ) from exc
+
+    def _plugin_roles(self, name: str) -> _PluginRoles:
+        roles = self._roles.get(name)
+        if roles is None:
+            plugin = self._mgr.find_plugin_by_name(name)
+            roles = self._roles[name] = _PluginRoles(
+                plugin=plugin,
+                mapper=self._mgr.find_mapper_plugin_by_name(name),
+                device_mountable=(
+                    plugin if isinstance(plugin, DeviceMountableVolumePlugin) else None
+                ),
+                attachable=plugin if isinstance(plugin, AttachableVolumePlugin) else None,
             )
-        spec = mapper_plugin.construct_block_volume_spec(d.pod_uid, d.spec_name, d.path)
-    else:
-        reconstructed = plugin.construct_volume_spec(d.spec_name, d.path)
-        spec, selinux = reconstructed.spec, reconstructed.selinux_mount_context
-    # Asked about the spec, not the plugin: an inline CSI volume is neither attachable nor
-    # device-mounted (the kubelet looks plugins up by spec for this; it is the same plugin).
-    device_plugin = (
-        plugin
-        if isinstance(plugin, DeviceMountableVolumePlugin) and plugin.can_device_mount(spec)
-        else None
-    )
-    attach_plugin = (
-        plugin if isinstance(plugin, AttachableVolumePlugin) and plugin.can_attach(spec) else None
-    )
-    shared = device_plugin is not None or attach_plugin is not None
-    volume_name = plugin.get_volume_name(spec)
-    unique = unique_volume_name(
-        d.plugin_name, volume_name, shared=shared, pod_uid=d.pod_uid, spec_name=d.spec_name
-    )
-    device_mount_path = ""
-    if d.mode is VolumeMode.BLOCK:
-        assert mapper_plugin is not None
-        # The unmapper only reads what is on disk (a mapper may write its metadata).
-        mapper = mapper_plugin.new_block_volume_unmapper(d.spec_name, d.pod_uid)
-        map_dir, link = mapper.get_pod_device_map_path()
-        mount_path = os.path.join(map_dir, link)
-        device_mount_path = mapper.get_global_map_path(spec)
-        mount = check_link(mount_path) if check is not None else MountCheck.MISSING
-        device = _check_dir(device_mount_path) if check is not None else None
-    else:
-        mount_path = plugin.new_mounter(spec, pod, VolumeOptions()).get_path()
-        if device_plugin is not None:
-            device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
-        # hostPath's "mount path" is the node's own path, not something of the pod.
-        own = mount_path if _is_under(mount_path, d.path) else ""
-        mount = check(own) if check is not None else MountCheck.MISSING
-        device = check(device_mount_path) if check is not None and device_mount_path else None
-    return FoundVolume(
-        dir=d,
-        unique_name=unique,
-        volume_name=volume_name,
-        spec=spec,
-        attachable=attach_plugin is not None,
-        device_mountable=device_plugin is not None,
-        mount_path=mount_path,
-        mount=mount,
-        device_mount_path=device_mount_path,
-        device=device,
-        selinux_mount_context=selinux,
-    )
+        return roles
+
+    def _pod(self, uid: str) -> Any:
+        pod = self._pods.get(uid)
+        if pod is None:
+            pod = self._pods[uid] = minimal_pod(uid)
+        return pod
+
+    def _reconstruct(self, d: PodVolumeDir) -> FoundVolume:
+        roles = self._plugin_roles(d.plugin_name)
+        plugin, check = roles.plugin, self._check
+        selinux = ""
+        if d.mode is VolumeMode.BLOCK:
+            if roles.mapper is None:
+                raise ReconstructionError(
+                    f"plugin {d.plugin_name!r} of block volume {d.path} does not map block "
+                    "volumes",
+                    d.path,
+                )
+            spec = roles.mapper.construct_block_volume_spec(d.pod_uid, d.spec_name, d.path)
+        else:
+            reconstructed = plugin.construct_volume_spec(d.spec_name, d.path)
+            spec, selinux = reconstructed.spec, reconstructed.selinux_mount_context
+        # Asked about the spec, not the plugin: an inline CSI volume is neither attachable
+        # nor device-mounted (the kubelet looks plugins up by spec for this; it is the same
+        # plugin).
+        device_plugin = roles.device_mountable
+        if device_plugin is not None and not device_plugin.can_device_mount(spec):
+            device_plugin = None
+        attachable = roles.attachable is not None and roles.attachable.can_attach(spec)
+        volume_name = plugin.get_volume_name(spec)
+        unique = unique_volume_name(
+            d.plugin_name,
+            volume_name,
+            shared=device_plugin is not None or attachable,
+            pod_uid=d.pod_uid,
+            spec_name=d.spec_name,
+        )
+        device_mount_path = ""
+        if d.mode is VolumeMode.BLOCK:
+            assert roles.mapper is not None
+            # The unmapper only reads what is on disk (a mapper may write its metadata).
+            mapper = roles.mapper.new_block_volume_unmapper(d.spec_name, d.pod_uid)
+            map_dir, link = mapper.get_pod_device_map_path()
+            mount_path = os.path.join(map_dir, link)
+            device_mount_path = mapper.get_global_map_path(spec)
+            mount = check_link(mount_path) if check is not None else MountCheck.MISSING
+            device = _check_dir(device_mount_path) if check is not None else None
+        else:
+            mount_path = plugin.new_mounter(spec, self._pod(d.pod_uid), _NO_OPTIONS).get_path()
+            if device_plugin is not None:
+                device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
+            # hostPath's "mount path" is the node's own path, not something of the pod.
+            own = mount_path if _is_under(mount_path, d.path) else ""
+            mount = check(own) if check is not None else MountCheck.MISSING
+            device = check(device_mount_path) if check is not None and device_mount_path else None
+        return FoundVolume(
+            dir=d,
+            unique_name=unique,
+            volume_name=volume_name,
+            spec=spec,
+            attachable=attachable,
+            device_mountable=device_plugin is not None,
+            mount_path=mount_path,
+            mount=mount,
+            device_mount_path=device_mount_path,
+            device=device,
+            selinux_mount_context=selinux,
+        )
 
 
 def _check_dir(path: str) -> MountCheck:
@@ -471,15 +514,14 @@ def scan(
     mountinfo_path: str = "/proc/self/mountinfo",
 ) -> Reconstruction:
     """Rebuild every pod volume under the host's root (or only ``pod_uids``'). Reads only."""
-    mounter = host.get_mounter()
     table = MountTable(read_mountinfo_bytes(mountinfo_path))
     mounts = MountSnapshot(table, host.root_dir)
-    pods: dict[str, Any] = {}
+    volumes = _Scan(mgr, mounts.check)
     found: list[FoundVolume] = []
     failed: list[FailedVolume] = []
     for d in list_pod_volume_dirs(host.get_pods_dir(), pod_uids):
         try:
-            found.append(reconstruct_pod_volume(mgr, d, mounter, mounts=mounts, pods=pods))
+            found.append(volumes.reconstruct(d))
         except ReconstructionError as exc:
             log.warning("%s", exc)
             failed.append(FailedVolume(dir=d, reason=str(exc)))

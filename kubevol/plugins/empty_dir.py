@@ -16,7 +16,7 @@ from kubevol.metrics import MetricsDu
 from kubevol.mount import is_corrupted_mount, remove_tree_on_one_device
 from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
-from kubevol.spec import Spec, pod_uid, quantity_bytes
+from kubevol.spec import Spec, api_object, pod_uid, quantity_bytes
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Metrics, Mounter, Unmounter
 
@@ -75,15 +75,14 @@ class EmptyDirPlugin(VolumePlugin):
         return EmptyDir(host=self.host, pod_uid=pod_uid, volume_name=volume_name)
 
     def construct_volume_spec(self, volume_name: str, volume_path: str) -> ReconstructedVolume:
-        from kubernetes.client import V1EmptyDirVolumeSource, V1Volume
-
         medium = MEDIUM_DEFAULT
-        mounter = self.host.get_mounter()
-        if os.path.isdir(volume_path) and not mounter.is_likely_not_mount_point(volume_path):
-            medium = MEDIUM_MEMORY
-        volume = V1Volume(
-            name=volume_name, empty_dir=V1EmptyDirVolumeSource(medium=medium or None)
-        )
+        try:
+            if not self.host.get_mounter().is_likely_not_mount_point(volume_path):
+                medium = MEDIUM_MEMORY
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # nothing there (any more): a disk emptyDir, as the kubelet assumes
+        empty_dir = {"medium": medium} if medium else {}
+        volume = api_object("V1Volume", {"name": volume_name, "emptyDir": empty_dir})
         return ReconstructedVolume(spec=Spec.from_volume(volume))
 
 

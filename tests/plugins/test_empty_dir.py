@@ -160,6 +160,19 @@ def test_construct_volume_spec_disk(plugin: EmptyDirPlugin, tmp_path: Path) -> N
     rebuilt = plugin.construct_volume_spec("scratch", str(tmp_path))
     assert plugin.can_support(rebuilt.spec)
     assert rebuilt.spec.volume.empty_dir.medium is None
+    assert rebuilt.spec.name() == "scratch"
+
+
+def test_construct_volume_spec_of_a_vanished_directory_is_disk(
+    plugin: EmptyDirPlugin, tmp_path: Path
+) -> None:
+    """A volume directory gone (or a file in its place) reconstructs as a disk emptyDir
+    rather than failing: there is no tmpfs to find there."""
+    rebuilt = plugin.construct_volume_spec("gone", str(tmp_path / "gone"))
+    assert rebuilt.spec.volume.empty_dir.medium is None
+    (tmp_path / "file").write_text("x")
+    rebuilt = plugin.construct_volume_spec("file", str(tmp_path / "file" / "sub"))
+    assert rebuilt.spec.volume.empty_dir.medium is None
 
 
 def test_hostpath_metrics_not_supported() -> None:

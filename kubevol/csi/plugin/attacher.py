@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kubevol.csi import types as t
 from kubevol.csi.plugin import paths
 from kubevol.csi.plugin.rules import remove_mount_dir, secret_lookup_error
-from kubevol.csi.plugin.source import persistent_source, volume_capability
+from kubevol.csi.plugin.source import volume_capability
 from kubevol.csi.plugin.voldata import (
     KEY_DRIVER_NAME,
     KEY_SELINUX_MOUNT_CONTEXT,
@@ -55,7 +55,7 @@ class CSIAttacher(Attacher, Detacher):
         Returns ``""``: CSI has no device path; the attachment id is derived when needed.
         Does nothing for drivers whose CSIDriver says ``attachRequired: false``.
         """
-        source = persistent_source(spec)
+        source = self.plugin.persistent_source(spec)
         if self.plugin.skip_attach(source.driver):
             return ""
         request = self.plugin.attach_request(
@@ -72,7 +72,7 @@ class CSIAttacher(Attacher, Detacher):
         attached: dict[Spec, bool] = {}
         for spec in specs:
             try:
-                source = persistent_source(spec)
+                source = self.plugin.persistent_source(spec)
             except SpecError as exc:
                 log.error("attacher.VolumesAreAttached: %s", exc)
                 attached[spec] = False
@@ -92,7 +92,7 @@ class CSIAttacher(Attacher, Detacher):
     ) -> str:
         """One check that the volume is attached to this node (the kubelet does no more);
         returns the attachment id, raises when it is not attached yet."""
-        source = persistent_source(spec)
+        source = self.plugin.persistent_source(spec)
         request = self.plugin.attach_request(source, self.plugin.host.get_node_name())
         if self.plugin.skip_attach(source.driver):
             return request.attachment_id
@@ -113,7 +113,7 @@ class CSIAttacher(Attacher, Detacher):
     # --- device mount (stage) ---------------------------------------------------------
 
     def get_device_mount_path(self, spec: Spec) -> str:
-        source = persistent_source(spec)
+        source = self.plugin.persistent_source(spec)
         return paths.device_mount_path(self.plugin.host, source.driver, source.volume_handle)
 
     def mount_device(
@@ -128,7 +128,7 @@ class CSIAttacher(Attacher, Detacher):
         """
         if not device_mount_path:
             raise OperationError("attacher.MountDevice failed, deviceMountPath is empty")
-        source = persistent_source(spec)
+        source = self.plugin.persistent_source(spec)
         plugin = self.plugin
         client = plugin.transient_client(source.driver, "attacher.MountDevice")
         try:

@@ -23,7 +23,6 @@ from kubevol.csi.plugin.rules import secret_lookup_error
 from kubevol.csi.plugin.source import (
     FS_TYPE_BLOCK,
     CSIVolumeSource,
-    persistent_source,
     volume_capability,
 )
 from kubevol.csi.plugin.voldata import (
@@ -61,7 +60,7 @@ def new_block_mapper(plugin: CSIPlugin, spec: Spec, pod: Any) -> CSIBlockMapper:
     :class:`~kubevol.errors.OperationError` when vol_data.json cannot be written (the data
     directory is then removed).
     """
-    source = persistent_source(spec)
+    source = plugin.persistent_source(spec)
     uid = pod_uid(pod)
     mapper = CSIBlockMapper(
         plugin=plugin, spec_name=spec.name(), pod_uid=uid, driver=source.driver,
@@ -159,7 +158,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
     def _prepare(self, where: str) -> tuple[CSIVolumeSource, Any, dict[str, str] | None]:
         if self.spec is None:
             raise OperationError(f"{where}: this is an unmapper (no spec)")
-        source = persistent_source(self.spec)
+        source = self.plugin.persistent_source(self.spec)
         try:
             publish_context = self.plugin.publish_context(source)
         except Exception as exc:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from kubevol.csi import types as t
 from kubevol.csi.plugin.rules import secret_lookup_error
-from kubevol.csi.plugin.source import FS_TYPE_BLOCK, persistent_source, volume_capability
+from kubevol.csi.plugin.source import FS_TYPE_BLOCK, volume_capability
 from kubevol.errors import KubevolError, OperationError, TransientOperationError
 from kubevol.spec import Spec
 from kubevol.types import NodeResizeOptions
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def expand_volume_device(plugin: CSIPlugin, spec: Spec, new_size: int) -> int:
     """ControllerExpandVolume to ``new_size`` bytes when the driver's controller can expand."""
-    source = persistent_source(spec)
+    source = plugin.persistent_source(spec)
     client = plugin.transient_client(source.driver, "Expander.ExpandVolumeDevice")
     try:
         caps = client.controller_get_capabilities(timeout=plugin.timeout)
@@ -57,7 +57,7 @@ def node_expand(plugin: CSIPlugin, options: NodeResizeOptions) -> bool:
     driver lacks the node EXPAND_VOLUME capability (the kubelet's "not supported") or the
     call fails finally; uncertain on a non-final failure.
     """
-    source = persistent_source(options.volume_spec)
+    source = plugin.persistent_source(options.volume_spec)
     client = plugin.transient_client(source.driver, "Expander.NodeExpand")
     try:
         caps = plugin.node_capabilities(client)

@@ -21,7 +21,7 @@ from kubevol.csi.plugin.rules import (
     remove_mount_dir,
     secret_lookup_error,
 )
-from kubevol.csi.plugin.source import CSIVolumeSource, csi_source, volume_capability
+from kubevol.csi.plugin.source import CSIVolumeSource, volume_capability
 from kubevol.csi.plugin.voldata import (
     KEY_ATTACHMENT_ID,
     KEY_DRIVER_NAME,
@@ -117,7 +117,7 @@ class CSIMounter(Mounter, Unmounter):
             )
         plugin = self.plugin
         client = plugin.transient_client(self.driver, "mounter.SetUpAt")
-        source = csi_source(self.spec)
+        source = self.plugin.source(self.spec)
         info, policy = self._driver_policy()
         caps, device_mount_path, publish_context = self._persistent_inputs(client, source)
         parent = os.path.dirname(directory)

@@ -20,6 +20,7 @@ import base64
 import binascii
 import logging
 import os
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,6 @@ from kubevol.csi.plugin.source import (
     SecretRef,
     csi_source,
     is_csi_spec,
-    persistent_source,
     volume_capability,
 )
 from kubevol.csi.plugin.voldata import (
@@ -64,7 +64,7 @@ from kubevol.csi.plugin.voldata import (
     with_context,
 )
 from kubevol.csi.registration.registry import DriverNotRegisteredError, DriverRegistry
-from kubevol.errors import KubevolError, TransientOperationError
+from kubevol.errors import KubevolError, SpecError, TransientOperationError
 from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
 from kubevol.plugin import (
@@ -75,7 +75,7 @@ from kubevol.plugin import (
     PersistentVolumePlugin,
     VolumePluginWithAttachLimits,
 )
-from kubevol.spec import Spec, pod_uid
+from kubevol.spec import Spec, api_object, pod_uid
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 
 if TYPE_CHECKING:
@@ -126,6 +126,12 @@ class CSIPlugin(
         self.timeout = timeout
         self.attach_timeout = attach_timeout
         self._host: VolumeHost | None = None
+        # The parsed CSI source of each Spec seen, for as long as the Spec lives: the node
+        # layer asks about one Spec five or six times per operation (name, attach, device
+        # mount, mounter, paths) and parsing it each time was a third of reconstruction.
+        self._sources: weakref.WeakKeyDictionary[Spec, CSIVolumeSource] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -176,6 +182,29 @@ class CSIPlugin(
             return self.client(driver)
         except DriverNotRegisteredError as exc:
             raise TransientOperationError(f"{where} failed to get CSI client: {exc}") from exc
+
+    def source(self, spec: Spec) -> CSIVolumeSource:
+        """The CSI fields of ``spec`` (:func:`~kubevol.csi.plugin.source.csi_source`), read
+        once per Spec: like the kubelet, kubevol treats the API objects inside a Spec as
+        immutable. Raises :class:`~kubevol.errors.SpecError` as ``csi_source`` does (a
+        failure is not remembered)."""
+        try:
+            return self._sources[spec]
+        except KeyError:
+            pass
+        source = csi_source(spec)
+        self._sources[spec] = source
+        return source
+
+    def persistent_source(self, spec: Spec) -> CSIVolumeSource:
+        """:meth:`source` for a CSI PersistentVolume only (the kubelet's
+        ``getPVSourceFromSpec``); :class:`~kubevol.errors.SpecError` for an inline volume."""
+        source = self.source(spec)
+        if source.ephemeral:
+            raise SpecError(
+                f"volume {spec.name()!r} is an inline CSI volume; this needs a CSI PersistentVolume"
+            )
+        return source
 
     def node_capabilities(self, client: CSIClient) -> frozenset[t.NodeCapability]:
         """Ask the driver its node capabilities now (the kubelet asks before each use)."""
@@ -290,7 +319,7 @@ class CSIPlugin(
     # --- VolumePlugin ---------------------------------------------------------------
 
     def get_volume_name(self, spec: Spec) -> str:
-        source = persistent_source(spec)
+        source = self.persistent_source(spec)
         return paths.volume_name(source.driver, source.volume_handle)
 
     def can_support(self, spec: Spec) -> bool:
@@ -298,7 +327,7 @@ class CSIPlugin(
 
     def requires_remount(self, spec: Spec) -> bool:
         try:
-            info = self.driver_info(csi_source(spec).driver)
+            info = self.driver_info(self.source(spec).driver)
         except Exception as exc:
             log.warning("cannot tell whether %s requires republish: %s", spec.name(), exc)
             return False
@@ -306,7 +335,7 @@ class CSIPlugin(
 
     def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> CSIMounter:
         from kubevol.csi.plugin.mounter import CSIMounter
-        source = csi_source(spec)
+        source = self.source(spec)
         uid = pod_uid(pod)
         handle = (
             paths.ephemeral_volume_handle(uid, spec.name()) if source.ephemeral
@@ -355,8 +384,6 @@ class CSIPlugin(
         Filesystem PersistentVolume. Raises :class:`VolumeDataError` (a ValueError) when
         the file is missing, corrupt or lacks a key.
         """
-        from kubernetes import client as k8s
-
         try:
             data = load_volume_data(volume_path)
             spec_name, driver = require(data, volume_path, KEY_SPEC_VOL_ID, KEY_DRIVER_NAME)
@@ -366,7 +393,7 @@ class CSIPlugin(
             )) from exc
         selinux = data.get(KEY_SELINUX_MOUNT_CONTEXT, "")
         if data.get(KEY_LIFECYCLE_MODE) == LIFECYCLE_EPHEMERAL:
-            volume = k8s.V1Volume(name=spec_name, csi=k8s.V1CSIVolumeSource(driver=driver))
+            volume = api_object("V1Volume", {"name": spec_name, "csi": {"driver": driver}})
             return ReconstructedVolume(spec=Spec.from_volume(volume), selinux_mount_context=selinux)
         (handle,) = require(data, volume_path, KEY_VOLUME_HANDLE)
         pv = _persistent_volume(spec_name, driver, handle, "Filesystem")
@@ -379,7 +406,7 @@ class CSIPlugin(
 
     def supports_selinux_context_mount(self, spec: Spec) -> bool:
         try:
-            info = self.driver_info(csi_source(spec).driver)
+            info = self.driver_info(self.source(spec).driver)
         except Exception as exc:
             log.warning("cannot tell whether %s supports SELinux mounts: %s", spec.name(), exc)
             return False
@@ -414,13 +441,13 @@ class CSIPlugin(
 
         Raises what the CSIDriver lookup raises.
         """
-        source = csi_source(spec)
+        source = self.source(spec)
         if source.ephemeral:
             return False
         return not self.skip_attach(source.driver)
 
     def can_device_mount(self, spec: Spec) -> bool:
-        return not csi_source(spec).ephemeral
+        return not self.source(spec).ephemeral
 
     def get_device_mount_refs(self, device_mount_path: str) -> list[str]:
         """The mounts that block unmounting ``device_mount_path`` under :attr:`guard_policy`.
@@ -495,21 +522,16 @@ class CSIPlugin(
         }
 
     def volume_limit_key(self, spec: Spec) -> str:
-        return attach_limit_key(csi_source(spec).driver)
+        return attach_limit_key(self.source(spec).driver)
 
 
 def _persistent_volume(name: str, driver: str, handle: str, mode: str) -> Any:
-    from kubernetes import client as k8s
-
-    return k8s.V1PersistentVolume(
-        api_version="v1",
-        kind="PersistentVolume",
-        metadata=k8s.V1ObjectMeta(name=name),
-        spec=k8s.V1PersistentVolumeSpec(
-            csi=k8s.V1CSIPersistentVolumeSource(driver=driver, volume_handle=handle),
-            volume_mode=mode,
-        ),
-    )
+    return api_object("V1PersistentVolume", {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {"csi": {"driver": driver, "volumeHandle": handle}, "volumeMode": mode},
+    })
 
 
 def _driver_beside(device_mount_path: str) -> str | None:

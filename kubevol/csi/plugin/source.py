@@ -138,16 +138,6 @@ def csi_source(spec: Spec) -> CSIVolumeSource:
     )
 
 
-def persistent_source(spec: Spec) -> CSIVolumeSource:
-    """:func:`csi_source` for a PersistentVolume only (the kubelet's ``getPVSourceFromSpec``)."""
-    source = csi_source(spec)
-    if source.ephemeral:
-        raise SpecError(
-            f"volume {spec.name()!r} is an inline CSI volume; this needs a CSI PersistentVolume"
-        )
-    return source
-
-
 # --- access modes -------------------------------------------------------------------
 
 _ACCESS_MODES: Mapping[str, t.AccessMode] = {

@@ -3,9 +3,11 @@ and limits."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
+from kubernetes.client import V1EmptyDirVolumeSource, V1Volume
 
 from kubevol.csi import types as t
 from kubevol.csi.driverinfo import LocalCSIDrivers
@@ -17,6 +19,7 @@ from kubevol.csi.plugin import (
     save_volume_data,
 )
 from kubevol.errors import MetricsError, MetricsErrorCode, OperationError, SpecError
+from kubevol.spec import Spec
 from kubevol.types import DeviceMounterArgs, MounterArgs, NodeResizeOptions, VolumeOptions
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME
 from tests.csi.plugin.rig import POD_UID, Rig, RigFactory, inline_spec, make_pod, pv_spec
@@ -83,6 +86,45 @@ def test_vol_data_round_trip_escapes_like_go(tmp_path: os.PathLike[str]) -> None
     with open(os.path.join(tmp_path, "vol_data.json")) as f:
         assert f.read() == '{"driverName":"d","volumeHandle":"a\\u003cb\\u003e\\u0026c"}\n'
     assert load_volume_data(str(tmp_path)) == data
+
+
+def test_load_volume_data_reads_large_files_whole_and_refuses_bad_ones(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """A vol_data.json longer than one read comes back whole; bytes that are not UTF-8 and
+    non-string values are clear errors naming the file."""
+    path = os.path.join(tmp_path, "vol_data.json")
+    big = {"driverName": "d", "note": "x" * 200_000}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(big, f)
+    assert load_volume_data(str(tmp_path)) == big
+    with open(path, "wb") as f:
+        f.write(b'{"driverName": "\xff"}')
+    with pytest.raises(VolumeDataError, match=r"failed to open volume data file \[.*vol_data"):
+        load_volume_data(str(tmp_path))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write('{"driverName": "d", "size": 3}')
+    with pytest.raises(VolumeDataError, match="JSON object of strings"):
+        load_volume_data(str(tmp_path))
+
+
+def test_plugin_reads_a_spec_once_and_errors_are_not_remembered(rig: Rig) -> None:
+    """The CSI source of a Spec is parsed once per Spec (the same object comes back); a Spec
+    that is not CSI fails every time, and an inline volume is refused where a
+    PersistentVolume is needed."""
+    spec = pv_spec("pv-a", "h-1")
+    first = rig.plugin.source(spec)
+    assert rig.plugin.source(spec) is first
+    assert rig.plugin.persistent_source(spec) is first
+    assert (first.driver, first.volume_handle) == (DRIVER_NAME, "h-1")
+    other = pv_spec("pv-a", "h-1")
+    assert rig.plugin.source(other) is not first and rig.plugin.source(other) == first
+    not_csi = Spec.from_volume(V1Volume(name="v", empty_dir=V1EmptyDirVolumeSource()))
+    for _ in range(2):
+        with pytest.raises(SpecError, match="not a CSI volume"):
+            rig.plugin.source(not_csi)
+    with pytest.raises(SpecError, match="inline CSI volume"):
+        rig.plugin.persistent_source(inline_spec("inl"))
 
 
 def test_unmount_device_without_vol_data_is_a_no_op(rig: Rig) -> None:
