@@ -67,6 +67,7 @@ from kubevol.csi.registration.registry import DriverNotRegisteredError, DriverRe
 from kubevol.errors import KubevolError, SpecError, TransientOperationError
 from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
+from kubevol.mount.table import MountTableCache
 from kubevol.plugin import (
     AttachableVolumePlugin,
     BlockVolumePlugin,
@@ -132,6 +133,10 @@ class CSIPlugin(
         self._sources: weakref.WeakKeyDictionary[Spec, CSIVolumeSource] = (
             weakref.WeakKeyDictionary()
         )
+        # The unstage guard runs twice per unstage (the node layer's refs check, then
+        # UnmountDevice): a cached table is re-read only when a mount changed in between.
+        # Its descriptor is closed by a finalizer when the plugin goes.
+        self._mount_table = MountTableCache()
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -299,6 +304,12 @@ class CSIPlugin(
                 ) from exc
         return out
 
+    @property
+    def guard_table_reads(self) -> int:
+        """How many times the unstage guard has read the mount table: once, then again
+        only after a mount changed."""
+        return self._mount_table.reads
+
     def check_unmount(self, device_mount_path: str, driver: str | None) -> UnmountVerdict:
         """The unstage guard's verdict on ``device_mount_path`` under :attr:`guard_policy`."""
         detach = False
@@ -314,6 +325,7 @@ class CSIPlugin(
             root_dir=self.root_dir(),
             policy=self.guard_policy,
             detach_follows=detach,
+            table=self._mount_table.table(),
         )
 
     # --- VolumePlugin ---------------------------------------------------------------

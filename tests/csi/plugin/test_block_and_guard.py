@@ -155,9 +155,14 @@ def test_device_mount_refs_count_this_volumes_pod_mounts(rig: Rig) -> None:
     mounter = rig.plugin.new_mounter(spec, make_pod(), VolumeOptions())
     mounter.set_up(MounterArgs())
     assert rig.plugin.get_device_mount_refs(dmp) == [mounter.get_path()]
+    reads = rig.plugin.guard_table_reads
     with pytest.raises(DeviceStillMountedError):
         attacher.unmount_device(dmp)
+    # No mount changed between the refs check and UnmountDevice's own check: one reading.
+    assert rig.plugin.guard_table_reads == reads
     assert rig.driver.calls("NodeUnstageVolume") == []
     mounter.tear_down()
+    # The pod mount is gone: the guard reads the table again and sees it gone.
     attacher.unmount_device(dmp)
+    assert rig.plugin.guard_table_reads == reads + 1
     assert mounts_under(rig.root) == []
