@@ -10,7 +10,6 @@ import logging
 import os
 import posixpath
 import subprocess
-import sys
 from collections.abc import Sequence
 
 from kubevol.errors import MountError
@@ -195,8 +194,9 @@ def _statx_mount_root(path: str) -> bool | None:
         if err == errno.ENOSYS:  # a kernel older than statx
             return None
         raise OSError(err, os.strerror(err), path)
-    mask = int.from_bytes(buf.raw[_STX_ATTRIBUTES_MASK : _STX_ATTRIBUTES_MASK + 8], sys.byteorder)
+    # Both fields are native-endian __u64: read in place, not from copies of the buffer.
+    mask = ctypes.c_uint64.from_buffer(buf, _STX_ATTRIBUTES_MASK).value
     if not mask & _STATX_ATTR_MOUNT_ROOT:
         return None
-    attrs = int.from_bytes(buf.raw[_STX_ATTRIBUTES : _STX_ATTRIBUTES + 8], sys.byteorder)
+    attrs = ctypes.c_uint64.from_buffer(buf, _STX_ATTRIBUTES).value
     return bool(attrs & _STATX_ATTR_MOUNT_ROOT)

@@ -193,12 +193,9 @@ class CSIPlugin(
         once per Spec: like the kubelet, kubevol treats the API objects inside a Spec as
         immutable. Raises :class:`~kubevol.errors.SpecError` as ``csi_source`` does (a
         failure is not remembered)."""
-        try:
-            return self._sources[spec]
-        except KeyError:
-            pass
-        source = csi_source(spec)
-        self._sources[spec] = source
+        source = self._sources.get(spec)
+        if source is None:
+            source = self._sources[spec] = csi_source(spec)
         return source
 
     def persistent_source(self, spec: Spec) -> CSIVolumeSource:
