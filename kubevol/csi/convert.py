@@ -8,6 +8,7 @@ them in :mod:`kubevol.csi.server` services.
 from __future__ import annotations
 
 import datetime
+import enum
 from collections.abc import Iterable
 from typing import Any
 
@@ -110,10 +111,7 @@ def controller_capabilities_from_pb(msg: Message) -> frozenset[t.ControllerCapab
 
 def controller_capabilities_to_pb(caps: Iterable[t.ControllerCapability]) -> Message:
     """Build a ``ControllerGetCapabilitiesResponse``."""
-    resp = csi_pb2.ControllerGetCapabilitiesResponse()
-    for cap in sorted(caps):
-        resp.capabilities.add().rpc.type = int(cap)
-    return resp
+    return _rpc_capabilities_to_pb(csi_pb2.ControllerGetCapabilitiesResponse(), caps)
 
 
 def node_capabilities_from_pb(msg: Message) -> frozenset[t.NodeCapability]:
@@ -123,10 +121,7 @@ def node_capabilities_from_pb(msg: Message) -> frozenset[t.NodeCapability]:
 
 def node_capabilities_to_pb(caps: Iterable[t.NodeCapability]) -> Message:
     """Build a ``NodeGetCapabilitiesResponse``."""
-    resp = csi_pb2.NodeGetCapabilitiesResponse()
-    for cap in sorted(caps):
-        resp.capabilities.add().rpc.type = int(cap)
-    return resp
+    return _rpc_capabilities_to_pb(csi_pb2.NodeGetCapabilitiesResponse(), caps)
 
 
 def group_capabilities_from_pb(msg: Message) -> frozenset[t.GroupControllerCapability]:
@@ -136,7 +131,12 @@ def group_capabilities_from_pb(msg: Message) -> frozenset[t.GroupControllerCapab
 
 def group_capabilities_to_pb(caps: Iterable[t.GroupControllerCapability]) -> Message:
     """Build a ``GroupControllerGetCapabilitiesResponse``."""
-    resp = csi_pb2.GroupControllerGetCapabilitiesResponse()
+    return _rpc_capabilities_to_pb(csi_pb2.GroupControllerGetCapabilitiesResponse(), caps)
+
+
+def _rpc_capabilities_to_pb(resp: Message, caps: Iterable[enum.IntEnum]) -> Message:
+    """Fill ``resp.capabilities`` with one ``rpc.type`` entry per capability, sorted: the
+    shape the controller, node and group controller responses share."""
     for cap in sorted(caps):
         resp.capabilities.add().rpc.type = int(cap)
     return resp

@@ -301,15 +301,22 @@ def check_link(path: str) -> MountCheck:
         os.lstat(path)
     except FileNotFoundError:
         return MountCheck.MISSING
+    # A dangling link: the device is gone.
+    return _stat_problem(path, missing=MountCheck.NOT_MOUNTED) or MountCheck.MOUNTED
+
+
+def _stat_problem(path: str, *, missing: MountCheck = MountCheck.MISSING) -> MountCheck | None:
+    """None when ``path`` can be stat-ed; ``missing`` when it does not exist, CORRUPTED when
+    it is a dead mount. Other errors are raised."""
     try:
         os.stat(path)
     except FileNotFoundError:
-        return MountCheck.NOT_MOUNTED  # a dangling link: the device is gone
+        return missing
     except OSError as exc:
         if is_corrupted_error(exc):
             return MountCheck.CORRUPTED
         raise
-    return MountCheck.MOUNTED
+    return None
 
 
 def minimal_pod(uid: str) -> Any:
@@ -337,14 +344,9 @@ class MountSnapshot:
         """:func:`check_mount` by the snapshot."""
         if not path:
             return MountCheck.NONE
-        try:
-            os.stat(path)
-        except FileNotFoundError:
-            return MountCheck.MISSING
-        except OSError as exc:
-            if is_corrupted_error(exc):
-                return MountCheck.CORRUPTED
-            raise
+        problem = _stat_problem(path)
+        if problem is not None:
+            return problem
         return MountCheck.MOUNTED if self.real(path) in self.points else MountCheck.NOT_MOUNTED
 
 
@@ -466,7 +468,9 @@ class _Scan:
             mount_path = os.path.join(map_dir, link)
             device_mount_path = mapper.get_global_map_path(spec)
             mount = check_link(mount_path) if check is not None else MountCheck.MISSING
-            device = _check_dir(device_mount_path) if check is not None else None
+            device = None
+            if check is not None:
+                device = _stat_problem(device_mount_path) or MountCheck.MOUNTED
         else:
             mount_path = plugin.new_mounter(spec, self._pod(d.pod_uid), _NO_OPTIONS).get_path()
             if device_plugin is not None:
@@ -488,18 +492,6 @@ class _Scan:
             device=device,
             selinux_mount_context=selinux,
         )
-
-
-def _check_dir(path: str) -> MountCheck:
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return MountCheck.MISSING
-    except OSError as exc:
-        if is_corrupted_error(exc):
-            return MountCheck.CORRUPTED
-        raise
-    return MountCheck.MOUNTED
 
 
 def _is_under(path: str, base: str) -> bool:
