@@ -1,5 +1,6 @@
-"""What a ``Spec`` says about a CSI volume, read once into attrs (the kubelet's
-``getSourceFromSpec``/``getPVSourceFromSpec`` and the fields its CSI code reads).
+"""What a ``Spec`` says about a CSI volume, read into attrs (the kubelet's
+``getSourceFromSpec`` and the fields its CSI code reads). ``CSIPlugin.source`` keeps the
+result per Spec, and ``CSIPlugin.persistent_source`` is ``getPVSourceFromSpec``.
 
 A PersistentVolume with ``spec.csi`` is a *persistent* volume; a pod volume with ``csi``
 is an *ephemeral* inline volume whose handle is derived from the pod UID.
