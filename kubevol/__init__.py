@@ -32,10 +32,8 @@ from kubevol.host import (
     KubeletVolumeHost,
     NodeVolumeHost,
     VolumeHost,
-    escape_plugin_name,
-    unescape_plugin_name,
-    validate_path_segment,
 )
+from kubevol.layout import escape_plugin_name, unescape_plugin_name, validate_path_segment
 from kubevol.manager import ENTRY_POINT_GROUP, VolumePluginMgr, entry_point_plugins
 from kubevol.metrics import (
     CachedMetrics,

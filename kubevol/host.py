@@ -1,15 +1,7 @@
 """``VolumeHost``: what a plugin may ask of the node agent hosting it, and ``NodeVolumeHost``,
-a concrete host with the kubelet's directory layout under a root directory::
-
-    <root>/plugins/<plugin-name>/                       plugin data (the name's "/" nests)
-    <root>/plugins/<plugin-name>/volumeDevices/         plugin data for block volumes
-    <root>/plugins_registry/                            driver registration sockets
-    <root>/pods/<uid>/volumes/<escaped-plugin>/<vol>    a pod's volume ("/" escaped as "~")
-    <root>/pods/<uid>/volumeDevices/<escaped-plugin>/   a pod's block volume links
-    <root>/pods/<uid>/plugins/<escaped-plugin>/         plugin data for one pod
-
-Every name or id that becomes a path segment is validated first, so nothing is ever
-created outside the root.
+a concrete host with the kubelet's directory layout (:mod:`kubevol.layout`) under a root
+directory. Every name or id that becomes a path segment is validated first, so nothing is
+ever created outside the root.
 """
 
 from __future__ import annotations
@@ -24,7 +16,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from kubevol import layout
 from kubevol.errors import InvalidPathSegmentError, KubevolError
+from kubevol.layout import validate_path_segment
 
 if TYPE_CHECKING:
     from kubevol.manager import VolumePluginMgr
@@ -37,48 +31,6 @@ log = logging.getLogger(__name__)
 
 #: Runs a command (argv) and returns the completed process, output captured as text.
 CommandRunner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
-
-#: Longest file name Linux accepts (NAME_MAX).
-MAX_SEGMENT_BYTES = 255
-
-
-def validate_path_segment(value: str, what: str) -> str:
-    """Return ``value`` if it is safe as one path segment, else raise InvalidPathSegmentError.
-
-    Refused: empty, ``.``, ``..``, anything with ``/`` or NUL, over 255 bytes.
-    """
-    if not isinstance(value, str):
-        raise InvalidPathSegmentError(f"{what} must be a string, got {type(value).__name__}")
-    if value in ("", ".", ".."):
-        raise InvalidPathSegmentError(f"{what} {value!r} is not a valid path segment")
-    if "/" in value or "\0" in value:
-        raise InvalidPathSegmentError(f"{what} {value!r} must not contain '/' or NUL")
-    # A character is at most 4 bytes in UTF-8: short names need no encoding to check.
-    if len(value) * 4 > MAX_SEGMENT_BYTES:
-        size = len(value.encode("utf-8", "surrogateescape"))
-        if size > MAX_SEGMENT_BYTES:
-            raise InvalidPathSegmentError(
-                f"{what} is {size} bytes long; at most {MAX_SEGMENT_BYTES} are allowed"
-            )
-    return value
-
-
-def escape_plugin_name(name: str) -> str:
-    """``kubernetes.io/csi`` → ``kubernetes.io~csi`` (the kubelet's ``EscapeQualifiedName``)."""
-    return name.replace("/", "~")
-
-
-def unescape_plugin_name(escaped: str) -> str:
-    """``kubernetes.io~csi`` → ``kubernetes.io/csi``."""
-    return escaped.replace("~", "/")
-
-
-def _plugin_name_parts(name: str) -> list[str]:
-    parts = name.split("/")
-    if len(parts) > 2:
-        raise InvalidPathSegmentError(f"plugin name {name!r} has more than one '/'")
-    return [validate_path_segment(p, "plugin name part") for p in parts]
-
 
 class VolumeHost(abc.ABC):
     """What a plugin may ask of the agent that hosts it (the kubelet's ``VolumeHost``)."""
@@ -237,50 +189,31 @@ class NodeVolumeHost(KubeletVolumeHost):
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
 
-    def _under_root(self, *segments: str) -> str:
-        """``root/segment/...``. Every caller passes only fixed names or segments that went
-        through :func:`validate_path_segment` (no ``/``, ``..`` or NUL), so the result cannot
-        leave the root. A plain string join: these paths are built several times per
-        volume, and ``os.path.join`` was a tenth of reconstruction time."""
-        return "/".join((self._root_prefix, *segments))
-
-    def _pod_sub_dir(self, pod_uid: str, kind: str, plugin_name: str) -> str:
-        """``pods/<uid>/<kind>/<escaped plugin>``, each name validated."""
-        return self._under_root(
-            "pods",
-            validate_path_segment(pod_uid, "pod UID"),
-            kind,
-            validate_path_segment(escape_plugin_name(plugin_name), "plugin name"),
-        )
-
     def get_plugin_dir(self, plugin_name: str) -> str:
-        return self._under_root("plugins", *_plugin_name_parts(plugin_name))
+        return layout.plugin_dir(self._root_prefix, plugin_name)
 
     def get_volume_device_plugin_dir(self, plugin_name: str) -> str:
-        return self._under_root("plugins", *_plugin_name_parts(plugin_name), "volumeDevices")
+        return layout.volume_device_plugin_dir(self._root_prefix, plugin_name)
 
     def get_plugins_registry_dir(self) -> str:
         """Where drivers' registration sockets appear (``plugins_registry``)."""
-        return self._under_root("plugins_registry")
+        return layout.plugins_registry_dir(self._root_prefix)
 
     def get_pods_dir(self) -> str:
-        return self._under_root("pods")
+        return layout.pods_dir(self._root_prefix)
 
     def get_pod_dir(self, pod_uid: str) -> str:
         """Directory of one pod."""
-        return self._under_root("pods", validate_path_segment(pod_uid, "pod UID"))
+        return layout.pod_dir(self._root_prefix, pod_uid)
 
     def get_pod_volume_dir(self, pod_uid: str, plugin_name: str, volume_name: str) -> str:
-        return "/".join((
-            self._pod_sub_dir(pod_uid, "volumes", plugin_name),
-            validate_path_segment(volume_name, "volume name"),
-        ))
+        return layout.pod_volume_dir(self._root_prefix, pod_uid, plugin_name, volume_name)
 
     def get_pod_plugin_dir(self, pod_uid: str, plugin_name: str) -> str:
-        return self._pod_sub_dir(pod_uid, "plugins", plugin_name)
+        return layout.pod_plugin_dir(self._root_prefix, pod_uid, plugin_name)
 
     def get_pod_volume_device_dir(self, pod_uid: str, plugin_name: str) -> str:
-        return self._pod_sub_dir(pod_uid, "volumeDevices", plugin_name)
+        return layout.pod_volume_device_dir(self._root_prefix, pod_uid, plugin_name)
 
     def get_kube_client(self) -> Any:
         return self._kube_client

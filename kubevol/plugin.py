@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kubevol.layout import PodVolumeEntry
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 from kubevol.volume import (
     Attacher,
@@ -84,6 +85,14 @@ class VolumePlugin(abc.ABC):
     def supports_selinux_context_mount(self, spec: Spec) -> bool:
         """Whether the volume can be mounted with an SELinux ``context=`` option."""
         return False
+
+    def pod_volume_entry(self, name: str) -> PodVolumeEntry:
+        """What the entry ``name`` directly inside one of this plugin's pod volume
+        directories is: the plugin's own metadata, the directory it mounts the volume at, or
+        pod data. Asked when a tear-down was interrupted, to finish it without ever removing
+        pod data. Default: everything is pod data (nothing is removed but empty directories).
+        """
+        return PodVolumeEntry.DATA
 
 
 class PersistentVolumePlugin(VolumePlugin):

@@ -16,7 +16,7 @@ import attrs
 import yaml
 
 from kubevol.errors import SpecError
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 
 
 def _exactly_one_source(instance: Spec, _attribute: object, _value: object) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kubevol import InvalidPathSegmentError, NodeVolumeHost, escape_plugin_name
-from kubevol.host import unescape_plugin_name
+from kubevol.layout import unescape_plugin_name
 
 
 def test_layout_matches_the_kubelet(host: NodeVolumeHost, node_root: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.errors import KubevolError
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 from kubevol.node.pods import PodRecord, PodState, load_manifest_files, pod_uid
 from kubevol.node.privileges import require_privileges
 

@@ -31,8 +31,8 @@ import attrs
 
 from kubevol.errors import DeviceStillMountedError, MountError
 from kubevol.lifecycle import ClosesOnExit
+from kubevol.mount.attribution import VolumeIdentity, attribute
 from kubevol.mount.helpers import is_corrupted_error, path_exists
-from kubevol.mount.layout import VolumeIdentity, describe
 from kubevol.mount.mountinfo import PROC_MOUNTINFO, MountInfo
 from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
 
@@ -226,7 +226,7 @@ class _Context:
         rel = _relative_to(real, root_dir)
         volume, problem = None, "the device mount path is not under the kubelet root"
         if rel is not None:
-            described = describe(root_dir, rel)
+            described = attribute(root_dir, rel)
             if described is None:
                 problem = "the device mount path is not in the kubelet's layout"
             else:
@@ -351,7 +351,7 @@ def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
                 "a bind mount of the kubelet root"
             )
         return RefKind.FOREIGN, f"mounted outside the kubelet root{sub}, source {entry.source}"
-    described = describe(ctx.root_dir, rel)
+    described = attribute(ctx.root_dir, rel)
     if described is None:
         return RefKind.FOREIGN, f"under the kubelet root{via} but in no kubelet layout{sub}"
     where = f"kubelet {described.role}" + (

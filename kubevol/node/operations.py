@@ -351,10 +351,10 @@ class OperationGenerator:
                 # (or half of it), which the plugin then cannot read: finish it then.
                 vol_dir = self.host.get_pod_volume_dir(m.pod_uid, av.plugin_name, m.spec_name)
                 mounter = self.host.get_mounter()
-                if not os.path.isdir(vol_dir) or not only_leftovers(vol_dir, mounter):
+                if not os.path.isdir(vol_dir) or not only_leftovers(vol_dir, mounter, plugin):
                     raise
                 log.warning("finishing the tear-down of %s: only leftovers remain", vol_dir)
-                remove_volume_dir_leftovers(vol_dir, mounter)
+                remove_volume_dir_leftovers(vol_dir, mounter, plugin)
             self._finish_tear_down(m.path)
             self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
 

@@ -27,7 +27,8 @@ import attrs
 import yaml
 
 from kubevol.errors import KubevolError, SpecError
-from kubevol.host import NodeVolumeHost, validate_path_segment
+from kubevol.host import NodeVolumeHost
+from kubevol.layout import validate_path_segment
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, unique_volume_name
 from kubevol.spec import Spec, deserialize

@@ -23,6 +23,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from kubevol import layout
 from kubevol.errors import KubevolError
 from kubevol.mount import remove_tree_on_one_device
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
@@ -294,7 +295,7 @@ def remove_pod_dir(pod_dir: str) -> bool:
     """
     if not os.path.lexists(pod_dir):
         return True
-    for kind in ("volumes", "volumeDevices", "volume-subpaths"):
+    for kind in layout.POD_VOLUME_KINDS:
         kind_dir = os.path.join(pod_dir, kind)
         try:
             plugin_dirs = os.listdir(kind_dir)

@@ -35,12 +35,13 @@ from typing import Any
 
 import attrs
 
+from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
-from kubevol.host import NodeVolumeHost, unescape_plugin_name
+from kubevol.host import NodeVolumeHost
+from kubevol.layout import PodVolumeEntry
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
 from kubevol.mount.interface import Mounter as MountInterface
-from kubevol.mount.layout import VOL_DATA_FILE, VOL_DATA_TEMP_PREFIX
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.state import (
@@ -61,7 +62,10 @@ from kubevol.types import VolumeOptions
 
 log = logging.getLogger(__name__)
 
-_MODE_DIRS = (("volumes", VolumeMode.FILESYSTEM), ("volumeDevices", VolumeMode.BLOCK))
+_MODE_DIRS = (
+    (layout.POD_VOLUMES_DIR, VolumeMode.FILESYSTEM),
+    (layout.POD_VOLUME_DEVICES_DIR, VolumeMode.BLOCK),
+)
 #: Mounters are made only to ask their paths: no options (frozen, so one serves all).
 _NO_OPTIONS = VolumeOptions()
 
@@ -247,7 +251,7 @@ def list_pod_volume_dirs(
     for uid, pod_dir in pods:
         for kind, mode in _MODE_DIRS:
             for escaped, plugin_dir in _list_dirs(f"{pod_dir}/{kind}", dirs_only=True):
-                plugin = unescape_plugin_name(escaped)
+                plugin = layout.unescape_plugin_name(escaped)
                 for name, path in _list_dirs(plugin_dir, dirs_only=False):
                     out.append(
                         PodVolumeDir(
@@ -336,7 +340,7 @@ class MountSnapshot:
 
     def real(self, path: str) -> str:
         """``path`` with symbolic links resolved (cheaply for paths under the root)."""
-        if path == self._root or path.startswith(self._root + "/"):
+        if layout.is_within(path, self._root):
             return self._real_root + path[len(self._root):]
         return os.path.realpath(path)
 
@@ -476,7 +480,7 @@ class _Scan:
             if device_plugin is not None:
                 device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
             # hostPath's "mount path" is the node's own path, not something of the pod.
-            own = mount_path if _is_under(mount_path, d.path) else ""
+            own = mount_path if layout.is_within(mount_path, d.path) else ""
             mount = check(own) if check is not None else MountCheck.MISSING
             device = check(device_mount_path) if check is not None and device_mount_path else None
         return FoundVolume(
@@ -492,10 +496,6 @@ class _Scan:
             device=device,
             selinux_mount_context=selinux,
         )
-
-
-def _is_under(path: str, base: str) -> bool:
-    return path == base or path.startswith(base.rstrip("/") + "/")
 
 
 def scan(
@@ -542,7 +542,7 @@ def find_orphan_device_mounts(
         table = MountTable(read_mountinfo_bytes(mountinfo_path))
     if mounts is None:
         mounts = MountSnapshot(table, host.root_dir)
-    plugins_dir = os.path.join(os.path.realpath(host.root_dir), "plugins")
+    plugins_dir = os.path.join(os.path.realpath(host.root_dir), layout.PLUGINS_DIR)
     found = list(found)
     known = {mounts.real(f.device_mount_path) for f in found if f.device_mount_path}
     known |= {mounts.real(p) for p in claimed if p}
@@ -550,16 +550,17 @@ def find_orphan_device_mounts(
     out: dict[str, OrphanDeviceMount] = {}
     for entry in table.entries():
         point = entry.mount_point
-        if not point.startswith(plugins_dir + "/") or point in out:
+        if not layout.is_below(point, plugins_dir) or point in out:
             continue
         if _self_or_ancestor_in(point, known, plugins_dir):
             continue
         rel = point[len(plugins_dir) + 1 :].split("/")
         kind = "device"
-        if "volumeDevices" in rel:
+        block = layout.block_segments(rel)
+        if block is not None:
             # Staging, publish and map paths of block volumes are named by the volume's
             # spec name; those of a rebuilt block volume are its own.
-            if block_names & set(rel[rel.index("volumeDevices") + 1 :]):
+            if block_names & set(block):
                 continue
             kind = "block"
         out[point] = OrphanDeviceMount(
@@ -583,11 +584,7 @@ def _self_or_ancestor_in(path: str, paths: set[str], stop: str) -> bool:
 
 def _plugin_of(mgr: VolumePluginMgr, segments: list[str]) -> str:
     """The registered plugin whose directory holds ``plugins/<segments>``, or ``""``."""
-    candidates = []
-    if len(segments) >= 2:
-        candidates.append(f"{segments[0]}/{segments[1]}")
-    candidates.append(segments[0])
-    for name in candidates:
+    for name in layout.plugin_name_candidates(segments):
         try:
             mgr.find_plugin_by_name(name)
         except PluginNotFoundError:
@@ -602,8 +599,9 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
     """Clean a volume that could not be rebuilt, once; returns what was done.
 
     The plugin's unmounter tears it down when the plugin is known; otherwise, or when that
-    fails, the volume's ``mount`` sub-directory and the directory itself are unmounted if
-    mounted and removed only if empty. Data is never deleted through a mount.
+    fails, the directories the plugin mounts at (its :meth:`~VolumePlugin.pod_volume_entry`
+    hook tells) and the directory itself are unmounted if mounted, and removed only if
+    nothing but the plugin's leftovers remain. Data is never deleted through a mount.
     """
     d = failed.dir
     if d.mode is VolumeMode.BLOCK:
@@ -614,6 +612,7 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
         except OSError as exc:
             return f"failed: cannot remove the device link {d.path}: {exc.strerror}"
     first_error = ""
+    plugin: VolumePlugin | None = None
     try:
         plugin = mgr.find_plugin_by_name(d.plugin_name)
         plugin.new_unmounter(d.spec_name, d.pod_uid).tear_down()
@@ -622,25 +621,36 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
     except Exception as exc:  # the plugin could not: fall back to a plain unmount below
         first_error = f"{type(exc).__name__}: {exc}"
     try:
-        cleanup_mount_point(os.path.join(d.path, "mount"), mounter)
+        for name in _entries(d.path):
+            if _entry(plugin, name) is PodVolumeEntry.MOUNT_DIR:
+                cleanup_mount_point(os.path.join(d.path, name), mounter)
         if os.path.isdir(d.path) and not mounter.is_likely_not_mount_point(d.path):
             cleanup_mount_point(d.path, mounter)
-        remove_volume_dir_leftovers(d.path, mounter)
+        remove_volume_dir_leftovers(d.path, mounter, plugin)
     except OSError as exc:
         why = f"{exc}" + (f" (plugin tear-down: {first_error})" if first_error else "")
         return f"failed: {why}"
     return "cleaned"
 
 
-def _is_metadata(name: str) -> bool:
-    # The CSI plugin's metadata, and the temporary file of an interrupted atomic write of
-    # it: never pod data.
-    return name == VOL_DATA_FILE or name.startswith(VOL_DATA_TEMP_PREFIX)
+def _entries(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
-def only_leftovers(path: str, mounter: MountInterface) -> bool:
-    """Whether the pod volume directory ``path`` holds nothing but what a tear-down leaves
-    when interrupted: plugin metadata and an empty, unmounted ``mount`` directory."""
+def _entry(plugin: VolumePlugin | None, name: str) -> PodVolumeEntry:
+    """What ``name`` in a pod volume directory of ``plugin`` is; pod data when the plugin is
+    unknown (``None``)."""
+    return plugin.pod_volume_entry(name) if plugin is not None else PodVolumeEntry.DATA
+
+
+def only_leftovers(path: str, mounter: MountInterface, plugin: VolumePlugin | None) -> bool:
+    """Whether the pod volume directory ``path`` of ``plugin`` holds nothing but what a
+    tear-down leaves when interrupted: the plugin's metadata and empty, unmounted
+    directories it mounts at (the plugin's :meth:`~VolumePlugin.pod_volume_entry` says
+    which names those are)."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
@@ -650,27 +660,30 @@ def only_leftovers(path: str, mounter: MountInterface) -> bool:
     if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
         return False
     for name in names:
-        if _is_metadata(name):
+        entry = _entry(plugin, name)
+        if entry is PodVolumeEntry.METADATA:
             continue
         sub = os.path.join(path, name)
-        if name != "mount" or os.path.islink(sub) or not os.path.isdir(sub):
+        if entry is not PodVolumeEntry.MOUNT_DIR or os.path.islink(sub) or not os.path.isdir(sub):
             return False
         if check_mount(mounter, sub) is not MountCheck.NOT_MOUNTED or os.listdir(sub):
             return False
     return True
 
 
-def remove_volume_dir_leftovers(path: str, mounter: MountInterface) -> None:
-    """Remove a pod volume directory that :func:`only_leftovers` approves: its metadata
-    files, its empty ``mount`` directory, itself. Anything else stops it with ``OSError``
-    before pod data could be touched (``rmdir`` only)."""
+def remove_volume_dir_leftovers(
+    path: str, mounter: MountInterface, plugin: VolumePlugin | None
+) -> None:
+    """Remove a pod volume directory that :func:`only_leftovers` approves: the plugin's
+    metadata files, its empty mount directories, itself. Anything else stops it with
+    ``OSError`` before pod data could be touched (``rmdir`` only)."""
     if not os.path.isdir(path):
         return
-    if not only_leftovers(path, mounter):
+    if not only_leftovers(path, mounter, plugin):
         raise OSError(errno.ENOTEMPTY, f"{path} holds more than a plugin's leftovers")
     for name in os.listdir(path):
         sub = os.path.join(path, name)
-        if _is_metadata(name):
+        if _entry(plugin, name) is PodVolumeEntry.METADATA:
             os.unlink(sub)
         else:
             os.rmdir(sub)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import threading
 
-from kubevol.host import NodeVolumeHost, escape_plugin_name
+from kubevol import layout
+from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO, escape, parse_mountinfo_line
 from kubevol.mount.table import MountTableCache
@@ -55,7 +56,7 @@ class VolumeUsage:
         mount-reference check is what protects them.
         """
         pods_dir = os.path.realpath(self._host.get_pods_dir())
-        escaped = escape_plugin_name(plugin_name)
+        escaped = layout.escape_plugin_name(plugin_name)
         if mode is VolumeMode.BLOCK:
             candidates = self._block_candidates(pods_dir, escaped)
         else:
@@ -91,7 +92,7 @@ class VolumeUsage:
             if found is None or found[1] != escaped:
                 continue
             uid, _, spec_name, point = found
-            vol_dir = os.path.join(pods_dir, uid, "volumes", escaped, spec_name)
+            vol_dir = os.path.join(pods_dir, uid, layout.POD_VOLUMES_DIR, escaped, spec_name)
             out.setdefault((uid, spec_name, vol_dir), []).append(point)
         return out
 
@@ -102,10 +103,10 @@ class VolumeUsage:
             if line in self._lines:
                 return self._lines[line]
         point = parse_mountinfo_line(os.fsdecode(line)).mount_point
-        segs = point[len(prefix) :].split("/") if point.startswith(prefix) else []
+        pod = layout.split_pod_path(point[len(prefix) :]) if point.startswith(prefix) else None
         found = None
-        if len(segs) >= 4 and segs[1] == "volumes":
-            found = (segs[0], segs[2], segs[3], point)
+        if pod is not None and pod.kind == layout.POD_VOLUMES_DIR and len(pod.rest) >= 2:
+            found = (pod.pod_uid, pod.rest[0], pod.rest[1], point)
         with self._lock:
             if len(self._lines) > _LINE_CACHE_SIZE:
                 self._lines.clear()
@@ -122,7 +123,7 @@ class VolumeUsage:
         except FileNotFoundError:
             return out
         for uid in uids:
-            plugin_dir = os.path.join(pods_dir, uid, "volumeDevices", escaped)
+            plugin_dir = os.path.join(pods_dir, uid, layout.POD_VOLUME_DEVICES_DIR, escaped)
             try:
                 names = os.listdir(plugin_dir)
             except (FileNotFoundError, NotADirectoryError):

@@ -11,7 +11,8 @@ import os
 from typing import Any
 
 from kubevol.errors import MountError, SpecError
-from kubevol.host import VolumeHost, validate_path_segment
+from kubevol.host import VolumeHost
+from kubevol.layout import validate_path_segment
 from kubevol.metrics import MetricsDu
 from kubevol.mount import is_corrupted_mount, remove_tree_on_one_device
 from kubevol.ownership import set_volume_ownership

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubevol.errors import HostPathTypeError, KubevolError, OperationError, SpecError
 from kubevol.host import VolumeHost
+from kubevol.layout import validate_path_segment
 from kubevol.metrics import MetricsNil
 from kubevol.mount import remove_tree_on_one_device
 from kubevol.plugin import (
@@ -249,8 +250,6 @@ class HostPathProvisioner(Provisioner):
 
     def provision(self, selected_node: Any = None, allowed_topologies: Sequence[Any] = ()) -> Any:
         from kubernetes import client
-
-        from kubevol.host import validate_path_segment
 
         name = self._options.pv_name or f"pv-{uuid.uuid4()}"
         path = os.path.join(self._base_dir, validate_path_segment(name, "PV name"))

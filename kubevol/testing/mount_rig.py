@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kubevol.mount.layout import sha256_hex
+from kubevol.layout import sha256_hex
 from kubevol.mount.mountinfo import parse_mountinfo
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kubevol.layout import sha256_hex
 from kubevol.mount import GuardPolicy, RefKind, UnmountVerdict, check_unmount_device
-from kubevol.mount.layout import sha256_hex
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "mountinfo"
 _POD_VOLUME = re.compile(r"(/pods/[^/ ]+/volumes/kubernetes\.io~csi/([^/ ]+))/mount")

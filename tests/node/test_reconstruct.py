@@ -247,16 +247,33 @@ def test_leftovers_of_an_interrupted_tear_down_are_told_from_data(env: NodeEnv) 
     """Metadata (and a half-written copy) plus an empty mount dir are leftovers and go;
     any other file makes the directory pod data, which is never removed."""
     mounter = env.host.get_mounter()
+    csi = env.mgr.find_plugin_by_name("kubernetes.io/csi")
     vol = env.root / "pods" / "u1" / "volumes" / "kubernetes.io~csi" / "pv1"
     (vol / "mount").mkdir(parents=True)
     (vol / ".vol_data.x1y2z3").write_text("{")
     (vol / "vol_data.json").write_text("{}")
-    assert only_leftovers(str(vol), mounter)
+    assert only_leftovers(str(vol), mounter, csi)
     (vol / "mount" / "data.db").write_text("precious")
-    assert not only_leftovers(str(vol), mounter)
+    assert not only_leftovers(str(vol), mounter, csi)
     with pytest.raises(OSError, match="more than a plugin's leftovers"):
-        remove_volume_dir_leftovers(str(vol), mounter)
+        remove_volume_dir_leftovers(str(vol), mounter, csi)
     assert (vol / "mount" / "data.db").read_text() == "precious"
     (vol / "mount" / "data.db").unlink()
-    remove_volume_dir_leftovers(str(vol), mounter)
+    remove_volume_dir_leftovers(str(vol), mounter, csi)
     assert not vol.exists()
+
+
+def test_leftovers_are_what_the_plugin_says_they_are(env: NodeEnv) -> None:
+    """CSI's file names mean nothing to another plugin: in an emptyDir volume directory a
+    vol_data.json and an empty ``mount`` directory are pod data, so nothing is removed; for
+    an unknown plugin (None) the same."""
+    mounter = env.host.get_mounter()
+    empty_dir = env.mgr.find_plugin_by_name("kubernetes.io/empty-dir")
+    vol = env.root / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    (vol / "mount").mkdir(parents=True)
+    (vol / "vol_data.json").write_text("{}")
+    assert not only_leftovers(str(vol), mounter, empty_dir)
+    assert not only_leftovers(str(vol), mounter, None)
+    with pytest.raises(OSError, match="more than a plugin's leftovers"):
+        remove_volume_dir_leftovers(str(vol), mounter, None)
+    assert (vol / "vol_data.json").read_text() == "{}" and (vol / "mount").is_dir()

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import attrs
 
 from kubevol.csi import types as t
-from kubevol.mount.layout import sha256_hex
+from kubevol.layout import sha256_hex
 
 
 def attachment_name(volume_handle: str, driver: str, node_name: str) -> str:

@@ -45,7 +45,7 @@ from kubevol.csi.manager.types import (
 from kubevol.csi.manager.usage import UsageTracker
 from kubevol.csi.manager.volumes import PluginVolumeState, RetryPolicy, VolumeManager
 from kubevol.errors import PluginNotFoundError
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 from kubevol.mount.interface import Mounter
 
 log = logging.getLogger(__name__)

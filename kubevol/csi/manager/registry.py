@@ -27,7 +27,7 @@ from kubevol.csi.manager._backoff import Backoff
 from kubevol.csi.manager._state import read_state, write_state
 from kubevol.csi.manager.errors import ManagerStateError, PluginWaitTimeoutError
 from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 
 #: ``wait_for_plugin`` polls with this backoff (Nomad's 200 ms to 5 s).
 WAIT_BACKOFF = Backoff(initial=0.2, maximum=5.0)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 import attrs
 
 from kubevol.csi import types as t
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 
 
 def _frozen_map(value: Mapping[str, str] | None) -> Mapping[str, str]:

@@ -49,7 +49,7 @@ from kubevol.csi.manager.usage import (
     VolumeKey,
 )
 from kubevol.errors import MountError, UncertainProgressError
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 from kubevol.mount.helpers import is_corrupted_mount
 from kubevol.mount.interface import Mounter
 

@@ -26,9 +26,9 @@ from kubevol.csi.plugin.voldata import (
     load_volume_data,
     save_volume_data,
 )
+from kubevol.layout import CSI_VOL_DATA_FILE as VOL_DATA_FILE
 from kubevol.mount.blockmap import map_block_device as map_block_volume
 from kubevol.mount.blockmap import unmap_block_device as unmap_block_volume
-from kubevol.mount.layout import VOL_DATA_FILE
 
 __all__ = [
     "CSI_PLUGIN_NAME",

@@ -1,31 +1,35 @@
-"""Names and paths of the ``kubernetes.io/csi`` plugin, exactly as the kubelet lays them out::
+"""Names of the ``kubernetes.io/csi`` plugin, and its paths (:mod:`kubevol.layout`) under the
+directories a :class:`~kubevol.host.VolumeHost` gives it.
 
-    plugins/kubernetes.io/csi/<driver>/<sha256hex(handle)>/globalmount      device (staging) mount
-    plugins/kubernetes.io/csi/<driver>/<sha256hex(handle)>/vol_data.json
-    pods/<uid>/volumes/kubernetes.io~csi/<spec>/mount                        pod (publish) mount
-    pods/<uid>/volumes/kubernetes.io~csi/<spec>/vol_data.json
-    plugins/kubernetes.io/csi/volumeDevices/<spec>/dev                       block global map path
-    plugins/kubernetes.io/csi/volumeDevices/<spec>/data/vol_data.json
-    plugins/kubernetes.io/csi/volumeDevices/staging/<spec>                   block staging path
-    plugins/kubernetes.io/csi/volumeDevices/publish/<spec>/<podUID>          block publish path
-    pods/<uid>/volumeDevices/kubernetes.io~csi/<spec>                        pod block device
-
-Driver names, spec names and pod UIDs are validated as path segments (the host checks
-them too), so nothing is ever placed outside the root.
+Driver names, spec names and pod UIDs are validated as path segments, so nothing is ever
+placed outside the root.
 """
 
 from __future__ import annotations
 
-import os
+from kubevol import layout
+from kubevol.host import VolumeHost
+from kubevol.layout import CSI_PLUGIN_NAME, sha256_hex
 
-from kubevol.host import VolumeHost, escape_plugin_name, validate_path_segment
-from kubevol.mount.layout import sha256_hex
+__all__ = [
+    "CSI_PLUGIN_NAME",
+    "VOLUME_NAME_SEPARATOR",
+    "block_data_dir",
+    "block_global_map_path",
+    "block_publish_dir",
+    "block_publish_path",
+    "block_staging_path",
+    "block_volume_dir",
+    "device_mount_path",
+    "ephemeral_volume_handle",
+    "pod_mount_path",
+    "pod_volume_dir",
+    "split_volume_name",
+    "volume_name",
+]
 
-CSI_PLUGIN_NAME = "kubernetes.io/csi"
 #: Separates driver and handle in a volume name (``driver^handle``).
 VOLUME_NAME_SEPARATOR = "^"
-GLOBAL_MOUNT_DIR = "globalmount"
-POD_MOUNT_DIR = "mount"
 
 
 def volume_name(driver: str, handle: str) -> str:
@@ -48,61 +52,48 @@ def ephemeral_volume_handle(pod_uid: str, spec_name: str) -> str:
 
 def device_mount_path(host: VolumeHost, driver: str, handle: str) -> str:
     """``plugins/kubernetes.io/csi/<driver>/<sha256hex(handle)>/globalmount``."""
-    if not handle:
-        raise ValueError("the CSI volume handle is empty")
-    return os.path.join(
-        host.get_plugin_dir(CSI_PLUGIN_NAME),
-        validate_path_segment(driver, "CSI driver name"),
-        sha256_hex(handle),
-        GLOBAL_MOUNT_DIR,
-    )
+    return layout.csi_device_mount_path(host.get_plugin_dir(CSI_PLUGIN_NAME), driver, handle)
 
 
 def pod_volume_dir(host: VolumeHost, pod_uid: str, spec_name: str) -> str:
     """``pods/<uid>/volumes/kubernetes.io~csi/<spec>`` (holds ``mount`` and vol_data.json)."""
-    return host.get_pod_volume_dir(pod_uid, CSI_PLUGIN_NAME, escape_plugin_name(spec_name))
+    return host.get_pod_volume_dir(pod_uid, CSI_PLUGIN_NAME, layout.escape_plugin_name(spec_name))
 
 
 def pod_mount_path(host: VolumeHost, pod_uid: str, spec_name: str) -> str:
     """``pods/<uid>/volumes/kubernetes.io~csi/<spec>/mount``."""
-    return os.path.join(pod_volume_dir(host, pod_uid, spec_name), POD_MOUNT_DIR)
+    return layout.csi_pod_mount_path(pod_volume_dir(host, pod_uid, spec_name))
 
 
 def _block_dir(host: VolumeHost) -> str:
     return host.get_volume_device_plugin_dir(CSI_PLUGIN_NAME)
 
 
-def _spec_segment(spec_name: str) -> str:
-    return validate_path_segment(escape_plugin_name(spec_name), "volume spec name")
-
-
 def block_volume_dir(host: VolumeHost, spec_name: str) -> str:
     """``plugins/kubernetes.io/csi/volumeDevices/<spec>``."""
-    return os.path.join(_block_dir(host), _spec_segment(spec_name))
+    return layout.csi_block_volume_dir(_block_dir(host), spec_name)
 
 
 def block_global_map_path(host: VolumeHost, spec_name: str) -> str:
     """``plugins/kubernetes.io/csi/volumeDevices/<spec>/dev``."""
-    return os.path.join(block_volume_dir(host, spec_name), "dev")
+    return layout.csi_block_global_map_path(_block_dir(host), spec_name)
 
 
 def block_data_dir(host: VolumeHost, spec_name: str) -> str:
     """``plugins/kubernetes.io/csi/volumeDevices/<spec>/data`` (holds vol_data.json)."""
-    return os.path.join(block_volume_dir(host, spec_name), "data")
+    return layout.csi_block_data_dir(_block_dir(host), spec_name)
 
 
 def block_staging_path(host: VolumeHost, spec_name: str) -> str:
     """``plugins/kubernetes.io/csi/volumeDevices/staging/<spec>``."""
-    return os.path.join(_block_dir(host), "staging", _spec_segment(spec_name))
+    return layout.csi_block_staging_path(_block_dir(host), spec_name)
 
 
 def block_publish_dir(host: VolumeHost, spec_name: str) -> str:
     """``plugins/kubernetes.io/csi/volumeDevices/publish/<spec>``."""
-    return os.path.join(_block_dir(host), "publish", _spec_segment(spec_name))
+    return layout.csi_block_publish_dir(_block_dir(host), spec_name)
 
 
 def block_publish_path(host: VolumeHost, spec_name: str, pod_uid: str) -> str:
     """``plugins/kubernetes.io/csi/volumeDevices/publish/<spec>/<podUID>``."""
-    return os.path.join(
-        block_publish_dir(host, spec_name), validate_path_segment(pod_uid, "pod UID")
-    )
+    return layout.csi_block_publish_path(_block_dir(host), spec_name, pod_uid)

@@ -66,6 +66,7 @@ from kubevol.csi.plugin.voldata import (
 from kubevol.csi.registration.registry import DriverNotRegisteredError, DriverRegistry
 from kubevol.errors import KubevolError, SpecError, TransientOperationError
 from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
+from kubevol.layout import PodVolumeEntry, csi_pod_volume_entry
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
 from kubevol.mount.table import MountTableCache
 from kubevol.plugin import (
@@ -420,6 +421,9 @@ class CSIPlugin(
             log.warning("cannot tell whether %s supports SELinux mounts: %s", spec.name(), exc)
             return False
         return info is not None and info.selinux_mount
+
+    def pod_volume_entry(self, name: str) -> PodVolumeEntry:
+        return csi_pod_volume_entry(name)
 
     # --- PersistentVolumePlugin -----------------------------------------------------------
 

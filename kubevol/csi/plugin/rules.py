@@ -17,7 +17,7 @@ from kubevol.csi.driverinfo import (
 )
 from kubevol.csi.plugin.source import READ_WRITE_ONCE, CSIVolumeSource, SecretRef
 from kubevol.host import VolumeHost
-from kubevol.mount.layout import VOL_DATA_TEMP_PREFIX
+from kubevol.layout import CSI_VOL_DATA_FILE, CSI_VOL_DATA_TEMP_PREFIX
 
 #: Kubernetes' prefix of CSI attach-limit resource names, and their length limit.
 CSI_ATTACH_LIMIT_PREFIX = "attachable-volumes-csi-"
@@ -112,12 +112,12 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
     # A writer of vol_data.json killed mid-write leaves its temporary file; it is ours.
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for name in os.listdir(parent):
-            if name.startswith(VOL_DATA_TEMP_PREFIX):
+            if name.startswith(CSI_VOL_DATA_TEMP_PREFIX):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(parent, name))
     for action, path in (
         (os.rmdir, mount_path),
-        (os.unlink, os.path.join(parent, "vol_data.json")),
+        (os.unlink, os.path.join(parent, CSI_VOL_DATA_FILE)),
         (os.rmdir, parent),
     ):
         try:

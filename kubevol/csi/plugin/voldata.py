@@ -8,14 +8,12 @@ The file is a flat JSON object of strings with the kubelet's keys, written the w
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 
 from kubevol.errors import KubevolError
-from kubevol.mount.layout import VOL_DATA_FILE, VOL_DATA_TEMP_PREFIX
+from kubevol.layout import CSI_VOL_DATA_TEMP_PREFIX, csi_vol_data_path, write_file_atomically
 
 KEY_SPEC_VOL_ID = "specVolID"
 KEY_VOLUME_HANDLE = "volumeHandle"
@@ -48,26 +46,22 @@ def _go_json(data: Mapping[str, str]) -> str:
 
 def vol_data_path(directory: str) -> str:
     """``<directory>/vol_data.json``."""
-    return os.path.join(directory, VOL_DATA_FILE)
+    return csi_vol_data_path(directory)
 
 
 def save_volume_data(directory: str, data: Mapping[str, str]) -> None:
-    """Write ``<directory>/vol_data.json`` atomically (``directory`` must exist).
+    """Write ``<directory>/vol_data.json`` atomically and durably (``directory`` must exist).
 
     Raises ``OSError`` when it cannot be written; no partial file is ever left.
     """
-    fd, tmp = tempfile.mkstemp(prefix=VOL_DATA_TEMP_PREFIX, dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_go_json(data) + "\n")  # json.Encoder.Encode ends with a newline
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # what os.Create gives under the usual umask
-        os.replace(tmp, vol_data_path(directory))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    # json.Encoder.Encode ends with a newline; 0644 is what os.Create gives under the usual
+    # umask.
+    write_file_atomically(
+        vol_data_path(directory),
+        (_go_json(data) + "\n").encode(),
+        mode=0o644,
+        temp_prefix=CSI_VOL_DATA_TEMP_PREFIX,
+    )
 
 
 def _read_small_file(path: str) -> bytes:

@@ -23,7 +23,7 @@ import grpc
 from kubevol.csi._pb import registration_pb2
 from kubevol.csi.endpoint import Scheme, parse_endpoint
 from kubevol.csi.errors import CSIServeError
-from kubevol.host import validate_path_segment
+from kubevol.layout import validate_path_segment
 from kubevol.lifecycle import RunsWhileEntered
 
 log = logging.getLogger(__name__)

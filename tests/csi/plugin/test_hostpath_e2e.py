@@ -18,8 +18,8 @@ from kubevol.csi.drivers.hostpath import DRIVER_NAME as HP
 from kubevol.csi.plugin import map_block_volume, unmap_block_volume
 from kubevol.csi.registration import PluginWatcher, serve_registration
 from kubevol.errors import DeviceStillMountedError
+from kubevol.layout import sha256_hex
 from kubevol.mount.guard import GuardPolicy
-from kubevol.mount.layout import sha256_hex
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.spec import Spec
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions

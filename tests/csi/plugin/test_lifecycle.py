@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubevol.csi import types as t
 from kubevol.csi.attach import attachment_name
-from kubevol.mount.layout import sha256_hex
+from kubevol.layout import sha256_hex
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID, mounts_under, tree
 from tests.csi.plugin.rig import NODE_NAME, POD_UID, Rig, RigFactory, make_pod, pv_spec
