@@ -1,8 +1,11 @@
-"""The real mounter: mount(8) and umount(8) for changes, the kernel's mount table for answers."""
+"""The real mounter: mount(2)/umount2(2) where the kernel call is all it takes (binds,
+remounts, tmpfs), mount(8) and umount(8) where their helpers matter, the kernel's mount
+table and statx for answers."""
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import errno
 import functools
@@ -13,6 +16,7 @@ import subprocess
 from collections.abc import Sequence
 
 from kubevol.errors import MountError
+from kubevol.mount import syscalls
 from kubevol.mount.helpers import get_mount_refs
 from kubevol.mount.interface import Mounter, MountPoint
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
@@ -22,6 +26,12 @@ log = logging.getLogger(__name__)
 
 #: What replaces a sensitive option wherever a command line is shown.
 MASKED = "<masked>"
+
+#: umount(8)'s message for a target that is not a mount point (util-linux, which the
+#: kubelet's "safe not-mounted behaviour" also relies on).
+_NOT_MOUNTED = "not mounted"
+#: Where umount(8) looks for ``umount.<type>`` helpers.
+_HELPER_DIRS = ("/sbin", "/usr/sbin", "/bin", "/usr/bin")
 
 _AT_FDCWD = -100
 _AT_SYMLINK_NOFOLLOW = 0x100
@@ -35,7 +45,8 @@ _STX_ATTRIBUTES_MASK = 56
 
 
 class LinuxMounter(Mounter):
-    """Mounts with ``mount``/``umount`` and reads ``mountinfo_path`` for the mount table.
+    """Mounts with mount(2) or ``mount`` (see the module docstring) and reads
+    ``mountinfo_path`` for the mount table.
 
     The table is cached and re-read only when the kernel reports a change, so repeated
     questions on a busy node stay cheap. Thread-safe.
@@ -67,6 +78,10 @@ class LinuxMounter(Mounter):
         """Mount like :meth:`mount`; ``sensitive_options`` appear as ``<masked>`` in logs and
         errors, and are scrubbed from the command's output before it is shown."""
         options = list(options)
+        call = None if sensitive_options else syscalls.mount_call(fstype, options)
+        if call is not None:
+            self._mount_directly(source, target, fstype, options, call)
+            return
         if "bind" in options and any(o not in ("bind", "remount") for o in options):
             # Flags such as ro are ignored by the kernel on the bind itself; they take
             # effect only on a remount of the bind.
@@ -83,11 +98,38 @@ class LinuxMounter(Mounter):
         self._run_mount(source, target, fstype, options, sensitive_options)
 
     def unmount(self, target: str) -> None:
-        """Unmount ``target`` (``umount``). Raises :class:`~kubevol.errors.MountError`,
-        including when ``target`` is not mounted."""
+        """Unmount ``target``: umount2(2), or umount(8) when the filesystem has an
+        ``umount.<type>`` helper here. Idempotent like the kubelet's (which trusts
+        util-linux's "not mounted"): a target that is not a mount point is success, since a
+        concurrent tear-down or a retry after a failed check got there first. Raises
+        :class:`~kubevol.errors.MountError` otherwise, including for a missing path."""
         log.debug("unmounting %s", target)
+        if self._has_umount_helper(target):
+            self._run_umount(target)
+            return
+        try:
+            if not syscalls.umount(target):
+                log.debug("%s was not mounted", target)
+        except OSError as exc:
+            raise MountError(
+                exc.errno, f"unmount failed: {exc.strerror}; unmounting arguments: {target}"
+            ) from exc
+
+    def _has_umount_helper(self, target: str) -> bool:
+        helpers = _umount_helpers()
+        if not helpers:
+            return False
+        entry = self._table.table().find_mount_point(os.path.realpath(target))
+        return entry is not None and (
+            entry.fs_type in helpers or entry.fs_type.partition(".")[0] in helpers
+        )
+
+    def _run_umount(self, target: str) -> None:
         result = _run(["umount", target])
         if result.returncode != 0:
+            if _NOT_MOUNTED in result.stderr:
+                log.debug("%s was not mounted", target)
+                return
             raise MountError(
                 f"unmount failed: exit status {result.returncode}; "
                 f"unmounting arguments: {target}; output: {result.stderr.strip()}"
@@ -101,8 +143,16 @@ class LinuxMounter(Mounter):
         ]
 
     def is_mount_point(self, path: str) -> bool:
-        """Exact check against the mount table (after resolving symlinks)."""
+        """Exact check (after resolving symlinks): statx ``STATX_ATTR_MOUNT_ROOT``, which
+        sees bind mounts and costs one syscall however many mounts the node has; the mount
+        table where statx cannot tell or the path cannot be looked at (missing, corrupted)."""
         real = os.path.realpath(path)
+        mount_root = None
+        if self.mountinfo_path == PROC_MOUNTINFO:  # statx sees this process's namespace
+            with contextlib.suppress(OSError):
+                mount_root = _statx_mount_root(real)
+        if mount_root is not None:
+            return mount_root
         return self._table.table().find_mount_point(real) is not None
 
     def is_likely_not_mount_point(self, path: str) -> bool:
@@ -151,6 +201,22 @@ class LinuxMounter(Mounter):
                 f"mounting command: {' '.join(shown)}; output: {output}"
             )
 
+    def _mount_directly(
+        self, source: str, target: str, fstype: str, options: Sequence[str],
+        call: syscalls.MountCall,
+    ) -> None:
+        shown = f"{source} {target} type {fstype or 'none'} options {','.join(options)}"
+        log.debug("mounting (mount(2)): %s", shown)
+        try:
+            if call.bind:
+                syscalls.bind(source, target, call)
+            else:
+                syscalls.mount(source, target, fstype, call.flags, call.data)
+        except OSError as exc:
+            raise MountError(
+                exc.errno, f"mount failed: {exc.strerror}; mounting arguments: {shown}"
+            ) from exc
+
     def _unmount_quietly(self, target: str) -> None:
         try:
             self.unmount(target)
@@ -170,6 +236,18 @@ def _scrub(text: str, sensitive: Sequence[str]) -> str:
         if secret:
             text = text.replace(secret, MASKED)
     return text
+
+
+@functools.cache  # the helpers installed on the node: looked up once, like an import
+def _umount_helpers() -> frozenset[str]:
+    """Filesystem types with an ``umount.<type>`` helper that umount(8) would run."""
+    found = set()
+    for directory in _HELPER_DIRS:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(directory):
+                if name.startswith("umount."):
+                    found.add(name[len("umount.") :])
+    return frozenset(found)
 
 
 @functools.cache  # one handle on the C library for the process, like an import

@@ -10,15 +10,31 @@ answers are exactly those of a full parse.
 :class:`MountTableCache` keeps ``/proc/self/mountinfo`` open: the kernel flags
 ``POLLPRI | POLLERR`` on that descriptor when the namespace's mount table changes, so an
 unchanged table is never read twice.
+
+What a read of the kernel's table guarantees: mountinfo is a seq_file, and one read(2)
+returns at most one buffer (a page) of lines, so a table of more than a few dozen mounts
+takes many reads and no read of it is an atomic snapshot. Since Linux 5.8 (commit
+9f6c61f96f2d, "proc/mounts: add cursor") the reader keeps its place in the namespace's mount
+list: every mount that exists for the whole read is listed exactly once; one mounted or
+unmounted meanwhile may or may not be. That is all any reader can get (the table may change
+right after the last byte anyway), so one pass is a correct read however busy the node is,
+and ``POLLPRI``, which reports *any* change since the last poll, is no reason to read again.
+Re-reading until two reads agree, with a try limit (Kubernetes' ``ConsistentRead``, three
+tries), fails on a node where containers mount and unmount all the time, which is why
+mount-utils reads once on such kernels. Before 5.8 an unmount between two reads could make
+the next read skip a mount that stayed; there, only a pass during which nothing changed is
+complete, and the reader reads again, backing off, until it gets one.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
 import select
 import threading
+import time
 import weakref
 
 from kubevol.errors import MountError, MountInfoError
@@ -31,9 +47,11 @@ from kubevol.mount.mountinfo import (
     parse_mountinfo_text,
 )
 
-#: Reads of a changing proc mount table before giving up (Kubernetes' ``maxListTries``).
-_MAX_READ_TRIES = 3
 _READ_CHUNK = 1 << 16
+#: Before Linux 5.8 only: how long to wait for a read during which the table did not change.
+_SETTLE_TIMEOUT = 10.0
+_SETTLE_FIRST_DELAY = 0.001
+_SETTLE_MAX_DELAY = 0.05
 
 
 class MountTable:
@@ -188,23 +206,32 @@ def _is_under(path: str, base: str) -> bool:
 
 
 def read_mountinfo_bytes(path: str = PROC_MOUNTINFO) -> bytes:
-    """Read a whole mountinfo file. For a proc file, re-read while the kernel reports that the
-    table changed during the read (at most 3 tries).
+    """Read a whole mountinfo file. A proc table that changes during the read is still
+    read correctly (see the module docstring): mount churn is never an error.
 
-    Raises :class:`~kubevol.errors.MountError` when the file cannot be read or keeps changing.
+    Raises :class:`~kubevol.errors.MountError` when the file cannot be read.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise MountError(exc.errno, f"cannot read mount table {path!r}: {exc.strerror}") from exc
     try:
-        return _ConsistentReader(fd, path).read()
+        return _MountinfoReader(fd, path).read()
     finally:
         os.close(fd)
 
 
-class _ConsistentReader:
-    """Reads an open mountinfo descriptor; knows whether the table changed since the last read."""
+@functools.cache  # the running kernel does not change; uname once per process
+def kernel_reads_mountinfo_with_cursor() -> bool:
+    """Whether the kernel keeps a cursor in the mount list between reads of mountinfo
+    (Linux 5.8, commit 9f6c61f96f2d "proc/mounts: add cursor")."""
+    match = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return match is not None and (int(match[1]), int(match[2])) >= (5, 8)
+
+
+class _MountinfoReader:
+    """Reads an open mountinfo descriptor (see the module docstring for what a read of a
+    changing table guarantees); knows whether the table changed since the last check."""
 
     def __init__(self, fd: int, path: str) -> None:
         self.fd = fd
@@ -214,18 +241,30 @@ class _ConsistentReader:
         self._poll.register(fd, select.POLLPRI | select.POLLERR)
 
     def changed(self) -> bool:
-        """True if the kernel flagged a mount-table change since the last check (proc files)."""
+        """True if the kernel flagged a mount-table change since the last check (proc files);
+        clears the flag."""
         events = self._poll.poll(0)
         return any(ev & (select.POLLPRI | select.POLLERR) for _, ev in events)
 
     def read(self) -> bytes:
-        for _ in range(_MAX_READ_TRIES):
+        """The whole table; see the class docstring."""
+        if not self.is_proc or kernel_reads_mountinfo_with_cursor():
+            return self._read_once()
+        delay = _SETTLE_FIRST_DELAY
+        deadline = time.monotonic() + _SETTLE_TIMEOUT
+        while True:
+            self.changed()
             data = self._read_once()
-            # A proc read spanning several read(2) calls may mix two versions of the table;
-            # the poll flag tells whether anything changed meanwhile.
-            if not self.is_proc or not self.changed():
+            if not self.changed():
                 return data
-        raise MountError(f"mount table {self.path!r} kept changing while being read")
+            if time.monotonic() >= deadline:
+                raise MountError(
+                    f"mount table {self.path!r} changed during every read for "
+                    f"{_SETTLE_TIMEOUT:.0f} s (a kernel before 5.8 cannot list it while "
+                    "it changes)"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, _SETTLE_MAX_DELAY)
 
     def _read_once(self) -> bytes:
         try:
@@ -258,7 +297,7 @@ class MountTableCache(ClosesOnExit):
         self.path = path
         self.reads = 0
         self._lock = threading.Lock()
-        self._reader: _ConsistentReader | None = None
+        self._reader: _MountinfoReader | None = None
         self._table: MountTable | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._closer: weakref.finalize[[int], MountTableCache] | None = None
@@ -268,7 +307,9 @@ class MountTableCache(ClosesOnExit):
         with self._lock:
             reader = self._open()
             if reader.is_proc:
-                stale = self._table is None or reader.changed()
+                # Poll before reading: a change during the read leaves the flag set, so
+                # the next call reads again instead of keeping a table that missed it.
+                stale = reader.changed() or self._table is None
             else:
                 stamp = self._file_stamp()
                 stale = self._table is None or stamp != self._stamp
@@ -278,6 +319,8 @@ class MountTableCache(ClosesOnExit):
                     reader = self._open()
                 self._stamp = stamp
             if stale or self._table is None:
+                # The change flag is consumed: a failed read must not leave the old table.
+                self._table = None
                 self._table = MountTable(reader.read())
                 self.reads += 1
             return self._table
@@ -296,7 +339,7 @@ class MountTableCache(ClosesOnExit):
             os.close(self._reader.fd)
         self._reader = None
 
-    def _open(self) -> _ConsistentReader:
+    def _open(self) -> _MountinfoReader:
         if self._reader is None:
             try:
                 fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -304,7 +347,7 @@ class MountTableCache(ClosesOnExit):
                 raise MountError(
                     exc.errno, f"cannot read mount table {self.path!r}: {exc.strerror}"
                 ) from exc
-            self._reader = _ConsistentReader(fd, self.path)
+            self._reader = _MountinfoReader(fd, self.path)
             # A cache dropped without close() must not leak its descriptor.
             self._closer = weakref.finalize(self, os.close, fd)
         return self._reader

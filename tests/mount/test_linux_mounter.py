@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Iterator, Sequence
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kubevol.errors import MountError
-from kubevol.mount import LinuxMounter, parse_mountinfo
+from kubevol.mount import LinuxMounter, parse_mountinfo, syscalls
 from kubevol.testing.mount_rig import MountRig, mounted_at
 
 
@@ -112,40 +113,87 @@ def test_failed_mount_names_the_command(mounter: LinuxMounter, tmp_path: Path) -
     assert "mount failed" in str(info.value)
 
 
-class FailingRemount(LinuxMounter):
-    """A real mounter whose remount step fails (the kernel rarely refuses one on demand)."""
-
-    def _run_mount(
-        self,
-        source: str,
-        target: str,
-        fstype: str,
-        options: Sequence[str],
-        sensitive: Sequence[str],
-    ) -> None:
-        if "remount" in options:
-            raise MountError("remount refused")
-        super()._run_mount(source, target, fstype, options, sensitive)
-
-
-def test_failed_remount_undoes_the_bind(rig: MountRig, tmp_path: Path) -> None:
+def test_failed_remount_undoes_the_bind(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """If the remount step of a bind fails, the real bind is unmounted again: nothing is
     left half-done (a writable bind where a read-only one was asked for)."""
     source = rig.tmpfs(tmp_path / "src")
     target = tmp_path / "t"
     target.mkdir()
     track(rig, target)
-    mounter = FailingRemount()
+    real_mount = syscalls.mount
+
+    def refuse_remount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
+        if flags & syscalls.MS_REMOUNT:  # the kernel rarely refuses one on demand
+            raise OSError(errno.EPERM, "remount refused", target)
+        real_mount(source, target, fstype, flags, data)
+
+    monkeypatch.setattr(syscalls, "mount", refuse_remount)
     with pytest.raises(MountError, match="remount refused"):
         mounter.mount(str(source), str(target), "", ["bind", "ro"])
     assert not mounted_at(target)
-    mounter.close()
 
 
-def test_unmount_of_unmounted_path_fails(mounter: LinuxMounter, tmp_path: Path) -> None:
-    """Unmounting a path that is not mounted raises MountError naming it."""
-    with pytest.raises(MountError, match=str(tmp_path)):
-        mounter.unmount(str(tmp_path))
+def test_unmount_is_idempotent(mounter: LinuxMounter, rig: MountRig, tmp_path: Path) -> None:
+    """Unmounting a directory that is not a mount point succeeds (the kubelet's safe
+    "not mounted" behaviour); a missing path raises MountError naming it."""
+    target = rig.tmpfs(tmp_path / "t")
+    mounter.unmount(str(target))
+    mounter.unmount(str(target))
+    assert not mounted_at(target)
+    with pytest.raises(MountError, match=str(tmp_path / "missing")):
+        mounter.unmount(str(tmp_path / "missing"))
+
+
+def test_bind_and_tmpfs_mounts_are_kernel_calls(
+    rig: MountRig, mounter: LinuxMounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Binds, read-only binds, tmpfs and unmounts need no mount(8)/umount(8) process; a
+    read-only bind keeps the per-mount flags it inherited from its source (nosuid)."""
+    source = rig.mount("tmpfs", tmp_path / "src", "size=1m", "nosuid", fstype="tmpfs")
+
+    def no_fork(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"forked {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_fork)
+    bound = tmp_path / "bound"
+    bound.mkdir()
+    track(rig, bound)
+    mounter.mount(str(source), str(bound), "", ["bind", "ro"])
+    [entry] = [e for e in parse_mountinfo() if e.mount_point == str(bound)]
+    assert "ro" in entry.options and "nosuid" in entry.options
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    track(rig, fresh)
+    mounter.mount("tmpfs", str(fresh), "tmpfs", ["size=2m", "mode=0700", "noexec"])
+    [entry] = [e for e in parse_mountinfo() if e.mount_point == str(fresh)]
+    assert "noexec" in entry.options and "size=2048k" in entry.super_options
+    for path in (bound, fresh):
+        mounter.unmount(str(path))
+        assert not mounted_at(path)
+
+
+@pytest.mark.parametrize(
+    ("fstype", "options", "direct"),
+    [
+        ("", ["bind"], True),
+        ("", ["bind", "ro", "nosuid"], True),
+        ("tmpfs", ["size=1m", "mode=0755", "defaults"], True),
+        ("ext4", [], False),
+        ("", ["bind", "remount", "ro"], False),
+        ("", ["bind", "x-kubevol.option"], False),
+        ("tmpfs", ["remount", "size=2m"], False),
+        ("tmpfs", ["user"], False),
+        ("nfs", ["vers=4"], False),
+    ],
+)
+def test_only_kernel_only_requests_skip_mount8(
+    fstype: str, options: list[str], direct: bool
+) -> None:
+    """mount(2) directly for binds and tmpfs with options the kernel understands; mount(8)
+    for other filesystem types and for options only mount(8) interprets."""
+    assert (syscalls.mount_call(fstype, options) is not None) is direct
 
 
 def test_get_mount_refs_lists_other_mounts_of_the_same_root(
