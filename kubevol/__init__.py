@@ -1,122 +1,252 @@
 """kubevol: the kubelet's volume subsystem for any Linux node.
 
 The public API is re-exported here; modules whose names start with ``_`` are private.
-Importing kubevol does not import the ``kubernetes`` package: its model classes load only
-when a manifest is read or a Kubernetes object is built.
+Names load on first use (PEP 562), so ``import kubevol`` costs almost nothing and a command
+line or agent pays only for what it touches; the ``kubernetes`` package's model classes
+load only when a manifest is read or a Kubernetes object is built.
 """
 
-from kubevol.errors import (
-    AmbiguousPluginError,
-    CorruptedMountError,
-    FilesystemErrorsError,
-    FilesystemMismatchError,
-    HostPathTypeError,
-    InvalidPathSegmentError,
-    KubevolError,
-    MetricsError,
-    MetricsErrorCode,
-    MountError,
-    OperationError,
-    PluginNotFoundError,
-    PluginValidationError,
-    ProbeError,
-    SpecError,
-    TransientOperationError,
-    UncertainProgressError,
-    UnformattedReadOnlyError,
-    is_not_supported,
-    is_operation_finished,
-)
-from kubevol.host import (
-    AttachDetachVolumeHost,
-    KubeletVolumeHost,
-    NodeVolumeHost,
-    VolumeHost,
-)
-from kubevol.layout import escape_plugin_name, unescape_plugin_name, validate_path_segment
-from kubevol.manager import ENTRY_POINT_GROUP, VolumePluginMgr, entry_point_plugins
-from kubevol.metrics import (
-    CachedMetrics,
-    DiskUsage,
-    MetricsBlock,
-    MetricsDu,
-    MetricsNil,
-    MetricsStatFS,
-    disk_usage,
-)
-from kubevol.mount import (
-    GuardPolicy,
-    LinuxMounter,
-    MountInfo,
-    MountRef,
-    RefKind,
-    SafeFormatAndMount,
-    UnmountGuard,
-    UnmountVerdict,
-    check_unmount_device,
-    cleanup_mount_point,
-    is_corrupted_mount,
-    parse_mountinfo,
-    parse_mountinfo_text,
-    path_exists,
-)
-from kubevol.ownership import set_volume_ownership
-from kubevol.plugin import (
-    AttachableVolumePlugin,
-    BlockVolumePlugin,
-    BulkVolumeVerifier,
-    DeletableVolumePlugin,
-    DeviceMountableVolumePlugin,
-    DynamicPluginProber,
-    ExpandableVolumePlugin,
-    NodeExpandableVolumePlugin,
-    PersistentVolumePlugin,
-    ProbeEvent,
-    ProbeOperation,
-    ProvisionableVolumePlugin,
-    RecyclableVolumePlugin,
-    VolumePlugin,
-    VolumePluginWithAttachLimits,
-)
-from kubevol.recycler import (
-    new_persistent_volume_recycler_pod_template,
-    validate_recycler_pod_template,
-)
-from kubevol.spec import Spec
-from kubevol.types import (
-    CSI_VOLUME_PUBLISHED,
-    CSI_VOLUME_STAGED,
-    VOLUME_PARAMETER_FS_TYPE,
-    Attributes,
-    CSIVolumePhase,
-    DeviceMounterArgs,
-    FSGroupChangePolicy,
-    MounterArgs,
-    NodeResizeOptions,
-    ReconstructedVolume,
-    VolumeConfig,
-    VolumeOptions,
-)
-from kubevol.volume import (
-    Attacher,
-    BlockVolume,
-    BlockVolumeMapper,
-    BlockVolumeUnmapper,
-    CustomBlockVolumeMapper,
-    CustomBlockVolumeUnmapper,
-    Deleter,
-    Detacher,
-    DeviceMounter,
-    DeviceUnmounter,
-    Metrics,
-    MetricsProvider,
-    Mounter,
-    Provisioner,
-    Unmounter,
-    Volume,
-)
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from kubevol._version import __version__
+
+if TYPE_CHECKING:
+    from kubevol.errors import (
+        AmbiguousPluginError,
+        CorruptedMountError,
+        FilesystemErrorsError,
+        FilesystemMismatchError,
+        HostPathTypeError,
+        InvalidPathSegmentError,
+        KubevolError,
+        MetricsError,
+        MetricsErrorCode,
+        MountError,
+        OperationError,
+        PluginNotFoundError,
+        PluginValidationError,
+        ProbeError,
+        SpecError,
+        TransientOperationError,
+        UncertainProgressError,
+        UnformattedReadOnlyError,
+        is_not_supported,
+        is_operation_finished,
+    )
+    from kubevol.host import (
+        AttachDetachVolumeHost,
+        KubeletVolumeHost,
+        NodeVolumeHost,
+        VolumeHost,
+    )
+    from kubevol.layout import escape_plugin_name, unescape_plugin_name, validate_path_segment
+    from kubevol.manager import ENTRY_POINT_GROUP, VolumePluginMgr, entry_point_plugins
+    from kubevol.metrics import (
+        CachedMetrics,
+        DiskUsage,
+        MetricsBlock,
+        MetricsDu,
+        MetricsNil,
+        MetricsStatFS,
+        disk_usage,
+    )
+    from kubevol.mount import (
+        GuardPolicy,
+        LinuxMounter,
+        MountInfo,
+        MountRef,
+        RefKind,
+        SafeFormatAndMount,
+        UnmountGuard,
+        UnmountVerdict,
+        check_unmount_device,
+        cleanup_mount_point,
+        is_corrupted_mount,
+        parse_mountinfo,
+        parse_mountinfo_text,
+        path_exists,
+    )
+    from kubevol.ownership import set_volume_ownership
+    from kubevol.plugin import (
+        AttachableVolumePlugin,
+        BlockVolumePlugin,
+        BulkVolumeVerifier,
+        DeletableVolumePlugin,
+        DeviceMountableVolumePlugin,
+        DynamicPluginProber,
+        ExpandableVolumePlugin,
+        NodeExpandableVolumePlugin,
+        PersistentVolumePlugin,
+        ProbeEvent,
+        ProbeOperation,
+        ProvisionableVolumePlugin,
+        RecyclableVolumePlugin,
+        VolumePlugin,
+        VolumePluginWithAttachLimits,
+    )
+    from kubevol.recycler import (
+        new_persistent_volume_recycler_pod_template,
+        validate_recycler_pod_template,
+    )
+    from kubevol.spec import Spec
+    from kubevol.types import (
+        CSI_VOLUME_PUBLISHED,
+        CSI_VOLUME_STAGED,
+        VOLUME_PARAMETER_FS_TYPE,
+        Attributes,
+        CSIVolumePhase,
+        DeviceMounterArgs,
+        FSGroupChangePolicy,
+        MounterArgs,
+        NodeResizeOptions,
+        ReconstructedVolume,
+        VolumeConfig,
+        VolumeOptions,
+    )
+    from kubevol.volume import (
+        Attacher,
+        BlockVolume,
+        BlockVolumeMapper,
+        BlockVolumeUnmapper,
+        CustomBlockVolumeMapper,
+        CustomBlockVolumeUnmapper,
+        Deleter,
+        Detacher,
+        DeviceMounter,
+        DeviceUnmounter,
+        Metrics,
+        MetricsProvider,
+        Mounter,
+        Provisioner,
+        Unmounter,
+        Volume,
+    )
+
+#: Where each public name lives: module -> names.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "kubevol.errors": (
+        "AmbiguousPluginError",
+        "CorruptedMountError",
+        "FilesystemErrorsError",
+        "FilesystemMismatchError",
+        "HostPathTypeError",
+        "InvalidPathSegmentError",
+        "KubevolError",
+        "MetricsError",
+        "MetricsErrorCode",
+        "MountError",
+        "OperationError",
+        "PluginNotFoundError",
+        "PluginValidationError",
+        "ProbeError",
+        "SpecError",
+        "TransientOperationError",
+        "UncertainProgressError",
+        "UnformattedReadOnlyError",
+        "is_not_supported",
+        "is_operation_finished",
+    ),
+    "kubevol.host": (
+        "AttachDetachVolumeHost",
+        "KubeletVolumeHost",
+        "NodeVolumeHost",
+        "VolumeHost",
+    ),
+    "kubevol.layout": ("escape_plugin_name", "unescape_plugin_name", "validate_path_segment"),
+    "kubevol.manager": (
+        "ENTRY_POINT_GROUP",
+        "VolumePluginMgr",
+        "entry_point_plugins",
+    ),
+    "kubevol.metrics": (
+        "CachedMetrics",
+        "DiskUsage",
+        "MetricsBlock",
+        "MetricsDu",
+        "MetricsNil",
+        "MetricsStatFS",
+        "disk_usage",
+    ),
+    "kubevol.mount": (
+        "GuardPolicy",
+        "LinuxMounter",
+        "MountInfo",
+        "MountRef",
+        "RefKind",
+        "SafeFormatAndMount",
+        "UnmountGuard",
+        "UnmountVerdict",
+        "check_unmount_device",
+        "cleanup_mount_point",
+        "is_corrupted_mount",
+        "parse_mountinfo",
+        "parse_mountinfo_text",
+        "path_exists",
+    ),
+    "kubevol.ownership": (
+        "set_volume_ownership",
+    ),
+    "kubevol.plugin": (
+        "AttachableVolumePlugin",
+        "BlockVolumePlugin",
+        "BulkVolumeVerifier",
+        "DeletableVolumePlugin",
+        "DeviceMountableVolumePlugin",
+        "DynamicPluginProber",
+        "ExpandableVolumePlugin",
+        "NodeExpandableVolumePlugin",
+        "PersistentVolumePlugin",
+        "ProbeEvent",
+        "ProbeOperation",
+        "ProvisionableVolumePlugin",
+        "RecyclableVolumePlugin",
+        "VolumePlugin",
+        "VolumePluginWithAttachLimits",
+    ),
+    "kubevol.recycler": (
+        "new_persistent_volume_recycler_pod_template",
+        "validate_recycler_pod_template",
+    ),
+    "kubevol.spec": (
+        "Spec",
+    ),
+    "kubevol.types": (
+        "CSI_VOLUME_PUBLISHED",
+        "CSI_VOLUME_STAGED",
+        "VOLUME_PARAMETER_FS_TYPE",
+        "Attributes",
+        "CSIVolumePhase",
+        "DeviceMounterArgs",
+        "FSGroupChangePolicy",
+        "MounterArgs",
+        "NodeResizeOptions",
+        "ReconstructedVolume",
+        "VolumeConfig",
+        "VolumeOptions",
+    ),
+    "kubevol.volume": (
+        "Attacher",
+        "BlockVolume",
+        "BlockVolumeMapper",
+        "BlockVolumeUnmapper",
+        "CustomBlockVolumeMapper",
+        "CustomBlockVolumeUnmapper",
+        "Deleter",
+        "Detacher",
+        "DeviceMounter",
+        "DeviceUnmounter",
+        "Metrics",
+        "MetricsProvider",
+        "Mounter",
+        "Provisioner",
+        "Unmounter",
+        "Volume",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "CSI_VOLUME_PUBLISHED",
@@ -201,6 +331,7 @@ __all__ = [
     "VolumePlugin",
     "VolumePluginMgr",
     "VolumePluginWithAttachLimits",
+    "__version__",
     "check_unmount_device",
     "cleanup_mount_point",
     "disk_usage",
@@ -218,3 +349,19 @@ __all__ = [
     "validate_path_segment",
     "validate_recycler_pod_template",
 ]
+
+
+# Hidden from type checkers: a module __getattr__ would make every misspelt name "Any" for
+# mypy; the TYPE_CHECKING imports above tell it the real types.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module 'kubevol' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_MODULE_OF))

@@ -28,6 +28,7 @@ Packages that sit above this module add branches of their own, defined where the
 raised (so that ``import kubevol`` needs no grpc)::
 
     KubevolError
+    ├── kubevol.units.UnitError (ValueError)    a size or duration that cannot be read
     ├── kubevol.csi.errors
     │   ├── CSIRPCError                        .code (grpc.StatusCode), .method
     │   │   └── CSIRPCUncertainError           also UncertainProgressError (non-final codes)

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from decimal import Decimal
 from inspect import signature
 from typing import Any
 
 import attrs
 import yaml
 
+from kubevol import units
 from kubevol.errors import SpecError
 from kubevol.layout import validate_path_segment
+from kubevol.units import UnitError
 
 
 def _exactly_one_source(instance: Spec, _attribute: object, _value: object) -> None:
@@ -155,13 +156,11 @@ def pod_uid(pod: Any) -> str:
 
 
 def quantity_bytes(quantity: Any) -> int | None:
-    """A Kubernetes quantity (``"64Mi"``, ``1G``) as whole bytes, rounded up; None stays None."""
+    """A Kubernetes quantity (``"64Mi"``, ``1G``) as whole bytes, rounded up (see
+    :func:`kubevol.units.quantity_bytes`); None and "" stay None."""
     if quantity is None or quantity == "":
         return None
-    from kubernetes.utils import parse_quantity  # imported lazily: ~0.3 s
-
     try:
-        value = Decimal(parse_quantity(quantity))
-    except ValueError as exc:
+        return units.quantity_bytes(quantity)
+    except UnitError as exc:
         raise SpecError(f"{quantity!r} is not a valid quantity: {exc}") from exc
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))

@@ -15,3 +15,31 @@ def test_import_kubevol_does_not_import_kubernetes() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_import_kubevol_loads_names_on_first_use() -> None:
+    """`import kubevol` loads no submodule but the version; each name loads its module."""
+    code = (
+        "import sys, kubevol; "
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('kubevol.')))); "
+        "kubevol.Spec; print('kubevol.spec' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["kubevol._version", "True"]
+
+
+def test_every_public_name_resolves_to_its_module() -> None:
+    """``__all__`` and the lazy table name the same things, and each resolves."""
+    import importlib
+
+    import kubevol
+
+    assert set(kubevol.__all__) == {"__version__", *kubevol._MODULE_OF}
+    for name, module in kubevol._MODULE_OF.items():
+        assert getattr(kubevol, name) is getattr(importlib.import_module(module), name)
+    try:
+        kubevol.NoSuchName  # type: ignore[attr-defined]  # noqa: B018  (mypy knows it is not there)
+    except AttributeError as exc:
+        assert "NoSuchName" in str(exc)
+    else:
+        raise AssertionError("an unknown name must raise AttributeError")

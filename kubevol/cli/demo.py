@@ -30,6 +30,7 @@ import attrs
 
 from kubevol.cli.node_common import add_metrics, report_sync, volume_rows
 from kubevol.cli.output import write_table
+from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.node.pods import Manifests, PodRecord, PodState, desired_pod, parse_manifests
 from kubevol.node.privileges import require_privileges
@@ -394,17 +395,13 @@ def _delete_quietly(client: Any, volume_id: str) -> None:
         client.delete_volume(volume_id)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="the whole story on a throw-away root: mount, crash, reconstruct, tear down",
-        description=(
-            "Serve the bundled hostpath CSI driver in-process, mount the volumes of the "
-            "example pods (CSI filesystem and block, emptyDir, hostPath, two volumes of one "
-            "shared filesystem), drop the in-memory state as a crash would, rebuild it from "
-            "disk, tear everything down and check nothing is left. Needs root (mounts and "
-            "loop devices). Exits 1 if any check fails."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Serve the bundled hostpath CSI driver in-process, mount the volumes of the "
+        "example pods (CSI filesystem and block, emptyDir, hostPath, two volumes of one "
+        "shared filesystem), drop the in-memory state as a crash would, rebuild it from "
+        "disk, tear everything down and check nothing is left. Needs root (mounts and "
+        "loop devices). Exits 1 if any check fails."
     )
     parser.add_argument("--examples", default=str(examples_dir()), metavar="DIR",
                         help="directory of example manifests (default: the source tree's)")
@@ -412,7 +409,8 @@ def register(subparsers: Any) -> None:
                         help="where to create the throw-away root (default: the temp dir)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the throw-away directory (it is empty unless a check failed)")
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds each convergence may take (default: 60)")
+    parser.add_argument("--timeout", type=DURATION, default=60.0,
+                        help="how long each convergence may take, a Go duration or seconds "
+                        "(default: 1m)")
     parser.set_defaults(func=run)
 

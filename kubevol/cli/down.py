@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
+from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
 from kubevol.node.pods import PodRecord, PodState, load_manifest_files, pod_uid
@@ -41,21 +41,18 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.converged and not left else 1
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "down",
-        help="tear down the volumes of pods under a kubelet-style root",
-        description=(
-            "Unmount the volumes of the pods named by POD_MANIFEST files (or by --pod-uid), "
-            "unstage and detach devices no other pod uses, and remove the pods' directories. "
-            "Works after a crash: what is mounted is found on disk."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Unmount the volumes of the pods named by POD_MANIFEST files (or by --pod-uid), "
+        "unstage and detach devices no other pod uses, and remove the pods' directories. "
+        "Works after a crash: what is mounted is found on disk."
     )
     parser.add_argument("manifests", nargs="*", metavar="POD_MANIFEST")
     parser.add_argument("--pod-uid", action="append", default=[], metavar="UID",
                         help="a pod to tear down by UID (repeatable)")
     add_root_flags(parser)
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to keep retrying (default: 120)")
+    parser.add_argument("--timeout", type=DURATION, default=120.0,
+                        help="how long to keep retrying: a Go duration (2m, 90s) or seconds "
+                        "(default: 2m)")
     parser.add_argument("--workers", type=int, default=8, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)

@@ -14,25 +14,18 @@ import os
 import sys
 from typing import Any
 
+from kubevol.cli import exits
 from kubevol.cli.output import render
+from kubevol.cli.parser import SIZE
 from kubevol.csi import types as t
 from kubevol.csi.drivers import mock
 from kubevol.csi.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
 from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
-from kubevol.csi.sanity.inputs import parse_size
 from kubevol.csi.server import StoragePlugin, serve
 
-EXIT_USAGE = 2
 DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
 DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME}
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _caps(kind: Any) -> Any:
@@ -54,7 +47,7 @@ def _serve(plugin: StoragePlugin, args: argparse.Namespace) -> int:
         print(
             "kubevol driver serve: no endpoint: use --endpoint or set CSI_ENDPOINT", file=sys.stderr
         )
-        return EXIT_USAGE
+        return exits.USAGE
     return serve(plugin, endpoint, env=env)
 
 
@@ -126,7 +119,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help=f"where state lives (hostpath default: {DEFAULT_STATE_DIR})",
     )
     parser.add_argument(
-        "--capacity", type=_size, default=100 << 30, help="total capacity (default: 100Gi)"
+        "--capacity", type=SIZE, default=100 << 30, help="total capacity (default: 100Gi)"
     )
     parser.add_argument("--attach-limit", type=int, default=0, help="volumes per node, 0: no limit")
     parser.add_argument(
@@ -134,14 +127,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: Any) -> None:
-    """Add ``kubevol driver serve mock|hostpath`` and ``kubevol driver version``."""
-    parser = subparsers.add_parser(
-        "driver",
-        help="serve a bundled CSI driver (mock, hostpath) or print its version",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Configure ``kubevol driver serve mock|hostpath`` and ``kubevol driver version``."""
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     verbs = parser.add_subparsers(dest="driver_command", metavar="COMMAND", required=True)
     serve_parser = verbs.add_parser("serve", help="serve a driver until SIGTERM")
     drivers = serve_parser.add_subparsers(dest="driver", metavar="DRIVER", required=True)
@@ -149,7 +138,7 @@ def register(subparsers: Any) -> None:
     hostpath = drivers.add_parser("hostpath", help="real volumes under --state-dir, real mounts")
     _common(hostpath)
     hostpath.add_argument(
-        "--max-volume-size", type=_size, default=0, help="largest volume (default: --capacity)"
+        "--max-volume-size", type=SIZE, default=0, help="largest volume (default: --capacity)"
     )
     hostpath.add_argument(
         "--enable-attach", action="store_true", help="offer ControllerPublish/Unpublish"
@@ -162,7 +151,7 @@ def register(subparsers: Any) -> None:
     )
     hostpath.add_argument(
         "--shared-filesystem-size",
-        type=_size,
+        type=SIZE,
         default=1 << 30,
         help="size of a new IMAGE (default: 1Gi)",
     )

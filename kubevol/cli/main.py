@@ -1,64 +1,129 @@
 """Entry point of the ``kubevol`` command.
 
-Each command module named in ``COMMAND_MODULES`` has a ``register(subparsers)`` function
-that adds its parser and sets ``func`` (``Callable[[argparse.Namespace], int]``) as the
-handler; the handler's return value is the exit code. Modules are imported only when the
-command line is built, so each command's dependencies (grpc, kubernetes) load only when needed.
+Every command is a module with a ``configure(parser)`` function that adds its arguments
+and sets ``func`` (``Callable[[argparse.Namespace], int]``) as the handler; the handler's
+return value is the exit code. :data:`COMMANDS` names each command with its one-line
+summary, so that ``kubevol --help`` imports no command module and a command imports only
+its own (a ``kubevol csi`` call never loads the node layer, a ``kubevol plugins`` call never
+loads grpc).
+
+Exit codes are listed in :mod:`kubevol.cli.exits`.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
+from kubevol.cli import exits
+from kubevol.cli.parser import ArgumentParser, plain_text
 from kubevol.errors import KubevolError
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "kubevol.cli.plugins",
-    "kubevol.cli.metrics",
-    "kubevol.cli.mount_refs",
-    "kubevol.cli.csi",
-    "kubevol.cli.driver",
-    "kubevol.cli.up",
-    "kubevol.cli.down",
-    "kubevol.cli.status",
-    "kubevol.cli.reconstruct",
-    "kubevol.cli.demo",
+
+class CommandInfo(NamedTuple):
+    """One ``kubevol`` command: its name, the module that configures it, its summary."""
+
+    name: str
+    module: str
+    summary: str
+
+
+COMMANDS: tuple[CommandInfo, ...] = (
+    CommandInfo("plugins", "kubevol.cli.plugins", "list volume plugins and their capabilities"),
+    CommandInfo(
+        "metrics",
+        "kubevol.cli.metrics",
+        "measure a volume's usage (du, statfs or block device capacity)",
+    ),
+    CommandInfo(
+        "mount-refs",
+        "kubevol.cli.mount_refs",
+        "explain whether a device (staging) mount path may be unmounted",
+    ),
+    CommandInfo("csi", "kubevol.cli.csi.command", "call any CSI driver's RPCs (csc for Python)"),
+    CommandInfo("driver", "kubevol.cli.driver", "serve a bundled CSI driver (mock or hostpath)"),
+    CommandInfo("up", "kubevol.cli.up", "mount the volumes of pods under a kubelet-style root"),
+    CommandInfo(
+        "down", "kubevol.cli.down", "tear down the volumes of pods under a kubelet-style root"
+    ),
+    CommandInfo(
+        "status",
+        "kubevol.cli.status",
+        "list the volumes under a kubelet-style root with their state and usage",
+    ),
+    CommandInfo(
+        "reconstruct",
+        "kubevol.cli.reconstruct",
+        "rebuild from disk what is mounted under a kubelet-style root",
+    ),
+    CommandInfo(
+        "demo",
+        "kubevol.cli.demo",
+        "the whole story on a throw-away root: mount, crash, reconstruct, tear down",
+    ),
 )
 
-#: Exit code for bad input (as argparse uses).
-EXIT_USAGE = 2
+DESCRIPTION = (
+    "Do on any Linux node what the kubelet's volume subsystem does: find volume plugins, "
+    "mount and measure volumes, drive CSI drivers, rebuild state from disk."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``kubevol`` parser with every command registered."""
-    parser = argparse.ArgumentParser(
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` (its first argument that is not an option), if any."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> ArgumentParser:
+    """The ``kubevol`` parser. Only the command ``argv`` names is configured (its module
+    imported); with ``argv`` None, every command is."""
+    parser = ArgumentParser(
         prog="kubevol",
-        description=(
-            "Do on any Linux node what the kubelet's volume subsystem does: find volume "
-            "plugins, mount and measure volumes, drive CSI drivers, rebuild state from disk."
-        ),
+        description=DESCRIPTION,
+        epilog=exits.EPILOG,
+        formatter_class=exits.HelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    wanted = None if argv is None else chosen_command(argv)
+    for info in COMMANDS:
+        sub = subparsers.add_parser(info.name, help=info.summary, description=info.summary)
+        if argv is None or info.name == wanted:
+            importlib.import_module(info.module).configure(sub)
+            sub.description = plain_text(sub.description or info.summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``kubevol`` with ``argv``; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``kubevol`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        code: int = args.func(args)
-    except KubevolError as exc:
-        print(f"kubevol {args.command}: {exc}", file=sys.stderr)
-        return 1
+        args = build_parser(args_list).parse_args(args_list)
+        try:
+            code: int = args.func(args)
+        except KubevolError as exc:
+            print(f"kubevol {args.command}: {exc}", file=sys.stderr)
+            return exits.FAILED
+        sys.stdout.flush()
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED
+    except BrokenPipeError:
+        return _reader_went_away()
     return code
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout closed it (``| head``): stop quietly. Further writes go to
+    /dev/null so that the interpreter's own flush at exit does not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return exits.BROKEN_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TextIO
 
 import attrs
 
@@ -108,16 +108,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "metrics",
-        help="measure a volume's usage (du, statfs or block device capacity)",
-        description=(
-            "Measure PATH as the kubelet measures volumes. du: the directory's own bytes "
-            "and inodes (one filesystem, hard links once; O(1) from a project quota where "
-            "there is one) plus its filesystem's totals; statfs: the whole filesystem; "
-            "block: a block device's capacity; auto: block for a block device, else du."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Measure PATH as the kubelet measures volumes. du: the directory's own bytes "
+        "and inodes (one filesystem, hard links once; O(1) from a project quota where "
+        "there is one) plus its filesystem's totals; statfs: the whole filesystem; "
+        "block: a block device's capacity; auto: block for a block device, else du."
     )
     parser.add_argument("path", metavar="PATH", help="volume directory or block device")
     parser.add_argument(

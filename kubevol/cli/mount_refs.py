@@ -7,23 +7,19 @@ import os
 import sys
 from typing import Any
 
+from kubevol.cli import exits
 from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import MountError, MountInfoError
 from kubevol.mount.guard import GuardPolicy, check_unmount_device
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 
-#: Exit codes: the unmount is allowed / blocked / the input was bad.
-EXIT_ALLOWED = 0
-EXIT_BLOCKED = 3
-EXIT_BAD_INPUT = 2
-
-DEFAULT_ROOT = "/var/lib/kubelet"
 COLUMNS = ("mount_point", "kind", "blocking", "reason")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check ``args.path``; print the verdict; exit 0 (allowed), 3 (blocked) or 2 (bad input)."""
+    """Check ``args.path``; print the verdict; exit 0 (allowed), 3 (blocked) or 64 (bad input)."""
     if not os.path.isdir(args.root):
         return _bad_input(f"--root {args.root!r} is not a directory")
     try:
@@ -54,49 +50,46 @@ def run(args: argparse.Namespace) -> int:
         render(data, args.output, sys.stdout)
     for warning in verdict.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    return EXIT_ALLOWED if verdict.allowed else EXIT_BLOCKED
+    return exits.OK if verdict.allowed else exits.BLOCKED
 
 
 def _bad_input(message: str) -> int:
     print(f"kubevol mount-refs: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return exits.USAGE
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``mount-refs`` command."""
-    parser = subparsers.add_parser(
-        "mount-refs",
-        help="explain whether a device (staging) mount path may be unmounted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "List every other mount of the filesystem mounted at PATH (a CSI staging or\n"
-            "global mount), say whose each one is (same-volume, other-volume,\n"
-            "kubelet-root-alias, foreign) and whether it blocks the unmount.\n\n"
-            "Policies:\n"
-            "  kubelet  exactly what the kubelet checks before NodeUnstageVolume: mounts\n"
-            "           with the same root and major:minor, ignoring only paths that\n"
-            "           contain PATH's /plugins/kubernetes.io/... part. Two volumes staged\n"
-            "           from one Lustre/CephFS/NFS filesystem block each other here.\n"
-            "  safe     (default) also counts binds of sub-directories; attributes kubelet\n"
-            "           mounts to volumes by their layout and vol_data.json; lets other\n"
-            "           volumes' mounts pass unless a detach follows; warns about, rather\n"
-            "           than blocks on, foreign users of a network filesystem.\n\n"
-            "Exit status: 0 the unmount is allowed, 3 it is blocked, 2 bad input."
-        ),
-        epilog=(
-            "examples:\n"
-            "  kubevol mount-refs "
-            "/var/lib/kubelet/plugins/kubernetes.io/csi/DRIVER/HASH/globalmount\n"
-            "  kubevol mount-refs PATH --policy kubelet -o json\n"
-            "  kubevol mount-refs PATH --mountinfo saved-mountinfo.txt --detach-follows"
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Configure the ``mount-refs`` command."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "List every other mount of the filesystem mounted at PATH (a CSI staging or\n"
+        "global mount), say whose each one is (same-volume, other-volume,\n"
+        "kubelet-root-alias, foreign) and whether it blocks the unmount.\n\n"
+        "Policies:\n"
+        "  kubelet  exactly what the kubelet checks before NodeUnstageVolume: mounts\n"
+        "           with the same root and major:minor, ignoring only paths that\n"
+        "           contain PATH's /plugins/kubernetes.io/... part. Two volumes staged\n"
+        "           from one Lustre/CephFS/NFS filesystem block each other here.\n"
+        "  safe     (default) also counts binds of sub-directories; attributes kubelet\n"
+        "           mounts to volumes by their layout and vol_data.json; lets other\n"
+        "           volumes' mounts pass unless a detach follows; warns about, rather\n"
+        "           than blocks on, foreign users of a network filesystem.\n\n"
+        "Exit status: 0 the unmount is allowed, 3 it is blocked, 64 bad input."
+    )
+    parser.epilog = (
+        "examples:\n"
+        "  kubevol mount-refs "
+        "/var/lib/kubelet/plugins/kubernetes.io/csi/DRIVER/HASH/globalmount\n"
+        "  kubevol mount-refs PATH --policy kubelet -o json\n"
+        "  kubevol mount-refs PATH --mountinfo saved-mountinfo.txt --detach-follows"
     )
     parser.add_argument("path", metavar="PATH", help="the device mount path to check")
     parser.add_argument(
         "--root",
-        default=DEFAULT_ROOT,
+        default=default_root(),
         metavar="DIR",
-        help=f"the kubelet root directory whose layout is read (default: {DEFAULT_ROOT})",
+        help="the kubelet root directory whose layout is read "
+        f"(default: ${ROOT_ENV}, else {DEFAULT_ROOT})",
     )
     parser.add_argument(
         "--policy",

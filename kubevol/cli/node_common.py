@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.node.manager import SyncResult
 from kubevol.node.reconstruct import FoundVolume, MountCheck, Reconstruction
@@ -20,10 +21,11 @@ if TYPE_CHECKING:
 
 
 def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> None:
-    """``--root`` (required), ``--node-name``, and ``--csi-driver`` (repeatable)."""
+    """``--root``, ``--node-name``, and ``--csi-driver`` (repeatable)."""
     parser.add_argument(
-        "--root", required=True, metavar="DIR",
-        help="the kubelet-style root directory (pods/, plugins/ ... live under it)",
+        "--root", default=default_root(), metavar="DIR",
+        help="the kubelet-style root directory (pods/, plugins/ ... live under it; "
+        f"default: ${ROOT_ENV}, else {DEFAULT_ROOT})",
     )
     parser.add_argument(
         "--node-name", default=None, help="this node's name (default: the host name)"
@@ -51,8 +53,11 @@ def open_runtime(args: argparse.Namespace) -> NodeRuntime:
         except ValueError as exc:
             raise KubevolError(f"--csi-driver: {exc}") from exc
         drivers[name] = endpoint
+    root = os.path.abspath(args.root)
+    # Which tree a command reads or changes is never left to guess.
+    print(f"kubevol {args.command}: root {root}", file=sys.stderr)
     runtime = NodeRuntime(
-        os.path.abspath(args.root), node_name=args.node_name, csi_drivers=drivers,
+        root, node_name=args.node_name, csi_drivers=drivers,
         guard_policy=args.guard_policy,
     )
     for name, why in sorted(runtime.unregistered.items()):

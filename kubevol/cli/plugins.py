@@ -49,14 +49,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "plugins",
-        help="list volume plugins and their capabilities",
-        description=(
-            "List the volume plugins kubevol ships and those installed through the "
-            "'kubevol.plugins' entry-point group, with the capabilities each offers."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List the volume plugins kubevol ships and those installed through the "
+        "'kubevol.plugins' entry-point group, with the capabilities each offers."
     )
     add_output_flag(parser, ("table", "json", "yaml"))
     parser.set_defaults(func=run)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.output import add_output_flag, render, write_table
+from kubevol.cli.parser import DURATION
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
 
@@ -52,22 +52,19 @@ def show(result: Reconstruction, fmt: str) -> None:
         write_table(data["orphan_device_mounts"], ("path", "plugin", "source", "cleanup"), out)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "reconstruct",
-        help="rebuild from disk what is mounted under a kubelet-style root",
-        description=(
-            "Walk pods/<uid>/volumes and volumeDevices under --root, rebuild each volume "
-            "with its plugin, check its mount, and report volumes that cannot be rebuilt and "
-            "device mounts no pod leads to. Changes nothing unless --repair: then volumes "
-            "that cannot be rebuilt are cleaned once (their pods not being run by kubevol), "
-            "orphan device mounts are unmounted through the unstage guard, and pods kubevol "
-            "runs are brought up to date."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Walk pods/<uid>/volumes and volumeDevices under --root, rebuild each volume "
+        "with its plugin, check its mount, and report volumes that cannot be rebuilt and "
+        "device mounts no pod leads to. Changes nothing unless --repair: then volumes "
+        "that cannot be rebuilt are cleaned once (their pods not being run by kubevol), "
+        "orphan device mounts are unmounted through the unstage guard, and pods kubevol "
+        "runs are brought up to date."
     )
     add_root_flags(parser)
     parser.add_argument("--repair", action="store_true", help="clean what is broken")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="with --repair: seconds to keep retrying (default: 120)")
+    parser.add_argument("--timeout", type=DURATION, default=120.0,
+                        help="with --repair: how long to keep retrying, a Go duration or seconds "
+                        "(default: 2m)")
     add_output_flag(parser, ("table", "json", "yaml"))
     parser.set_defaults(func=run)

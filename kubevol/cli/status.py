@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from kubevol.cli.node_common import add_metrics, add_root_flags, open_runtime, volume_rows
 from kubevol.cli.output import add_output_flag, render
@@ -40,16 +39,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "status",
-        help="list the volumes under a kubelet-style root with their state and usage",
-        description=(
-            "List every pod volume found under --root and every volume of the pods kubevol "
-            "runs there, with its state on disk (mounted, present, not-mounted, corrupted, "
-            "unreadable, not set up), what kubevol was asked (running, terminating, or "
-            "unknown for pods it did not mount) and its usage. Changes nothing."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List every pod volume found under --root and every volume of the pods kubevol "
+        "runs there, with its state on disk (mounted, present, not-mounted, corrupted, "
+        "unreadable, not set up), what kubevol was asked (running, terminating, or "
+        "unknown for pods it did not mount) and its usage. Changes nothing."
     )
     add_root_flags(parser)
     parser.add_argument("--no-metrics", action="store_true", help="do not measure volumes")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, volume_rows
 from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.parser import DURATION
 from kubevol.node.pods import (
     PodRecords,
     PodState,
@@ -47,22 +47,19 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.converged else 1
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "up",
-        help="mount the volumes of pods under a kubelet-style root",
-        description=(
-            "Mount the volumes of the pods in MANIFEST files (YAML: Pods with the "
-            "PersistentVolumes and PersistentVolumeClaims they use) under --root, as the "
-            "kubelet lays them out, and record the pods there. Volumes of pods recorded "
-            "before are brought back if they went missing (after a crash). Without "
-            "MANIFEST, only brings the recorded pods up to date."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Mount the volumes of the pods in MANIFEST files (YAML: Pods with the "
+        "PersistentVolumes and PersistentVolumeClaims they use) under --root, as the "
+        "kubelet lays them out, and record the pods there. Volumes of pods recorded "
+        "before are brought back if they went missing (after a crash). Without "
+        "MANIFEST, only brings the recorded pods up to date."
     )
     parser.add_argument("manifests", nargs="*", metavar="MANIFEST", help="YAML manifest file")
     add_root_flags(parser)
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to keep retrying (default: 120)")
+    parser.add_argument("--timeout", type=DURATION, default=120.0,
+                        help="how long to keep retrying: a Go duration (2m, 90s) or seconds "
+                        "(default: 2m)")
     parser.add_argument("--workers", type=int, default=8, help=argparse.SUPPRESS)
     add_output_flag(parser)
     parser.set_defaults(func=run)

@@ -31,7 +31,7 @@ from kubevol.host import NodeVolumeHost
 from kubevol.layout import validate_path_segment
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, unique_volume_name
-from kubevol.spec import Spec, deserialize
+from kubevol.spec import Spec, deserialize, quantity_bytes
 
 #: Namespace for UIDs derived from ``namespace/name`` when a manifest has none.
 _UID_NAMESPACE = uuid.UUID("6f1c1f36-9b0e-4c4f-8a8b-0c2d6b1b7a10")
@@ -227,18 +227,7 @@ def _spec_for(
     pv_spec = pv.get("spec") or {}
     mode = VolumeMode(pv_spec.get("volumeMode") or VolumeMode.FILESYSTEM.value)
     capacity = (pv_spec.get("capacity") or {}).get("storage")
-    return spec, mode, _quantity(capacity)
-
-
-def _quantity(value: Any) -> int | None:
-    if value is None:
-        return None
-    from kubernetes.utils import parse_quantity
-
-    try:
-        return int(parse_quantity(value))
-    except ValueError as exc:
-        raise SpecError(f"{value!r} is not a valid quantity: {exc}") from exc
+    return spec, mode, quantity_bytes(capacity)
 
 
 def volume_to_mount(

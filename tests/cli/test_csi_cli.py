@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kubevol.cli import exits
+from kubevol.cli.csi.inputs import parse_capability
 from kubevol.cli.main import main
 from kubevol.csi import convert
 from kubevol.csi import types as t
@@ -19,7 +21,7 @@ from kubevol.csi._pb import csi_pb2
 from kubevol.csi.drivers.common import serve_plugin
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.drivers.mock import MockConfig, MockDriver
-from kubevol.csi.sanity.inputs import load_secrets, parse_capability
+from kubevol.csi.sanity.inputs import load_secrets
 from kubevol.csi.server import ControllerService, IdentityService, StoragePlugin
 from kubevol.mount.mountinfo import parse_mountinfo
 
@@ -143,15 +145,15 @@ def test_exit_code_is_the_grpc_status(mock_cli: CLI, capsys: pytest.CaptureFixtu
     code, _, err = mock_cli.run("csi", "controller", "list-volumes", "--starting-token", "x")
     assert code == 10 and "ABORTED" in err
     code, _, err = mock_cli.run("csi", "controller", "create-volume", "x", "--params", "novalue")
-    assert code == 2 and "KEY=VALUE" in err
+    assert code == exits.USAGE and "KEY=VALUE" in err
     assert main(["csi", "identity", "probe", "--endpoint", "unix:///nonexistent/x.sock",
                  "--timeout", "2s"]) == 14  # fmt: skip
     os.environ.pop("CSI_ENDPOINT", None)
-    assert main(["csi", "identity", "probe"]) == 2
+    assert main(["csi", "identity", "probe"]) == exits.USAGE
     assert "CSI_ENDPOINT" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["csi", "controller", "create-volume", "x", "--cap", "9,mount"])
-    assert info.value.code == 2
+    assert info.value.code == exits.USAGE
 
 
 def test_endpoint_from_environment_and_flags_before_the_service(

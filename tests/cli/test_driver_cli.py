@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kubevol.cli import exits
 from kubevol.cli.main import main
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -126,10 +127,10 @@ def test_serve_hostpath_keeps_volumes_across_restarts(
 
 
 def test_serve_needs_an_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
-    """Without --endpoint or CSI_ENDPOINT, serve exits 2 with a message."""
+    """Without --endpoint or CSI_ENDPOINT, serve exits 64 (usage) with a message."""
     env = dict(os.environ)
     env.pop("CSI_ENDPOINT", None)
     result = subprocess.run(
         [*KUBEVOL, "driver", "serve", "mock"], capture_output=True, text=True, env=env, check=False
     )
-    assert result.returncode == 2 and "CSI_ENDPOINT" in result.stderr
+    assert result.returncode == exits.USAGE and "CSI_ENDPOINT" in result.stderr

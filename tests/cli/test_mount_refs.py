@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kubevol.cli import exits
 from kubevol.cli.main import main
 from kubevol.testing.mount_rig import KubeletTree, MountRig
 
@@ -116,31 +117,31 @@ def test_missing_path_is_allowed(kubelet: KubeletTree, capsys: pytest.CaptureFix
         (["--mountinfo", "/nonexistent-mountinfo"], "/nonexistent-mountinfo"),
     ],
 )
-def test_bad_input_exits_2(
+def test_bad_input_is_a_usage_error(
     kubelet: KubeletTree, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    """A missing root or mount table file exits 2 with a message naming it."""
+    """A missing root or mount table file exits 64 (usage) with a message naming it."""
     args = ["mount-refs", str(kubelet.root), "--root", str(kubelet.root), *extra]
-    assert main(args) == 2
+    assert main(args) == exits.USAGE
     assert message in capsys.readouterr().err
 
 
-def test_malformed_mountinfo_exits_2(
+def test_malformed_mountinfo_is_a_usage_error(
     tmp_path: Path, kubelet: KubeletTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A malformed mount table exits 2 naming the bad line."""
+    """A malformed mount table exits 64 (usage) naming the bad line."""
     bad = tmp_path / "bad"
     bad.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\nnot a mountinfo line\n")
     args = ["mount-refs", str(kubelet.root), "--root", str(kubelet.root), "--mountinfo", str(bad)]
-    assert main(args) == 2
+    assert main(args) == exits.USAGE
     assert "line 2" in capsys.readouterr().err
 
 
-def test_unknown_policy_exits_2(kubelet: KubeletTree) -> None:
-    """An unknown --policy is a usage error (exit 2)."""
+def test_unknown_policy_is_a_usage_error(kubelet: KubeletTree) -> None:
+    """An unknown --policy is a usage error (exit 64)."""
     with pytest.raises(SystemExit) as info:
         main(["mount-refs", str(kubelet.root), "--policy", "strict"])
-    assert info.value.code == 2
+    assert info.value.code == exits.USAGE
 
 
 def test_help_explains_policies_and_exit_codes() -> None:
@@ -150,5 +151,5 @@ def test_help_explains_policies_and_exit_codes() -> None:
         capture_output=True, text=True, check=True,
     ).stdout
     for word in ("kubelet", "safe", "--detach-follows", "--mountinfo", "0 the unmount is allowed",
-                 "3 it is blocked", "2 bad input"):
+                 "3 it is blocked", "64 bad input"):
         assert word in out

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from kubevol.cli import exits
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -34,7 +36,7 @@ def test_plugins_table_has_header_and_rows() -> None:
 
 
 def test_bad_output_format_is_usage_error() -> None:
-    """An unknown -o value exits 2 and names the choices."""
+    """An unknown -o value exits 64 (usage) and names the choices."""
     out = run("plugins", "-o", "xml")
-    assert out.returncode == 2
+    assert out.returncode == exits.USAGE
     assert "invalid choice" in out.stderr

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -21,6 +20,7 @@ from typing import Any
 import attrs
 import yaml
 
+from kubevol._version import __version__
 from kubevol.csi.server import DEFAULT_GRACE, ServerHandle, StoragePlugin, serve_in_background
 
 #: Set to override the git commit reported by :func:`version_info`.
@@ -41,11 +41,8 @@ DEFAULT_NODE_ID = default_node_id()
 
 
 def kubevol_version() -> str:
-    """The installed kubevol version ("0.0.0" when not installed as a distribution)."""
-    try:
-        return importlib.metadata.version("kubevol")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0"
+    """The running kubevol's version."""
+    return __version__
 
 
 def git_commit(source_dir: Path = _PACKAGE_DIR) -> str:

@@ -39,6 +39,7 @@ from kubevol.csi.locks.etcd import (
     EtcdLockProvider,
 )
 from kubevol.csi.locks.inprocess import InProcessLockProvider
+from kubevol.units import UnitError, duration_seconds
 
 ENV_SERIAL_VOL_ACCESS = "X_CSI_SERIAL_VOL_ACCESS"
 ENV_TIMEOUT = "X_CSI_SERIAL_VOL_ACCESS_TIMEOUT"
@@ -63,39 +64,19 @@ _IGNORED_BOOLS = tuple(_ETCD + n for n in ("REJECT_OLD_CLUSTER", "PERMIT_WITHOUT
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
-_UNIT_SECONDS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,  # Go accepts both the micro sign and the Greek mu
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_DURATION_TERM = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
-_DURATION = re.compile(rf"[+-]?(?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h))+")
-_PLAIN_SECONDS = re.compile(rf"[+-]?{_NUMBER}")
-
-
 def parse_duration(name: str, text: str) -> float:
     """Parse a Go duration (``"1m30s"``, ``"500ms"``) or plain seconds into seconds.
 
     ``name`` is the variable or setting the text came from, used in the error. Raises
     :class:`LockConfigError` if ``text`` is neither form.
     """
-    value = text.strip()
-    if _PLAIN_SECONDS.fullmatch(value):
-        return float(value)
-    if not _DURATION.fullmatch(value):
+    try:
+        return duration_seconds(text, allow_negative=True)
+    except UnitError:
         raise LockConfigError(
             f"{name}={text!r} is not a duration (like '10s', '500ms', '1m30s') "
             "or a number of seconds"
-        )
-    sign = -1.0 if value.startswith("-") else 1.0
-    total = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_TERM.findall(value))
-    return sign * total
+        ) from None
 
 
 def parse_bool(name: str, text: str) -> bool:

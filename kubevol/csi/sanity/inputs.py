@@ -1,99 +1,18 @@
-"""Reading what users hand the conformance suite and ``kubevol csi`` on the command line:
-sizes, durations, ``k=v`` lists, volume capabilities, secrets and parameters files.
+"""Reading the files users hand the conformance suite (and ``kubevol csi``): secrets
+(csi-sanity's per-RPC sections or a flat map) and parameters. Sizes and durations are
+:mod:`kubevol.units`'.
 
-Every parser raises ``ValueError`` with a message naming the bad input (secret values are
+Every reader raises ``ValueError`` with a message naming the bad input (secret values are
 never part of a message).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import yaml
-
-from kubevol.csi import types as t
-
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGTPE]i?)?B?\s*$", re.IGNORECASE)
-_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``1073741824``, ``1Gi`` (binary), ``1G`` (decimal), ``512MiB``."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size (examples: 1048576, 64Mi, 10Gi, 1G)")
-    number, unit = int(match.group(1)), (match.group(2) or "")
-    power = _POWERS[unit[:1].upper()]
-    base = 1024 if unit.lower().endswith("i") else 1000
-    result: int = number * base**power
-    return result
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``30``, ``30s``, ``1m``, ``500ms``, ``1h``."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (examples: 30, 30s, 1m, 500ms)")
-    return float(match.group(1)) * _SECONDS[match.group(2)]
-
-
-def parse_key_values(items: Iterable[str], what: str = "value") -> dict[str, str]:
-    """``k=v`` items, each possibly a comma-separated list, into a dict (later wins)."""
-    result: dict[str, str] = {}
-    for item in items:
-        for part in item.split(","):
-            if not part.strip():
-                continue
-            key, sep, value = part.partition("=")
-            if not sep or not key.strip():
-                raise ValueError(f"{what} {part!r} is not KEY=VALUE")
-            result[key.strip()] = value
-    return result
-
-
-def _access_mode(text: str) -> t.AccessMode:
-    value = text.strip()
-    if value.isdigit():
-        try:
-            return t.AccessMode(int(value))
-        except ValueError:
-            pass
-    else:
-        name = value.upper().replace("-", "_")
-        if name in t.AccessMode.__members__:
-            return t.AccessMode[name]
-    names = ", ".join(m.name for m in t.AccessMode if m)
-    raise ValueError(f"access mode {text!r} is unknown; use 1-7 or one of {names}")
-
-
-def parse_capability(text: str) -> t.VolumeCapability:
-    """``MODE,TYPE[,FS[,FLAG...]]`` (csc's ``--cap``): MODE a name (``SINGLE_NODE_WRITER``,
-    ``single-node-writer``) or number (1-7), TYPE ``mount``/``block`` or the proto field
-    number (1 block, 2 mount); for mount access an optional filesystem type and mount flags."""
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) < 2:
-        raise ValueError(f"capability {text!r}: expected MODE,TYPE[,FS[,FLAGS]]")
-    mode = _access_mode(parts[0])
-    kind = parts[1].lower()
-    if kind in ("block", "1"):
-        if len(parts) > 2:
-            raise ValueError(f"capability {text!r}: block access takes no filesystem or flags")
-        return t.VolumeCapability.block(mode)
-    if kind not in ("mount", "2"):
-        raise ValueError(f"capability {text!r}: TYPE must be mount, block, 1 or 2")
-    fs_type = parts[2] if len(parts) > 2 else ""
-    flags = tuple(p for p in parts[3:] if p)
-    return t.VolumeCapability.mount(mode, fs_type=fs_type, mount_flags=flags)
-
-
-# --- files ----------------------------------------------------------------------------
 
 
 def _load_mapping(path: str, what: str) -> Mapping[str, Any]:
@@ -139,14 +58,6 @@ class Secrets:
     def __repr__(self) -> str:
         keys = sorted(set(self.default) | {k for m in self.per_rpc.values() for k in m})
         return f"Secrets(keys={keys}, rpcs={sorted(self.per_rpc)})"
-
-
-def parse_secrets_text(text: str) -> Secrets:
-    """``X_CSI_SECRETS``: ``key=value`` pairs separated by commas, sent with every RPC."""
-    try:
-        return Secrets(default=parse_key_values([text], "secret"))
-    except ValueError:
-        raise ValueError("X_CSI_SECRETS must be KEY=VALUE[,KEY=VALUE...]") from None
 
 
 def load_secrets(path: str) -> Secrets:

@@ -77,13 +77,8 @@ def pytest_collection_modifyitems(
 def build_config(config: pytest.Config) -> SanityConfig:
     """The suite's settings from the command line; UsageError for a bad value or file."""
     from kubevol.csi.sanity.context import SanityConfig
-    from kubevol.csi.sanity.inputs import (
-        Secrets,
-        load_parameters,
-        load_secrets,
-        parse_duration,
-        parse_size,
-    )
+    from kubevol.csi.sanity.inputs import Secrets, load_parameters, load_secrets
+    from kubevol.units import duration_seconds, quantity_bytes
 
     opt = config.getoption
     try:
@@ -93,8 +88,8 @@ def build_config(config: pytest.Config) -> SanityConfig:
             controller_endpoint=opt("--csi-controller-endpoint"),
             staging_dir=opt("--csi-staging-dir"),
             mount_dir=opt("--csi-mount-dir"),
-            volume_size=parse_size(opt("--csi-volume-size")),
-            expand_size=parse_size(expand) if expand else 0,
+            volume_size=quantity_bytes(opt("--csi-volume-size")),
+            expand_size=quantity_bytes(expand) if expand else 0,
             access_type=opt("--csi-access-type"),
             secrets=load_secrets(opt("--csi-secrets-file"))
             if opt("--csi-secrets-file")
@@ -103,7 +98,7 @@ def build_config(config: pytest.Config) -> SanityConfig:
             snapshot_parameters=_params(opt("--csi-snapshot-params-file"), load_parameters),
             mutable_parameters=_params(opt("--csi-mutable-params-file"), load_parameters),
             idempotent_count=max(1, opt("--csi-idempotent-count")),
-            timeout=parse_duration(opt("--csi-timeout")),
+            timeout=duration_seconds(opt("--csi-timeout")),
         )
     except ValueError as exc:
         raise pytest.UsageError(f"csi-sanity: {exc}") from exc

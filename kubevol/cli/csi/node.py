@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from kubevol.cli.csi_commands import (
+from kubevol.cli.csi.common import (
     Command,
     Output,
     add_caps,
@@ -18,8 +19,10 @@ from kubevol.cli.csi_commands import (
     range_of,
 )
 from kubevol.csi import types as t
-from kubevol.csi.client import CSIClient
 from kubevol.csi.sanity.inputs import Secrets
+
+if TYPE_CHECKING:
+    from kubevol.csi.client import CSIClient
 
 
 def stage(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:

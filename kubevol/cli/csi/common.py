@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kubevol.cli.csi.inputs import CAPABILITY, parse_capability, parse_key_values
+from kubevol.cli.parser import SIZE
 from kubevol.csi import types as t
-from kubevol.csi.client import CSIClient
-from kubevol.csi.sanity.inputs import (
-    Secrets,
-    parse_capability,
-    parse_key_values,
-    parse_size,
-)
+from kubevol.csi.sanity.inputs import Secrets
+
+if TYPE_CHECKING:
+    from kubevol.csi.client import CSIClient  # brings grpc: loaded by the command's run
 
 
 @attrs.frozen(kw_only=True)
@@ -32,7 +31,7 @@ class Output:
     columns: Sequence[str] = ()
 
 
-Handler = Callable[[CSIClient, argparse.Namespace, Secrets], Output]
+Handler = Callable[["CSIClient", argparse.Namespace, Secrets], Output]
 
 
 @attrs.frozen(kw_only=True)
@@ -60,21 +59,6 @@ def plain(value: Any) -> Any:
 # --- argument helpers -----------------------------------------------------------------
 
 
-def _type(fn: Callable[[str], Any]) -> Callable[[str], Any]:
-    """Wrap a parser so argparse reports its ``ValueError`` message."""
-
-    def convert(text: str) -> Any:
-        try:
-            return fn(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = fn.__name__
-    return convert
-
-
-SIZE = _type(parse_size)
-CAP = _type(parse_capability)
 DEFAULT_CAP = "SINGLE_NODE_WRITER,mount"
 
 
@@ -84,7 +68,7 @@ def add_caps(parser: argparse.ArgumentParser, *, single: bool = False) -> None:
         "--cap",
         dest="caps",
         action="append",
-        type=CAP,
+        type=CAPABILITY,
         metavar="MODE,TYPE[,FS[,FLAGS]]",
         help=(
             "volume capability: access mode name or number, mount|block (or 2|1), then "
@@ -110,7 +94,7 @@ def map_of(items: list[str], what: str) -> dict[str, str]:
 
 
 def add_range(parser: argparse.ArgumentParser) -> None:
-    """``--req-bytes`` and ``--lim-bytes`` (sizes like 10Gi)."""
+    """``--req-bytes`` and ``--lim-bytes`` (Kubernetes quantities like 10Gi, 1.5Gi)."""
     parser.add_argument("--req-bytes", type=SIZE, default=0, help="required size (e.g. 10Gi)")
     parser.add_argument("--lim-bytes", type=SIZE, default=0, help="size limit (e.g. 20Gi)")
 

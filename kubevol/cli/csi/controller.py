@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubevol.cli.csi_commands import (
+from kubevol.cli.csi.common import (
     SNAPSHOT_COLUMNS,
     VOLUME_COLUMNS,
     Command,
@@ -26,8 +26,10 @@ from kubevol.cli.csi_commands import (
     volume_row,
 )
 from kubevol.csi import types as t
-from kubevol.csi.client import CSIClient
 from kubevol.csi.sanity.inputs import Secrets
+
+if TYPE_CHECKING:
+    from kubevol.csi.client import CSIClient
 
 
 def _volumes_output(vols: list[t.Volume]) -> Output:

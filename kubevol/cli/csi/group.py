@@ -1,10 +1,11 @@
-"""``kubevol csi identity ...`` and ``kubevol csi group ...`` commands."""
+"""``kubevol csi group ...`` commands: the GroupController RPCs (volume group snapshots)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from kubevol.cli.csi_commands import (
+from kubevol.cli.csi.common import (
     SNAPSHOT_COLUMNS,
     Command,
     Output,
@@ -16,42 +17,10 @@ from kubevol.cli.csi_commands import (
     snapshot_row,
 )
 from kubevol.csi import types as t
-from kubevol.csi.client import CSIClient
 from kubevol.csi.sanity.inputs import Secrets
 
-
-def plugin_info(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    info = client.get_plugin_info()
-    row = {"name": info.name, "vendor_version": info.vendor_version, "manifest": info.manifest}
-    return Output(data=plain(info), rows=[row], columns=("name", "vendor_version", "manifest"))
-
-
-def plugin_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    caps = client.get_plugin_capabilities()
-    rows = [{"type": "service", "capability": c.name} for c in sorted(caps.services)]
-    rows += [
-        {"type": "volume_expansion", "capability": c.name} for c in sorted(caps.volume_expansion)
-    ]
-    data = {
-        "services": [c.name for c in sorted(caps.services)],
-        "volume_expansion": [c.name for c in sorted(caps.volume_expansion)],
-    }
-    return Output(data=data, rows=rows, columns=("type", "capability"))
-
-
-def probe(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    return done(ready=client.probe())
-
-
-IDENTITY = (
-    Command(name="plugin-info", help="GetPluginInfo: name, version, manifest", handler=plugin_info),
-    Command(
-        name="plugin-capabilities",
-        help="GetPluginCapabilities: services and expansion modes",
-        handler=plugin_capabilities,
-    ),
-    Command(name="probe", help="Probe: is the driver ready", handler=probe),
-)
+if TYPE_CHECKING:
+    from kubevol.csi.client import CSIClient
 
 
 def group_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:

@@ -15,24 +15,16 @@ import os
 import sys
 from typing import Any
 
-from kubevol.cli.csi_commands import Command
-from kubevol.cli.csi_controller import CONTROLLER
-from kubevol.cli.csi_identity import GROUP, IDENTITY
-from kubevol.cli.csi_node import NODE
+from kubevol.cli import exits
+from kubevol.cli.csi.common import Command
+from kubevol.cli.csi.controller import CONTROLLER
+from kubevol.cli.csi.group import GROUP
+from kubevol.cli.csi.identity import IDENTITY
+from kubevol.cli.csi.inputs import parse_key_values, secrets_from
+from kubevol.cli.csi.node import NODE
 from kubevol.cli.output import FORMATS, render
-from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.common import user_agent
-from kubevol.csi.errors import CSIRPCError
-from kubevol.csi.sanity.inputs import (
-    Secrets,
-    load_secrets,
-    parse_duration,
-    parse_key_values,
-    parse_secrets_text,
-)
+from kubevol.cli.parser import DURATION
 
-#: Exit code for bad input (as argparse uses).
-EXIT_USAGE = 2
 #: Per-call timeout when none is given (csc's default).
 DEFAULT_TIMEOUT = 60.0
 #: The name in the user agent this command sends.
@@ -44,13 +36,6 @@ SERVICES: tuple[tuple[str, str, tuple[Command, ...]], ...] = (
     ("node", "Node RPCs", NODE),
     ("group", "GroupController RPCs (volume group snapshots)", GROUP),
 )
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None:
@@ -69,7 +54,7 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None
     parser.add_argument(
         "-t",
         "--timeout",
-        type=_duration,
+        type=DURATION,
         default=default(DEFAULT_TIMEOUT),
         help="per-call timeout, e.g. 30s or 2m (default: 1m)",
     )
@@ -97,30 +82,26 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None
     )
 
 
-def secrets_from(args: argparse.Namespace, env: dict[str, str] | None = None) -> Secrets:
-    """The secrets to send: from ``--secrets-file``, else from ``$X_CSI_SECRETS``."""
-    if args.secrets_file:
-        return load_secrets(args.secrets_file)
-    text = (os.environ if env is None else env).get("X_CSI_SECRETS", "")
-    return parse_secrets_text(text) if text.strip() else Secrets()
-
-
 def run(command: Command, args: argparse.Namespace) -> int:
     """Connect, call, print; the exit code is the gRPC status code."""
+    from kubevol.csi.client import CSIClient  # grpc loads here, once the command is known
+    from kubevol.csi.drivers.common import user_agent
+    from kubevol.csi.errors import CSIRPCError
+
     where = f"kubevol csi {args.csi_service} {command.name}"
     endpoint = args.endpoint or os.environ.get("CSI_ENDPOINT", "")
     if not endpoint:
         print(f"{where}: no endpoint: use --endpoint or set CSI_ENDPOINT", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     try:
-        secrets = secrets_from(args)
+        secrets = secrets_from(args.secrets_file, os.environ)
         metadata = parse_key_values(args.metadata, "metadata")
         client = CSIClient(
             endpoint, timeout=args.timeout, user_agent=user_agent(CLIENT_NAME), metadata=metadata
         )
     except ValueError as exc:
         print(f"{where}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     try:
         output = command.handler(client, args, secrets)
     except CSIRPCError as exc:
@@ -129,21 +110,17 @@ def run(command: Command, args: argparse.Namespace) -> int:
         return code
     except ValueError as exc:
         print(f"{where}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.USAGE
     finally:
         client.close()
     render(output.data, args.output, sys.stdout, rows=output.rows, columns=output.columns)
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Add ``kubevol csi`` and its SERVICE COMMAND tree."""
-    parser = subparsers.add_parser(
-        "csi",
-        help="call any CSI driver's RPCs (csc for Python)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Configure ``kubevol csi`` and its SERVICE COMMAND tree."""
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_connection_flags(parser, leaf=False)
     common = argparse.ArgumentParser(add_help=False)
     add_connection_flags(common, leaf=True)

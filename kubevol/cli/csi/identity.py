@@ -1,0 +1,46 @@
+"""``kubevol csi identity ...`` commands: GetPluginInfo, GetPluginCapabilities, Probe."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from kubevol.cli.csi.common import Command, Output, done, plain
+from kubevol.csi.sanity.inputs import Secrets
+
+if TYPE_CHECKING:
+    from kubevol.csi.client import CSIClient
+
+
+def plugin_info(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
+    info = client.get_plugin_info()
+    row = {"name": info.name, "vendor_version": info.vendor_version, "manifest": info.manifest}
+    return Output(data=plain(info), rows=[row], columns=("name", "vendor_version", "manifest"))
+
+
+def plugin_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
+    caps = client.get_plugin_capabilities()
+    rows = [{"type": "service", "capability": c.name} for c in sorted(caps.services)]
+    rows += [
+        {"type": "volume_expansion", "capability": c.name} for c in sorted(caps.volume_expansion)
+    ]
+    data = {
+        "services": [c.name for c in sorted(caps.services)],
+        "volume_expansion": [c.name for c in sorted(caps.volume_expansion)],
+    }
+    return Output(data=data, rows=rows, columns=("type", "capability"))
+
+
+def probe(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
+    return done(ready=client.probe())
+
+
+IDENTITY = (
+    Command(name="plugin-info", help="GetPluginInfo: name, version, manifest", handler=plugin_info),
+    Command(
+        name="plugin-capabilities",
+        help="GetPluginCapabilities: services and expansion modes",
+        handler=plugin_capabilities,
+    ),
+    Command(name="probe", help="Probe: is the driver ready", handler=probe),
+)

@@ -1,0 +1,42 @@
+"""The exit codes of ``kubevol``, in one place.
+
+A usage error (64, ``EX_USAGE`` of sysexits.h) is distinct from every gRPC status code
+(0-16), so that a script can tell a typo from a driver's answer to ``kubevol csi``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+#: The command did what was asked.
+OK = 0
+#: The command ran and failed, or (``status``, ``up``, ``down``, ``demo``) found a problem.
+FAILED = 1
+#: ``kubevol mount-refs``: the unmount is blocked.
+BLOCKED = 3
+#: The command line or an input file was wrong; nothing was done.
+USAGE = 64
+#: Interrupted (SIGINT).
+INTERRUPTED = 130
+#: The reader of the output went away (``kubevol ... | head``): stopped quietly.
+BROKEN_PIPE = 141
+
+EPILOG = f"""\
+exit status:
+  {OK:<4} success
+  {FAILED:<4} the command failed (the reason is on stderr)
+  1-16 kubevol csi: the gRPC status code the driver answered (1 CANCELLED ... 16
+       UNAUTHENTICATED)
+  {BLOCKED:<4} kubevol mount-refs: the unmount is blocked
+  {USAGE:<4} usage error: a bad flag, value or input file (never a gRPC code)
+  {INTERRUPTED:<4} interrupted
+  {BROKEN_PIPE:<4} the output's reader went away (e.g. | head); nothing is printed
+
+environment:
+  KUBEVOL_ROOT   the kubelet-style root of node commands (default: /var/lib/kubelet)
+  CSI_ENDPOINT   the driver kubevol csi calls (default of --endpoint)
+  X_CSI_SECRETS  K=V,K=V secrets kubevol csi sends (unless --secrets-file)"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of descriptions and epilogs (tables of exit codes, examples)."""

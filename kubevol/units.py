@@ -1,0 +1,66 @@
+"""Sizes and durations written as text: the one parser of each.
+
+- Sizes are Kubernetes quantities (``1073741824``, ``64Mi``, ``1.5Gi``, ``10G``, ``1e9``),
+  read by the ``kubernetes`` client's own ``parse_quantity`` and rounded **up** to whole
+  bytes, as ``resource.Quantity.Value()`` rounds.
+- Durations are Go durations (``1m30s``, ``500ms``, ``2h``), read by ``durationpy`` (the
+  ``kubernetes`` client's own dependency), or a plain number of seconds (``30``, ``1.5``).
+
+Both raise :class:`UnitError` (a ``ValueError``) naming the bad text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from kubevol.errors import KubevolError
+
+#: Whole numbers of bytes need no quantity parser, and so not the ``kubernetes`` package
+#: (importing it costs ~0.3 s warm, more than a whole ``kubevol csi`` call).
+_DIGITS = re.compile(r"\d+")
+_PLAIN_SECONDS = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+QUANTITY_EXAMPLES = "1073741824, 64Mi, 1.5Gi, 10G"
+DURATION_EXAMPLES = "30s, 1m30s, 500ms, 2h, or 30 for seconds"
+
+
+class UnitError(KubevolError, ValueError):
+    """A size or duration that cannot be read; the message names the text."""
+
+
+def quantity_bytes(quantity: Any) -> int:
+    """A Kubernetes quantity (text or number) as whole bytes, rounded up; refuses negative,
+    infinite and not-a-number values."""
+    text = str(quantity).strip()
+    if _DIGITS.fullmatch(text):
+        return int(text)
+    from kubernetes.utils import parse_quantity
+
+    try:
+        value = Decimal(parse_quantity(text))
+    except (ValueError, ArithmeticError) as exc:
+        raise UnitError(f"{text!r} is not a quantity (like {QUANTITY_EXAMPLES})") from exc
+    if not value.is_finite() or value < 0:
+        raise UnitError(f"{text!r} is not a quantity of bytes (it must be finite, >= 0)")
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
+def duration_seconds(text: str, *, allow_negative: bool = False) -> float:
+    """A Go duration (or a plain number of seconds) as seconds; negative durations are
+    refused unless ``allow_negative``."""
+    value = text.strip()
+    if _PLAIN_SECONDS.fullmatch(value):
+        seconds = float(value)
+    else:
+        import durationpy
+
+        try:
+            seconds = durationpy.from_str(value).total_seconds()
+        except (ValueError, OverflowError) as exc:
+            raise UnitError(f"{text!r} is not a duration (like {DURATION_EXAMPLES})") from exc
+    if not math.isfinite(seconds) or (seconds < 0 and not allow_negative):
+        raise UnitError(f"{text!r} is not a duration of zero or more")
+    return seconds
