@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kubevol.layout import PodVolumeEntry
+from kubevol.mount.guard import UnmountVerdict, kubelet_refs_verdict
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 from kubevol.volume import (
     Attacher,
@@ -140,7 +141,22 @@ class DeviceMountableVolumePlugin(VolumePlugin):
 
     @abc.abstractmethod
     def get_device_mount_refs(self, device_mount_path: str) -> list[str]:
-        """Other mount points that still use the device mounted at ``device_mount_path``."""
+        """The other mount points of what is mounted at ``device_mount_path`` (Kubernetes'
+        ``GetMountRefs``: the same filesystem root and device), whether they block its
+        unmount or not: :meth:`device_unmount_verdict` decides that."""
+
+    def device_unmount_verdict(self, device_mount_path: str) -> UnmountVerdict:
+        """May ``device_mount_path`` be unmounted now? The ONE unstage check: the node layer
+        asks it once and hands the verdict to ``unmount_device``.
+
+        Default: the kubelet's ``HasMountRefs`` rule on :meth:`get_device_mount_refs`
+        (:func:`~kubevol.mount.guard.kubelet_refs_verdict`). A plugin with its own policy
+        (the CSI plugin's unstage guard) overrides it. Raises what the reference lookup
+        raises (:class:`~kubevol.errors.MountError` when the mount table cannot be read).
+        """
+        return kubelet_refs_verdict(
+            device_mount_path, self.get_device_mount_refs(device_mount_path)
+        )
 
     def can_device_mount(self, spec: Spec) -> bool:
         """Whether ``spec`` needs a device mount."""

@@ -19,6 +19,7 @@ import attrs
 from kubevol.types import Attributes, DeviceMounterArgs, MounterArgs
 
 if TYPE_CHECKING:
+    from kubevol.mount.guard import UnmountVerdict
     from kubevol.spec import Spec
 
 
@@ -130,8 +131,15 @@ class DeviceUnmounter(abc.ABC):
     """Unmounts the global device mount."""
 
     @abc.abstractmethod
-    def unmount_device(self, device_mount_path: str) -> None:
-        """Unmount the global mount; called only once no pod bind-mounts it. Idempotent."""
+    def unmount_device(
+        self, device_mount_path: str, *, verdict: UnmountVerdict | None = None
+    ) -> None:
+        """Unmount the global mount; called only once no pod bind-mounts it. Idempotent.
+
+        ``verdict`` is the plugin's ``device_unmount_verdict`` for this path, already
+        obtained (and found allowing) by the caller: an unmounter that guards the unstage
+        itself uses it instead of checking again. Without it, such an unmounter checks.
+        """
 
 
 class Attacher(DeviceMounter):

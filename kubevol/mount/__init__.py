@@ -11,6 +11,7 @@ from kubevol.mount.guard import (
     UnmountGuard,
     UnmountVerdict,
     check_unmount_device,
+    kubelet_refs_verdict,
 )
 from kubevol.mount.helpers import (
     CORRUPTED_MOUNT_ERRNOS,
@@ -53,6 +54,7 @@ __all__ = [
     "get_mount_refs",
     "is_corrupted_error",
     "is_corrupted_mount",
+    "kubelet_refs_verdict",
     "map_block_device",
     "parse_mountinfo",
     "parse_mountinfo_line",

@@ -9,6 +9,8 @@ number, so two volumes staged from one filesystem block each other's unstage for
 ``kubelet``
     Kubernetes exactly: ``GetMountRefs`` (same root, same major:minor) then ``HasMountRefs``
     (a reference counts unless it contains the path's ``/plugins/kubernetes.io/…`` part).
+    :func:`kubelet_refs_verdict` applies ``HasMountRefs`` to references a plugin found
+    itself (the default of ``DeviceMountableVolumePlugin.device_unmount_verdict``).
 ``safe``
     Candidates are mounts of the same device whose root equals the device mount's root or
     lies under it (a bind of a sub-directory uses the volume too). Each is attributed: a
@@ -16,6 +18,9 @@ number, so two volumes staged from one filesystem block each other's unstage for
     superblock alive) unless the device is detached afterwards; the kubelet root seen
     through a bind is ignored; a mount outside the kubelet's tree blocks when a detach
     follows or the source is a local block device, and is otherwise reported as a warning.
+
+The node layer asks a device-mountable plugin for ONE verdict before an unstage and hands
+it to ``unmount_device``: the guard runs once per unstage.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import os
 import posixpath
 import stat
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -58,6 +64,9 @@ class RefKind(enum.StrEnum):
     KUBELET_ROOT_ALIAS = "kubelet-root-alias"
     #: A mount outside the kubelet's tree: someone else uses the filesystem.
     FOREIGN = "foreign"
+    #: A reference a plugin reported by mount point alone (:func:`kubelet_refs_verdict`):
+    #: without the mount table nobody can tell whose it is.
+    UNATTRIBUTED = "unattributed"
 
 
 @attrs.frozen(kw_only=True)
@@ -158,6 +167,19 @@ def check_unmount_device(
     return _safe_verdict(context, path)
 
 
+def kubelet_refs_verdict(device_mount_path: str, refs: Sequence[str]) -> UnmountVerdict:
+    """The kubelet's rule on references already found (a plugin's ``get_device_mount_refs``,
+    Kubernetes' ``GetMountRefs``): ``HasMountRefs`` decides which count, and a blocked
+    verdict carries Kubernetes' error text. The references stay unattributed."""
+    out = []
+    for ref in refs:
+        blocking, rule = _kubelet_counts(device_mount_path, ref)
+        out.append(
+            MountRef(mount_point=ref, kind=RefKind.UNATTRIBUTED, blocking=blocking, reason=rule)
+        )
+    return _kubelet_outcome(device_mount_path, out)
+
+
 class UnmountGuard(ClosesOnExit):
     """:func:`check_unmount_device` with a cached mount table: repeated checks on an
     unchanged table do not read or parse it again. Close it (or use ``with``) when done."""
@@ -255,33 +277,44 @@ class _Context:
         ]
 
 
-def _kubelet_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
-    # SearchMountPoints: the same root exactly, the same major:minor.
-    entries = ctx.candidates(under=False)
-    refs = [e.mount_point for e in entries]
-    marker = given_path.find(KUBERNETES_PLUGIN_PATH_PREFIX)
-    path_to_find = given_path[marker:] if marker >= 0 else given_path
-    out = []
-    for entry, ref in zip(entries, refs, strict=True):
-        kind, why = _classify(ctx, entry)
-        if path_to_find in ref:
-            blocking, rule = False, f"ignored by the kubelet: it contains {path_to_find!r}"
-        else:
-            blocking, rule = True, f"counted by the kubelet: it lacks {path_to_find!r}"
-        out.append(MountRef(mount_point=ref, kind=kind, blocking=blocking, reason=f"{why}; {rule}"))
-    allowed = not any(r.blocking for r in out)
+def _kubelet_counts(device_mount_path: str, ref: str) -> tuple[bool, str]:
+    """Kubernetes' ``HasMountRefs`` for one reference: it counts unless it contains the
+    device mount path from its ``/plugins/kubernetes.io/`` part on (the whole path when
+    it has none), i.e. unless it is the same mount seen through a bind of the root."""
+    marker = device_mount_path.find(KUBERNETES_PLUGIN_PATH_PREFIX)
+    path_to_find = device_mount_path[marker:] if marker >= 0 else device_mount_path
+    if path_to_find in ref:
+        return False, f"ignored by the kubelet: it contains {path_to_find!r}"
+    return True, f"counted by the kubelet: it lacks {path_to_find!r}"
+
+
+def _kubelet_outcome(given_path: str, refs: list[MountRef]) -> UnmountVerdict:
+    allowed = not any(r.blocking for r in refs)
     if allowed:
         message = f"{given_path} may be unmounted: no reference counts for the kubelet"
     else:
-        # Kubernetes' fmt.Errorf("... %q ... %v", deviceMountPath, refs).
+        # Kubernetes' fmt.Errorf("... %q ... %v", deviceMountPath, refs): every reference.
         message = (
             f"the device mount path {_go_quote(given_path)} is still mounted by other "
-            f"references [{' '.join(refs)}]"
+            f"references [{' '.join(r.mount_point for r in refs)}]"
         )
     return UnmountVerdict(
-        path=given_path, policy=GuardPolicy.KUBELET, allowed=allowed, refs=tuple(out),
+        path=given_path, policy=GuardPolicy.KUBELET, allowed=allowed, refs=tuple(refs),
         message=message,
     )
+
+
+def _kubelet_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
+    # SearchMountPoints: the same root exactly, the same major:minor.
+    out = []
+    for entry in ctx.candidates(under=False):
+        kind, why = _classify(ctx, entry)
+        blocking, rule = _kubelet_counts(given_path, entry.mount_point)
+        out.append(
+            MountRef(mount_point=entry.mount_point, kind=kind, blocking=blocking,
+                     reason=f"{why}; {rule}")
+        )
+    return _kubelet_outcome(given_path, out)
 
 
 def _safe_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:

@@ -15,7 +15,7 @@ from kubevol.node.executor import (
     OperationKind,
 )
 from kubevol.node.manager import NodeVolumeManager, SyncResult
-from kubevol.node.operations import OperationGenerator, counted_mount_refs, operation_key
+from kubevol.node.operations import OperationGenerator, operation_key
 from kubevol.node.pods import (
     Manifests,
     PodRecord,
@@ -84,7 +84,6 @@ __all__ = [
     "VolumeMode",
     "VolumeToMount",
     "VolumeUsage",
-    "counted_mount_refs",
     "desired_pod",
     "list_pod_volume_dirs",
     "load_manifest_files",

@@ -14,9 +14,11 @@ The error is raised again so the executor backs the key off. :func:`operation_ke
 gives each operation the key the kubelet uses, so that, say, a device is never staged
 while one of its pods is being torn down.
 
-Unmounting a device is guarded twice: no pod path on disk may still use the volume
-(:class:`~kubevol.node.usage.VolumeUsage`), and no mount reference that the kubelet's
-``HasMountRefs`` rule counts may remain (from the plugin's ``get_device_mount_refs``).
+Unmounting a device is guarded twice, each check run once: no pod path on disk may still
+use the volume (:class:`~kubevol.node.usage.VolumeUsage`), and the plugin's unstage verdict
+(``device_unmount_verdict``: the kubelet's ``HasMountRefs`` rule by default, the unstage
+guard's policy for CSI) must allow it; that verdict is handed to ``unmount_device``, which
+does not check again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from kubevol.errors import (
@@ -56,6 +58,7 @@ from kubevol.node.state import (
     VolumeToMount,
 )
 from kubevol.node.usage import VolumeUsage
+from kubevol.plugin import DeviceMountableVolumePlugin
 from kubevol.spec import Spec
 from kubevol.types import (
     CSIVolumePhase,
@@ -71,21 +74,8 @@ log = logging.getLogger(__name__)
 
 Operation = Callable[[], None]
 
-#: The part of a device mount path that the kubelet's ``HasMountRefs`` looks for.
-_PLUGIN_PATH_MARKER = "/plugins/kubernetes.io/"
-
-
 #: How long a mount waits for its device to be attached (the kubelet's ``waitForAttachTimeout``).
 WAIT_FOR_ATTACH_TIMEOUT = datetime.timedelta(minutes=10)
-
-
-def counted_mount_refs(device_mount_path: str, refs: Sequence[str]) -> list[str]:
-    """The references the kubelet's ``HasMountRefs`` counts: those that do not contain the
-    device mount path from its ``/plugins/kubernetes.io/`` part on (or the whole path when it
-    has none), i.e. every reference except the same mount seen through a bind of the root."""
-    marker = device_mount_path.find(_PLUGIN_PATH_MARKER)
-    part = device_mount_path[marker:] if marker >= 0 else device_mount_path
-    return [ref for ref in refs if part not in ref]
 
 
 def operation_key(kind: OperationKind, unique_name: str, pod_uid: str, node: str) -> OperationKey:
@@ -284,15 +274,13 @@ class OperationGenerator:
 
         return run
 
-    def _unmount_device_path(self, plugin: Any, dmp: str, unique_name: str | None) -> None:
-        refs = counted_mount_refs(dmp, plugin.get_device_mount_refs(dmp))
-        if refs:
-            raise DeviceStillMountedError(
-                f"the device mount path {dmp!r} is still mounted by other references {refs}",
-                refs,
-            )
+    def _unmount_device_path(
+        self, plugin: DeviceMountableVolumePlugin, dmp: str, unique_name: str | None
+    ) -> None:
+        verdict = plugin.device_unmount_verdict(dmp)
+        verdict.raise_if_blocked()
         try:
-            plugin.new_device_unmounter().unmount_device(dmp)
+            plugin.new_device_unmounter().unmount_device(dmp, verdict=verdict)
         except Exception:
             if unique_name is not None:
                 self.actual.set_device_state(unique_name, MountState.UNCERTAIN)

@@ -19,6 +19,7 @@ from kubevol.mount import (
     UnmountGuard,
     UnmountVerdict,
     check_unmount_device,
+    kubelet_refs_verdict,
 )
 from kubevol.testing.mount_rig import KubeletTree, MountRig
 
@@ -256,6 +257,36 @@ def test_kubelet_policy_refs_match_get_mount_refs(rig: MountRig, kubelet: Kubele
     finally:
         mounter.close()
     assert len(verdict.refs) == 2
+
+
+def test_kubelet_rule_on_a_plugins_refs_matches_the_table_verdict(
+    rig: MountRig, kubelet: KubeletTree
+) -> None:
+    """kubelet_refs_verdict (the plugins' default verdict) on get_mount_refs decides as the
+    kubelet policy on the table does: the same refs counted, the same message; a bind of the
+    root showing the staging path is not counted; the refs stay unattributed."""
+    dev = rig.loop()
+    staging_a = rig.mount(dev, kubelet.global_mount("vol-a"))
+    staging_b = rig.mount(dev, kubelet.global_mount("vol-b"))
+    alias = rig.base / "alias" / kubelet.global_mount("vol-a").relative_to(kubelet.root)
+    mounter = LinuxMounter()
+    try:
+        refs = [*mounter.get_mount_refs(str(staging_a)), str(alias)]
+    finally:
+        mounter.close()
+    verdict = kubelet_refs_verdict(str(staging_a), refs)
+    table_verdict = check(staging_a, kubelet, GuardPolicy.KUBELET)
+    assert [r.mount_point for r in verdict.blocking_refs] == [str(staging_b)]
+    assert [r.mount_point for r in table_verdict.blocking_refs] == [str(staging_b)]
+    assert {r.kind for r in verdict.refs} == {RefKind.UNATTRIBUTED}
+    assert [r.blocking for r in verdict.refs] == [True, False]
+    assert verdict.policy is GuardPolicy.KUBELET and not verdict.allowed
+    assert verdict.message == (
+        f'the device mount path "{staging_a}" is still mounted by other references '
+        f"[{staging_b} {alias}]"
+    )
+    assert kubelet_refs_verdict(str(staging_a), [str(alias)]).allowed
+    assert kubelet_refs_verdict(str(staging_a), []).allowed
 
 
 def test_guard_rereads_table_only_after_a_change(rig: MountRig, kubelet: KubeletTree) -> None:

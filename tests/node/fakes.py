@@ -19,6 +19,7 @@ from typing import Any
 
 from kubevol.errors import SpecError
 from kubevol.host import VolumeHost
+from kubevol.mount.guard import UnmountVerdict
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.plugin import (
     AttachableVolumePlugin,
@@ -209,7 +210,9 @@ class StagedAttacher(Attacher, Detacher):
             mounter.mount(device_path, device_mount_path, "", ["bind"])
         self.plugin.faults.check("mount_device", after=True)
 
-    def unmount_device(self, device_mount_path: str) -> None:
+    def unmount_device(
+        self, device_mount_path: str, *, verdict: UnmountVerdict | None = None
+    ) -> None:
         self.plugin.faults.check("unmount_device", after=False)
         cleanup_mount_point(device_mount_path, self.plugin.host.get_mounter())
         name = os.path.basename(device_mount_path)

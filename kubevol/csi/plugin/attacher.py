@@ -31,6 +31,7 @@ from kubevol.errors import (
     TransientOperationError,
     is_operation_finished,
 )
+from kubevol.mount.guard import UnmountVerdict
 from kubevol.spec import Spec
 from kubevol.types import DeviceMounterArgs
 from kubevol.volume import Attacher, Detacher
@@ -207,14 +208,17 @@ class CSIAttacher(Attacher, Detacher):
 
     # --- device unmount (unstage) -----------------------------------------------------
 
-    def unmount_device(self, device_mount_path: str) -> None:
-        """Check the unstage guard, NodeUnstageVolume (when the driver stages), then remove
-        the directory and vol_data.json. Idempotent: without vol_data.json there is nothing
-        to do.
+    def unmount_device(
+        self, device_mount_path: str, *, verdict: UnmountVerdict | None = None
+    ) -> None:
+        """Check the unstage guard (``verdict`` when the caller has it already),
+        NodeUnstageVolume (when the driver stages), then remove the directory and
+        vol_data.json. Idempotent: without vol_data.json there is nothing to do.
 
         Raises :class:`~kubevol.errors.DeviceStillMountedError` when the guard refuses
-        (under ``kubelet``, with the kubelet's message), a transient error when the driver
-        is not registered, a final error when the unstage fails.
+        (under ``kubelet``, with the kubelet's message), ValueError for a verdict about
+        another path, a transient error when the driver is not registered, a final error
+        when the unstage fails.
         """
         data_dir = os.path.dirname(device_mount_path)
         try:
@@ -223,7 +227,11 @@ class CSIAttacher(Attacher, Detacher):
             log.info("attacher.UnmountDevice skipped: no volume data file in [%s]", data_dir)
             return
         driver, handle = require(data, data_dir, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
-        self.plugin.check_unmount(device_mount_path, driver).raise_if_blocked()
+        if verdict is None:
+            verdict = self.plugin.check_unmount(device_mount_path, driver)
+        elif os.path.abspath(verdict.path) != os.path.abspath(device_mount_path):
+            raise ValueError(f"the verdict is about {verdict.path}, not {device_mount_path}")
+        verdict.raise_if_blocked()
         client = self.plugin.transient_client(driver, "attacher.UnmountDevice")
         try:
             caps = self.plugin.node_capabilities(client)

@@ -68,7 +68,6 @@ from kubevol.errors import KubevolError, SpecError, TransientOperationError
 from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
 from kubevol.layout import PodVolumeEntry, csi_pod_volume_entry
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
-from kubevol.mount.table import MountTableCache
 from kubevol.plugin import (
     AttachableVolumePlugin,
     BlockVolumePlugin,
@@ -134,10 +133,6 @@ class CSIPlugin(
         self._sources: weakref.WeakKeyDictionary[Spec, CSIVolumeSource] = (
             weakref.WeakKeyDictionary()
         )
-        # The unstage guard runs twice per unstage (the node layer's refs check, then
-        # UnmountDevice): a cached table is re-read only when a mount changed in between.
-        # Its descriptor is closed by a finalizer when the plugin goes.
-        self._mount_table = MountTableCache()
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -302,14 +297,9 @@ class CSIPlugin(
                 ) from exc
         return out
 
-    @property
-    def guard_table_reads(self) -> int:
-        """How many times the unstage guard has read the mount table: once, then again
-        only after a mount changed."""
-        return self._mount_table.reads
-
     def check_unmount(self, device_mount_path: str, driver: str | None) -> UnmountVerdict:
-        """The unstage guard's verdict on ``device_mount_path`` under :attr:`guard_policy`."""
+        """The unstage guard's verdict on ``device_mount_path`` under :attr:`guard_policy`,
+        for a volume of ``driver`` (None: unknown, so no detach is expected)."""
         detach = False
         if driver:
             try:
@@ -323,7 +313,6 @@ class CSIPlugin(
             root_dir=self.root_dir(),
             policy=self.guard_policy,
             detach_follows=detach,
-            table=self._mount_table.table(),
         )
 
     # --- VolumePlugin ---------------------------------------------------------------
@@ -463,14 +452,16 @@ class CSIPlugin(
         return not self.source(spec).ephemeral
 
     def get_device_mount_refs(self, device_mount_path: str) -> list[str]:
-        """The mounts that block unmounting ``device_mount_path`` under :attr:`guard_policy`.
+        """Kubernetes' ``GetMountRefs`` of ``device_mount_path``: every other mount of the
+        same filesystem root, blocking or not. Raises
+        :class:`~kubevol.errors.MountError` when the mount table cannot be read."""
+        return self.host.get_mounter().get_mount_refs(device_mount_path)
 
-        Under ``kubelet`` these are exactly the references Kubernetes' ``HasMountRefs``
-        counts; under ``safe``, those the safe guard finds blocking. Raises
-        :class:`~kubevol.errors.MountError` when the mount table cannot be read.
-        """
-        driver = _driver_beside(device_mount_path)
-        return [r.mount_point for r in self.check_unmount(device_mount_path, driver).blocking_refs]
+    def device_unmount_verdict(self, device_mount_path: str) -> UnmountVerdict:
+        """The unstage guard's verdict under :attr:`guard_policy` (the kubelet's rule
+        exactly under ``kubelet``). Raises :class:`~kubevol.errors.MountError` when the
+        mount table cannot be read."""
+        return self.check_unmount(device_mount_path, _driver_beside(device_mount_path))
 
     # --- block ------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import pytest
 from kubevol.csi import types as t
 from kubevol.csi.plugin import map_block_volume, unmap_block_volume
 from kubevol.errors import DeviceStillMountedError
+from kubevol.mount.guard import UnmountVerdict
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.csi.plugin.csiplugin_driver import mounts_under, tree
 from tests.csi.plugin.rig import (
@@ -118,7 +119,10 @@ def test_shared_superblock_unstage_safe_allows_kubelet_refuses(
     (dmp_a, _), (dmp_b, pod_b) = vols["pv-a"], vols["pv-b"]
     rig.plugin.new_unmounter("pv-a", "pod-a-uid").tear_down()
     detacher = rig.plugin.new_detacher()
-    assert rig.plugin.get_device_mount_refs(dmp_a) == ([] if policy == "safe" else [dmp_b])
+    # Kubernetes' GetMountRefs finds pv-b's global mount either way; the policy decides.
+    assert rig.plugin.get_device_mount_refs(dmp_a) == [dmp_b]
+    verdict = rig.plugin.device_unmount_verdict(dmp_a)
+    assert blocking(verdict) == ([] if policy == "safe" else [dmp_b])
     if policy == "safe":
         detacher.unmount_device(dmp_a)
         assert not os.path.exists(dmp_a)
@@ -145,9 +149,15 @@ def test_shared_superblock_unstage_safe_allows_kubelet_refuses(
             detacher.unmount_device(dmp_b)
 
 
+def blocking(verdict: UnmountVerdict) -> list[str]:
+    """The mount points that block the unmount, in the verdict's order."""
+    return [r.mount_point for r in verdict.blocking_refs]
+
+
 def test_device_mount_refs_count_this_volumes_pod_mounts(rig: Rig) -> None:
     """While a pod still publishes the volume, its global mount has that pod mount as a
-    blocking reference and unmount_device is refused (nothing is unstaged)."""
+    blocking reference and unmount_device is refused (nothing is unstaged), with or
+    without the verdict handed in; once the pod mount is gone it is unstaged."""
     spec = pv_spec("pv-a", "h-1")
     attacher = rig.plugin.new_attacher()
     dmp = attacher.get_device_mount_path(spec)
@@ -155,14 +165,31 @@ def test_device_mount_refs_count_this_volumes_pod_mounts(rig: Rig) -> None:
     mounter = rig.plugin.new_mounter(spec, make_pod(), VolumeOptions())
     mounter.set_up(MounterArgs())
     assert rig.plugin.get_device_mount_refs(dmp) == [mounter.get_path()]
-    reads = rig.plugin.guard_table_reads
+    verdict = rig.plugin.device_unmount_verdict(dmp)
+    assert blocking(verdict) == [mounter.get_path()]
     with pytest.raises(DeviceStillMountedError):
         attacher.unmount_device(dmp)
-    # No mount changed between the refs check and UnmountDevice's own check: one reading.
-    assert rig.plugin.guard_table_reads == reads
+    with pytest.raises(DeviceStillMountedError):
+        attacher.unmount_device(dmp, verdict=verdict)
     assert rig.driver.calls("NodeUnstageVolume") == []
     mounter.tear_down()
-    # The pod mount is gone: the guard reads the table again and sees it gone.
-    attacher.unmount_device(dmp)
-    assert rig.plugin.guard_table_reads == reads + 1
+    attacher.unmount_device(dmp, verdict=rig.plugin.device_unmount_verdict(dmp))
+    assert mounts_under(rig.root) == []
+
+
+def test_unmount_device_refuses_a_verdict_about_another_path(rig: Rig) -> None:
+    """A verdict handed to unmount_device must be about that device mount path: one about
+    another volume's is refused and nothing is unstaged."""
+    attacher = rig.plugin.new_attacher()
+    dmps = []
+    for name in ("pv-a", "pv-b"):
+        spec = pv_spec(name, f"h-{name}")
+        dmp = attacher.get_device_mount_path(spec)
+        attacher.mount_device(spec, "", dmp, DeviceMounterArgs())
+        dmps.append(dmp)
+    with pytest.raises(ValueError, match="verdict is about"):
+        attacher.unmount_device(dmps[0], verdict=rig.plugin.device_unmount_verdict(dmps[1]))
+    assert rig.driver.calls("NodeUnstageVolume") == []
+    for dmp in dmps:
+        attacher.unmount_device(dmp)
     assert mounts_under(rig.root) == []

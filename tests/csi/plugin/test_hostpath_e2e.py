@@ -204,13 +204,14 @@ def test_shared_superblock_end_to_end(hostpath_rig: HostPathRigFactory, policy: 
     rig.plugin.new_unmounter("pv-a", "pod-a-uid").tear_down()
     detacher = rig.plugin.new_detacher()
     if policy == "safe":
-        assert rig.plugin.get_device_mount_refs(dmp_a) == []
+        assert rig.plugin.device_unmount_verdict(dmp_a).blocking_refs == ()
         detacher.unmount_device(dmp_a)
         assert dmp_a not in mounts_under(rig.root) and not os.path.exists(dmp_a)
         Path(pod_b, "after").write_text("pv-b still works")
         assert Path(dmp_b, staged["pv-b"][0], "after").read_text() == "pv-b still works"
     else:
-        assert rig.plugin.get_device_mount_refs(dmp_a) == [dmp_b]
+        verdict = rig.plugin.device_unmount_verdict(dmp_a)
+        assert [r.mount_point for r in verdict.blocking_refs] == [dmp_b]
         with pytest.raises(DeviceStillMountedError) as err:
             detacher.unmount_device(dmp_a)
         assert str(err.value) == (
