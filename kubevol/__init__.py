@@ -43,7 +43,12 @@ if TYPE_CHECKING:
         VolumeHost,
     )
     from kubevol.layout import escape_plugin_name, unescape_plugin_name, validate_path_segment
-    from kubevol.manager import ENTRY_POINT_GROUP, VolumePluginMgr, entry_point_plugins
+    from kubevol.manager import (
+        ENTRY_POINT_GROUP,
+        PluginRoles,
+        VolumePluginMgr,
+        entry_point_plugins,
+    )
     from kubevol.metrics import (
         CachedMetrics,
         DiskUsage,
@@ -158,6 +163,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kubevol.layout": ("escape_plugin_name", "unescape_plugin_name", "validate_path_segment"),
     "kubevol.manager": (
         "ENTRY_POINT_GROUP",
+        "PluginRoles",
         "VolumePluginMgr",
         "entry_point_plugins",
     ),
@@ -306,6 +312,7 @@ __all__ = [
     "OperationError",
     "PersistentVolumePlugin",
     "PluginNotFoundError",
+    "PluginRoles",
     "PluginValidationError",
     "ProbeError",
     "ProbeEvent",

@@ -2,7 +2,9 @@
 
 All lookups go through one generic finder (:meth:`VolumePluginMgr._find`); the typed
 finders are thin wrappers that keep Kubernetes' split between finders that raise when the
-plugin lacks a capability and finders that return ``None``.
+plugin lacks a capability and finders that return ``None``. The node layer, which needs a
+volume's plugin *and* every role it plays, asks once: :meth:`VolumePluginMgr.find_roles_by_spec`
+(or ``_by_name``) returns :class:`PluginRoles`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import threading
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import TYPE_CHECKING, TypeVar
+
+import attrs
 
 from kubevol.errors import (
     AmbiguousPluginError,
@@ -96,6 +100,47 @@ def entry_point_plugins(group: str = ENTRY_POINT_GROUP) -> tuple[list[VolumePlug
                     "which is not a VolumePlugin"
                 )
     return plugins, problems
+
+
+@attrs.frozen(kw_only=True)
+class PluginRoles:
+    """A plugin and the roles it plays, from one lookup: itself as each capability base it
+    implements, None for those it does not."""
+
+    plugin: VolumePlugin
+    device_mountable: DeviceMountableVolumePlugin | None
+    attachable: AttachableVolumePlugin | None
+    mapper: BlockVolumePlugin | None
+
+    @classmethod
+    def of(cls, plugin: VolumePlugin) -> PluginRoles:
+        """Every role ``plugin`` implements."""
+        return cls(
+            plugin=plugin,
+            device_mountable=plugin if isinstance(plugin, DeviceMountableVolumePlugin) else None,
+            attachable=plugin if isinstance(plugin, AttachableVolumePlugin) else None,
+            mapper=plugin if isinstance(plugin, BlockVolumePlugin) else None,
+        )
+
+    @property
+    def name(self) -> str:
+        """The plugin's name."""
+        return self.plugin.get_plugin_name()
+
+    def for_spec(self, spec: Spec) -> PluginRoles:
+        """The roles the plugin plays for ``spec``: no device mount unless its
+        ``can_device_mount(spec)``, no attach unless its ``can_attach(spec)`` (an inline
+        CSI volume has neither), as the typed ``find_*_by_spec`` finders decide. Raises
+        what ``can_attach`` raises."""
+        device = self.device_mountable
+        if device is not None and not device.can_device_mount(spec):
+            device = None
+        attach = self.attachable
+        if attach is not None and not attach.can_attach(spec):
+            attach = None
+        if device is self.device_mountable and attach is self.attachable:
+            return self
+        return attrs.evolve(self, device_mountable=device, attachable=attach)
 
 
 class _NoopProber(DynamicPluginProber):
@@ -251,6 +296,17 @@ class VolumePluginMgr:
         if found is None:
             raise PluginNotFoundError(f"no volume plugin matched name: {name}")
         return found
+
+    def find_roles_by_spec(self, spec: Spec) -> PluginRoles:
+        """The one plugin that supports ``spec`` and the roles it plays for it, in one lookup
+        (what :meth:`find_plugin_by_spec` and the typed ``find_*_by_spec`` finders would say
+        together). Raises as :meth:`find_plugin_by_spec`, and what ``can_attach`` raises."""
+        return PluginRoles.of(self.find_plugin_by_spec(spec)).for_spec(spec)
+
+    def find_roles_by_name(self, name: str) -> PluginRoles:
+        """The plugin called ``name`` and every role it implements; narrow them to a Spec
+        with :meth:`PluginRoles.for_spec`. Raises as :meth:`find_plugin_by_name`."""
+        return PluginRoles.of(self.find_plugin_by_name(name))
 
     def list_plugins(self) -> list[VolumePlugin]:
         """Every registered plugin, static then probed, sorted by name within each."""

@@ -12,6 +12,7 @@ from kubernetes import client
 from kubevol import (
     AmbiguousPluginError,
     AttachableVolumePlugin,
+    BlockVolumePlugin,
     DynamicPluginProber,
     NodeVolumeHost,
     PersistentVolumePlugin,
@@ -182,6 +183,57 @@ def test_attachable_by_spec_honours_can_attach(
     assert mgr.find_attachable_plugin_by_spec(named("disk")) is attachable
     assert mgr.find_attachable_plugin_by_spec(named("inline")) is None
     assert mgr.find_device_mountable_plugin_by_spec(named("disk")) is attachable
+
+
+def test_roles_in_one_lookup_match_the_typed_finders(
+    mgr: VolumePluginMgr, host: NodeVolumeHost
+) -> None:
+    """find_roles_by_spec answers what find_plugin_by_spec and the attachable, device-mountable
+    and mapper finders answer together, asking each plugin's can_support once; by name,
+    every implemented role, narrowed to a Spec by for_spec."""
+    attachable: VolumePlugin = fake_plugin_with(
+        AttachableVolumePlugin, BlockVolumePlugin, name="example.com/att",
+        supports=supports("disk", "inline"),
+    )
+    attachable.can_attach = lambda spec: spec.name() == "disk"  # type: ignore[attr-defined]
+    attachable.can_device_mount = (  # type: ignore[attr-defined]
+        lambda spec: spec.name() == "disk"
+    )
+    plain = FakeVolumePlugin("example.com/plain", supports("plain"))
+    mgr.init_plugins([attachable, plain], host=host)
+    asked: list[str] = []
+    can_support = attachable.can_support
+
+    def counting(spec: Spec) -> bool:
+        asked.append(spec.name())
+        return can_support(spec)
+
+    attachable.can_support = counting  # type: ignore[method-assign]
+    for name in ("disk", "inline", "plain"):
+        spec = named(name)
+        roles = mgr.find_roles_by_spec(spec)
+        assert roles.plugin is mgr.find_plugin_by_spec(spec)
+        assert roles.attachable is mgr.find_attachable_plugin_by_spec(spec)
+        assert roles.device_mountable is mgr.find_device_mountable_plugin_by_spec(spec)
+        assert roles.mapper is mgr.find_mapper_plugin_by_spec(spec)
+    asked.clear()
+    mgr.find_roles_by_spec(named("disk"))
+    assert asked == ["disk"]
+    by_name = mgr.find_roles_by_name("example.com/att")
+    assert (by_name.name, by_name.attachable, by_name.device_mountable, by_name.mapper) == (
+        "example.com/att", attachable, attachable, attachable
+    )
+    assert by_name.for_spec(named("disk")) is by_name
+    inline = by_name.for_spec(named("inline"))
+    assert (inline.attachable, inline.device_mountable, inline.mapper) == (None, None, attachable)
+    plain_roles = mgr.find_roles_by_name("example.com/plain")
+    assert (plain_roles.attachable, plain_roles.device_mountable, plain_roles.mapper) == (
+        None, None, None
+    )
+    with pytest.raises(PluginNotFoundError):
+        mgr.find_roles_by_spec(named("nobody"))
+    with pytest.raises(PluginNotFoundError):
+        mgr.find_roles_by_name("example.com/missing")
 
 
 def test_list_volume_plugin_with_limits(mgr: VolumePluginMgr, host: NodeVolumeHost) -> None:

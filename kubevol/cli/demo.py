@@ -32,7 +32,7 @@ from kubevol.cli.node_common import add_metrics, report_sync, volume_rows
 from kubevol.cli.output import write_table
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
-from kubevol.node.pods import Manifests, PodRecord, PodState, desired_pod, parse_manifests
+from kubevol.node.pods import Manifests, PodRecord, PodState, new_pods, parse_manifests
 from kubevol.node.privileges import require_privileges
 from kubevol.node.state import DesiredPod, VolumeMode
 
@@ -311,16 +311,13 @@ def _load(demo: _Demo) -> None:
 
 
 def _mount_and_crash(demo: _Demo) -> None:
-    from kubevol.node.pods import records_for
-
     story = demo.story
     runtime = demo.runtime()
     with story.step("registering the drivers and mounting every volume"):
         story.check(not runtime.unregistered, "both drivers are registered")
-        demo.desired = [desired_pod(runtime.mgr, p, demo.manifests) for p in demo.manifests.pods]
-        for record in records_for(demo.manifests, PodState.RUNNING):
-            runtime.records.write(record)
-        pods = runtime.volume_manager()
+        adding = new_pods(runtime.mgr, demo.manifests)
+        demo.desired = [p.desired for p in adding]
+        pods = runtime.volume_manager(adding=adding)
         result = pods.sync(timeout=demo.args.timeout)
         report_sync(result, story.out)
         story.check(result.converged, "every volume of every pod is set up")

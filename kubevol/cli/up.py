@@ -8,13 +8,7 @@ import sys
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, volume_rows
 from kubevol.cli.output import add_output_flag, render
 from kubevol.cli.parser import DURATION
-from kubevol.node.pods import (
-    PodRecords,
-    PodState,
-    desired_pod,
-    load_manifest_files,
-    records_for,
-)
+from kubevol.node.pods import load_manifest_files, new_pods
 from kubevol.node.privileges import require_privileges
 
 COLUMNS = ("pod", "volume", "plugin", "path", "state")
@@ -25,11 +19,9 @@ def run(args: argparse.Namespace) -> int:
     manifests = load_manifest_files(args.manifests)
     with open_runtime(args) as runtime:
         # Check every pod before recording any: bad input changes nothing.
-        wanted = [desired_pod(runtime.mgr, pod, manifests) for pod in manifests.pods]
-        records: PodRecords = runtime.records
-        for record in records_for(manifests, PodState.RUNNING):
-            records.write(record)
-        pods = runtime.volume_manager(workers=args.workers)
+        adding = new_pods(runtime.mgr, manifests)
+        wanted = [p.desired for p in adding]
+        pods = runtime.volume_manager(workers=args.workers, adding=adding)
         try:
             pods.reconstruct()
             result = pods.sync(timeout=args.timeout)

@@ -105,10 +105,17 @@ def parse_manifests(text: str, where: str = "<manifest>") -> Manifests:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise SpecError(f"{where} is not valid YAML: {exc}") from exc
+    return manifests_from_objects(docs, where)
+
+
+def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
+    """Pods, PVs and PVCs among objects already loaded (``kind: List`` expanded), checked as
+    :func:`parse_manifests` checks them; raises :class:`~kubevol.errors.SpecError` naming
+    ``where`` likewise."""
     pods: list[dict[str, Any]] = []
     pvs: dict[str, dict[str, Any]] = {}
     pvcs: dict[tuple[str, str], dict[str, Any]] = {}
-    queue = list(docs)
+    queue = list(objects)
     while queue:
         doc = queue.pop(0)
         if not isinstance(doc, dict):
@@ -241,24 +248,23 @@ def volume_to_mount(
     fs_group: int | None = None,
     size: int | None = None,
 ) -> VolumeToMount:
-    """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its capabilities,
-    the unique name and the device mount path (filesystem volumes)."""
-    plugin = mgr.find_plugin_by_spec(spec)
-    name = plugin.get_plugin_name()
-    device_plugin = mgr.find_device_mountable_plugin_by_spec(spec)
-    attach_plugin = mgr.find_attachable_plugin_by_spec(spec)
-    volume_name = plugin.get_volume_name(spec)
-    shared = device_plugin is not None or attach_plugin is not None
+    """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its roles (one
+    lookup), the unique name and the device mount path (filesystem volumes)."""
+    roles = mgr.find_roles_by_spec(spec)
+    name = roles.name
+    device_plugin, attachable = roles.device_mountable, roles.attachable is not None
+    volume_name = roles.plugin.get_volume_name(spec)
     device_mount_path = ""
     if mode is VolumeMode.BLOCK:
         # The global map path is learnt when mapping: making a mapper may write metadata.
-        if mgr.find_mapper_plugin_by_spec(spec) is None:
+        if roles.mapper is None:
             raise SpecError(f"volume {outer_name!r}: plugin {name!r} cannot map block volumes")
     elif device_plugin is not None:
         device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
     return VolumeToMount(
         unique_name=unique_volume_name(
-            name, volume_name, shared=shared, pod_uid=uid, spec_name=spec.name()
+            name, volume_name, shared=device_plugin is not None or attachable, pod_uid=uid,
+            spec_name=spec.name(),
         ),
         volume_name=volume_name,
         plugin_name=name,
@@ -267,7 +273,7 @@ def volume_to_mount(
         outer_name=outer_name,
         spec=spec,
         mode=mode,
-        attachable=attach_plugin is not None,
+        attachable=attachable,
         device_mountable=device_plugin is not None,
         device_mount_path=device_mount_path,
         fs_group=fs_group,
@@ -299,8 +305,16 @@ class PodRecord:
         return f"{_namespace(pod)}/{(pod.get('metadata') or {}).get('name', '')}"
 
     def manifests(self) -> Manifests:
-        """The record's objects as :class:`Manifests`."""
-        return parse_manifests(yaml.safe_dump_all(list(self.objects)), f"record of pod {self.uid}")
+        """The record's objects as :class:`Manifests` (checked as manifest files are)."""
+        return manifests_from_objects(self.objects, f"record of pod {self.uid}")
+
+
+#: What identifies one version of a record file: inode, size, modification time (ns).
+RecordStamp = tuple[int, int, int]
+
+
+def _stamp(st: os.stat_result) -> RecordStamp:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class PodRecords:
@@ -316,8 +330,9 @@ class PodRecords:
     def _path(self, uid: str) -> str:
         return os.path.join(self.dir, validate_path_segment(uid, "pod UID") + ".json")
 
-    def write(self, record: PodRecord) -> None:
-        """Create or replace the record of ``record.uid``."""
+    def write(self, record: PodRecord) -> RecordStamp:
+        """Create or replace the record of ``record.uid``; returns the stamp of the file
+        written (what :class:`RecordWatcher` compares)."""
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         data = {"uid": record.uid, "state": record.state.value, "objects": list(record.objects)}
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
@@ -326,6 +341,8 @@ class PodRecords:
                 json.dump(data, f, indent=1, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
+                # The renamed file keeps its inode, size and modification time.
+                stamp = _stamp(os.fstat(f.fileno()))
             os.rename(tmp, self._path(record.uid))
         except BaseException:
             if os.path.exists(tmp):
@@ -336,6 +353,7 @@ class PodRecords:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+        return stamp
 
     def read(self, uid: str) -> PodRecord | None:
         """The record of pod ``uid``, or None."""
@@ -382,6 +400,30 @@ def records_for(manifests: Manifests, state: PodState) -> list[PodRecord]:
     ]
 
 
+@attrs.frozen(kw_only=True)
+class NewPod:
+    """A pod to run: the record that keeps it and its desired volumes, built from the same
+    manifests once."""
+
+    record: PodRecord
+    desired: DesiredPod
+
+
+def new_pods(mgr: VolumePluginMgr, manifests: Manifests) -> list[NewPod]:
+    """Every pod of ``manifests``, checked and built (:func:`desired_pod`), with its
+    ``running`` record; nothing is written. Raises as :func:`desired_pod` does for the
+    first pod that is not valid."""
+    return [
+        NewPod(
+            record=PodRecord(
+                uid=pod_uid(p), state=PodState.RUNNING, objects=tuple(manifests.objects_for(p))
+            ),
+            desired=desired_pod(mgr, p, manifests),
+        )
+        for p in manifests.pods
+    ]
+
+
 def describe_pods(records: Sequence[PodRecord]) -> dict[str, str]:
     """UID → ``namespace/name`` of recorded pods."""
     return {r.uid: r.name for r in records}
@@ -393,7 +435,13 @@ class RecordWatcher:
 
     def __init__(self, records: PodRecords) -> None:
         self.records = records
-        self._cache: dict[str, tuple[tuple[int, int, int], PodRecord]] = {}
+        self._cache: dict[str, tuple[RecordStamp, PodRecord]] = {}
+
+    def note(self, record: PodRecord, stamp: RecordStamp) -> None:
+        """Know ``record`` as the content of its file at ``stamp`` (its writer's own
+        :meth:`PodRecords.write`): the next :meth:`refresh` does not read it back, nor
+        report it changed, unless the file changed since."""
+        self._cache[record.uid] = (stamp, record)
 
     def refresh(self) -> tuple[dict[str, PodRecord], set[str]]:
         """All records by UID, and the UIDs whose record appeared, changed or went."""
@@ -401,7 +449,7 @@ class RecordWatcher:
             names = os.listdir(self.records.dir)
         except FileNotFoundError:
             names = []
-        seen: dict[str, tuple[tuple[int, int, int], PodRecord]] = {}
+        seen: dict[str, tuple[RecordStamp, PodRecord]] = {}
         changed: set[str] = set()
         for name in names:
             if not name.endswith(".json") or name.startswith("."):
@@ -411,7 +459,7 @@ class RecordWatcher:
                 st = os.stat(os.path.join(self.records.dir, name))
             except FileNotFoundError:
                 continue
-            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            stamp = _stamp(st)
             cached = self._cache.get(uid)
             if cached is not None and cached[0] == stamp:
                 seen[uid] = cached

@@ -39,7 +39,7 @@ from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.host import NodeVolumeHost
 from kubevol.layout import PodVolumeEntry
-from kubevol.manager import VolumePluginMgr
+from kubevol.manager import PluginRoles, VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
 from kubevol.mount.interface import Mounter as MountInterface
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
@@ -51,12 +51,7 @@ from kubevol.node.state import (
     VolumeMode,
     unique_volume_name,
 )
-from kubevol.plugin import (
-    AttachableVolumePlugin,
-    BlockVolumePlugin,
-    DeviceMountableVolumePlugin,
-    VolumePlugin,
-)
+from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec, api_object
 from kubevol.types import VolumeOptions
 
@@ -377,16 +372,6 @@ def reconstruct_pod_volume(
     return _Scan(mgr, checker).reconstruct(d)
 
 
-@attrs.frozen
-class _PluginRoles:
-    """A plugin found by name, and the roles it may play (asked once per scan)."""
-
-    plugin: VolumePlugin
-    mapper: BlockVolumePlugin | None
-    device_mountable: DeviceMountableVolumePlugin | None
-    attachable: AttachableVolumePlugin | None
-
-
 class _Scan:
     """Rebuilds pod volumes one by one, reusing across them what one scan may: the plugins
     by name and the minimal pods by UID (a scan is one moment; plugins are not
@@ -395,7 +380,7 @@ class _Scan:
     def __init__(self, mgr: VolumePluginMgr, check: Callable[[str], MountCheck] | None) -> None:
         self._mgr = mgr
         self._check = check
-        self._roles: dict[str, _PluginRoles] = {}
+        self._roles: dict[str, PluginRoles] = {}
         self._pods: dict[str, Any] = {}
 
     def reconstruct(self, d: PodVolumeDir) -> FoundVolume:
@@ -413,18 +398,10 @@ class _Scan:
                 d.path,
             ) from exc
 
-    def _plugin_roles(self, name: str) -> _PluginRoles:
+    def _plugin_roles(self, name: str) -> PluginRoles:
         roles = self._roles.get(name)
         if roles is None:
-            plugin = self._mgr.find_plugin_by_name(name)
-            roles = self._roles[name] = _PluginRoles(
-                plugin=plugin,
-                mapper=self._mgr.find_mapper_plugin_by_name(name),
-                device_mountable=(
-                    plugin if isinstance(plugin, DeviceMountableVolumePlugin) else None
-                ),
-                attachable=plugin if isinstance(plugin, AttachableVolumePlugin) else None,
-            )
+            roles = self._roles[name] = self._mgr.find_roles_by_name(name)
         return roles
 
     def _pod(self, uid: str) -> Any:
@@ -451,10 +428,8 @@ class _Scan:
         # Asked about the spec, not the plugin: an inline CSI volume is neither attachable
         # nor device-mounted (the kubelet looks plugins up by spec for this; it is the same
         # plugin).
-        device_plugin = roles.device_mountable
-        if device_plugin is not None and not device_plugin.can_device_mount(spec):
-            device_plugin = None
-        attachable = roles.attachable is not None and roles.attachable.can_attach(spec)
+        for_spec = roles.for_spec(spec)
+        device_plugin, attachable = for_spec.device_mountable, for_spec.attachable is not None
         volume_name = plugin.get_volume_name(spec)
         unique = unique_volume_name(
             d.plugin_name,

@@ -21,7 +21,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubevol.csi.plugin import CSIPlugin
@@ -34,6 +34,7 @@ from kubevol.mount.guard import GuardPolicy
 from kubevol.node.manager import NodeVolumeManager, SyncResult
 from kubevol.node.pods import (
     STATE_DIR,
+    NewPod,
     PodRecord,
     PodRecords,
     PodState,
@@ -159,10 +160,11 @@ class NodeRuntime(ClosesOnExit):
             self.unregistered = problems
         return dict(problems)
 
-    def volume_manager(self, **kwargs: Any) -> RecordedPods:
-        """A volume manager on this root that runs the recorded pods (see
-        :class:`RecordedPods`); keyword arguments go to :class:`NodeVolumeManager`."""
-        return RecordedPods(self, **kwargs)
+    def volume_manager(self, *, adding: Sequence[NewPod] = (), **kwargs: Any) -> RecordedPods:
+        """A volume manager on this root that runs the recorded pods and, recorded first,
+        ``adding`` (see :class:`RecordedPods`); other keyword arguments go to
+        :class:`NodeVolumeManager`."""
+        return RecordedPods(self, adding=adding, **kwargs)
 
     def close(self) -> None:
         """Close the CSI clients. Idempotent."""
@@ -176,11 +178,19 @@ class RecordedPods:
     record removed once nothing of them is left; pods found on disk without a record are
     not managed (left alone). :meth:`refresh` re-reads changed records; it runs before each
     pass of :meth:`sync` and :meth:`run`.
+
+    The records of ``adding`` (pods already checked and built, :func:`new_pods`) are written
+    first, before anything could be mounted, and their desired pods used as they are: they
+    are not read back.
     """
 
-    def __init__(self, node: NodeRuntime, **kwargs: Any) -> None:
+    def __init__(
+        self, node: NodeRuntime, *, adding: Sequence[NewPod] = (), **kwargs: Any
+    ) -> None:
         self.node = node
         self.watcher = RecordWatcher(node.records)
+        for pod in adding:
+            self.watcher.note(pod.record, node.records.write(pod.record))
         self.known: set[str] = set()
         self._records: dict[str, PodRecord] = {}
         #: Records whose manifests could not be turned into desired pods, with why.
@@ -189,6 +199,8 @@ class RecordedPods:
             node.host, node.mgr, managed=lambda uid: uid in self.known, **kwargs
         )
         self.refresh()
+        for pod in adding:
+            self.manager.set_pod(pod.desired)
 
     def refresh(self) -> None:
         """Bring the desired state in line with the records; retry unregistered drivers."""

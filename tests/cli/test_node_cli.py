@@ -17,8 +17,12 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.pods import PodRecord, PodRecords
 from kubevol.node.privileges import missing_privileges
+from kubevol.plugin import VolumePlugin
+from kubevol.spec import Spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,6 +136,37 @@ def test_up_status_reconstruct_down(
     assert not os.path.exists(f"{root}/pods/{UID}")
     assert os.listdir(f"{root}/kubevol/pods") == []
     assert (tmp_path / "logs").is_dir()  # the node's own directory stays
+
+
+def test_up_builds_each_volume_once_and_does_not_read_its_records_back(
+    tmp_path: Path, driver: RunningDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``up`` looks each volume's plugin up once (one full lookup for its plugin and roles)
+    and hands the records it writes to the volume manager without reading them back."""
+    manifest = write_manifest(tmp_path, create_volume(driver))
+    root = str(tmp_path / "root")
+    lookups: list[str] = []
+    reads: list[str] = []
+    find, read = VolumePluginMgr.find_plugin_by_spec, PodRecords.read
+
+    def counting_find(self: VolumePluginMgr, spec: Spec | None) -> VolumePlugin:
+        lookups.append(spec.name() if spec is not None else "")
+        return find(self, spec)
+
+    def counting_read(self: PodRecords, uid: str) -> PodRecord | None:
+        reads.append(uid)
+        return read(self, uid)
+
+    monkeypatch.setattr(VolumePluginMgr, "find_plugin_by_spec", counting_find)
+    monkeypatch.setattr(PodRecords, "read", counting_read)
+    assert main(["up", "--root", root, "--node-name", "n1", "--csi-driver",
+                 f"{DRIVER_NAME}={driver.endpoint}", str(manifest)]) == 0
+    assert sorted(lookups) == ["cache", "logs", "pv1"]
+    assert reads == []
+    assert os.listdir(f"{root}/kubevol/pods") == [f"{UID}.json"]
+    monkeypatch.undo()
+    assert main(["down", "--root", root, "--node-name", "n1", str(manifest)]) == 0
+    assert mounts_under(tmp_path) == []
 
 
 def test_up_refuses_bad_manifest_and_changes_nothing(

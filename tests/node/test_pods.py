@@ -17,6 +17,7 @@ from kubevol.node.pods import (
     PodState,
     RecordWatcher,
     desired_pod,
+    new_pods,
     parse_manifests,
     pod_uid,
     records_for,
@@ -174,3 +175,44 @@ def test_record_watcher_reports_only_changes(tmp_path: Path) -> None:
     assert changed == {record.uid} and found[record.uid].state is PodState.TERMINATING
     records.remove(record.uid)
     assert watcher.refresh() == ({}, {record.uid})
+
+
+def test_record_watcher_takes_a_noted_record_as_read(tmp_path: Path) -> None:
+    """A record noted with the stamp its write returned is listed without being read or
+    reported changed; once the file is rewritten it is read again."""
+    records = PodRecords(NodeVolumeHost(root_dir=str(tmp_path), node_name="n"))
+    watcher = RecordWatcher(records)
+    [record] = records_for(parse_manifests(MANIFEST), PodState.RUNNING)
+    watcher.note(record, records.write(record))
+    reads: list[str] = []
+    read = records.read
+
+    def counting_read(uid: str) -> PodRecord | None:
+        reads.append(uid)
+        return read(uid)
+
+    records.read = counting_read  # type: ignore[method-assign]
+    found, changed = watcher.refresh()
+    assert found == {record.uid: record} and changed == set() and reads == []
+    records.write(PodRecord(uid=record.uid, state=PodState.TERMINATING, objects=record.objects))
+    found, changed = watcher.refresh()
+    assert changed == {record.uid} and found[record.uid].state is PodState.TERMINATING
+    assert reads == [record.uid]
+
+
+def test_new_pods_pair_records_with_desired_pods_built_once(
+    tmp_path: Path, mgr: VolumePluginMgr
+) -> None:
+    """new_pods checks and builds each pod once, with the record that keeps it; a record's
+    manifests are its objects, checked like a file's, without a YAML round trip."""
+    m = parse_manifests(MANIFEST)
+    [new] = new_pods(mgr, m)
+    [record] = records_for(m, PodState.RUNNING)
+    assert new.record == record
+    assert new.desired.uid == record.uid
+    assert [v.outer_name for v in new.desired.volumes] == [
+        v.outer_name for v in desired_pod(mgr, m.pods[0], m).volumes
+    ]
+    assert record.manifests() == m
+    with pytest.raises(SpecError, match="record of pod x: kind 'Secret' is not supported"):
+        PodRecord(uid="x", state=PodState.RUNNING, objects=({"kind": "Secret"},)).manifests()
