@@ -43,7 +43,7 @@ raised (so that ``import kubevol`` needs no grpc)::
     ├── kubevol.csi.driverinfo.CSIDriverInfoError (ValueError)
     ├── kubevol.csi.attach: APIError; VolumeAttachmentError (an OperationError)
     ├── kubevol.csi.drivers.engine.state.DriverStateError (ValueError)
-    ├── kubevol.csi.manager: PluginWaitTimeoutError (a PluginNotFoundError, TimeoutError),
+    ├── kubevol.nomad: PluginWaitTimeoutError (a PluginNotFoundError, TimeoutError),
     │   ManagerStateError, ManagerShutdownError, PluginUnhealthyError
     └── kubevol.node.errors: OperationPendingError, OperationBackoffError, VolumeInUseError,
         ReconstructionError, PrivilegeError (PermissionError)

@@ -32,6 +32,22 @@ NON_FINAL_CODES: frozenset[grpc.StatusCode] = frozenset(
 )
 
 
+#: Codes after which a node agent may send the same call again (Nomad's ``csimanager``
+#: retries exactly these). Code outside :mod:`kubevol.csi` names codes through this module
+#: (and :data:`StatusCode`), so that only :mod:`kubevol.csi` imports grpc.
+RETRYABLE_CODES: frozenset[grpc.StatusCode] = frozenset(
+    {
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+#: gRPC's status code enum, for code outside :mod:`kubevol.csi` that names a code.
+StatusCode = grpc.StatusCode
+
+
 class CSIEndpointError(KubevolError, ValueError):
     """An endpoint is neither ``unix://PATH``, ``tcp://HOST:PORT`` nor an absolute path."""
 

@@ -13,7 +13,8 @@ import attrs
 import pytest
 
 from kubevol.csi import types as t
-from kubevol.csi.manager import (
+from kubevol.errors import PluginNotFoundError
+from kubevol.nomad import (
     CSIManager,
     CSIVolume,
     HealthState,
@@ -25,10 +26,9 @@ from kubevol.csi.manager import (
     UsageOptions,
     VolumeManager,
 )
-from kubevol.csi.manager._backoff import Backoff
-from kubevol.errors import PluginNotFoundError
-from tests.csi.manager.conftest import PluginFactory, wait_until
-from tests.csi.manager.recorder import CallWatch, Recorder
+from kubevol.nomad._backoff import Backoff
+from tests.nomad.conftest import PluginFactory, wait_until
+from tests.nomad.recorder import CallWatch, Recorder
 
 
 @pytest.fixture
@@ -160,7 +160,7 @@ def test_plugin_that_never_answered_is_reported_undetected(
 ) -> None:
     """No process behind the socket: reports say undetected (never healthy or "detected"),
     and so do the final report and the shutdown log."""
-    caplog.set_level(logging.INFO, logger="kubevol.csi.manager.manager")
+    caplog.set_level(logging.INFO, logger="kubevol.nomad.manager")
     registry.register(
         RegisteredPlugin(
             type=PluginType.CSI_NODE,

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import attrs
 
-from kubevol.csi.manager._state import read_state, write_state
-from kubevol.csi.manager.errors import ManagerStateError
-from kubevol.csi.manager.types import UsageOptions
+from kubevol.nomad._state import read_state, write_state
+from kubevol.nomad.errors import ManagerStateError
+from kubevol.nomad.types import UsageOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class UsageTracker:
     """Claims of allocations on volumes. Thread-safe.
 
     With ``state_path`` the claims are loaded on construction (raising
-    :class:`~kubevol.csi.manager.errors.ManagerStateError` when unreadable) and written
+    :class:`~kubevol.nomad.errors.ManagerStateError` when unreadable) and written
     after each change; a change whose write fails is undone and the error raised, so
     memory and disk never disagree.
     """

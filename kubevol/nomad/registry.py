@@ -23,11 +23,11 @@ from typing import Any
 
 import attrs
 
-from kubevol.csi.manager._backoff import Backoff
-from kubevol.csi.manager._state import read_state, write_state
-from kubevol.csi.manager.errors import ManagerStateError, PluginWaitTimeoutError
 from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
 from kubevol.layout import validate_path_segment
+from kubevol.nomad._backoff import Backoff
+from kubevol.nomad._state import read_state, write_state
+from kubevol.nomad.errors import ManagerStateError, PluginWaitTimeoutError
 
 #: ``wait_for_plugin`` polls with this backoff (Nomad's 200 ms to 5 s).
 WAIT_BACKOFF = Backoff(initial=0.2, maximum=5.0)
@@ -195,7 +195,7 @@ class PluginRegistry:
     """The registry of running plugin instances. Thread-safe.
 
     ``state_path``: where the registry persists itself; it is read on construction
-    (raising :class:`~kubevol.csi.manager.errors.ManagerStateError` when unreadable).
+    (raising :class:`~kubevol.nomad.errors.ManagerStateError` when unreadable).
     """
 
     def __init__(self, state_path: str | None = None, *, wait_backoff: Backoff = WAIT_BACKOFF):
@@ -245,7 +245,7 @@ class PluginRegistry:
         broadcast as ``registered`` too, so managers pick up the new socket; registering it
         again unchanged does nothing. Returns whether an event was broadcast. The state is
         persisted before the event goes out; if that fails, the registry is left as it was
-        and :class:`~kubevol.csi.manager.errors.ManagerStateError` is raised.
+        and :class:`~kubevol.nomad.errors.ManagerStateError` is raised.
         """
         key = (plugin.type, plugin.name)
         with self._lock:
@@ -328,7 +328,7 @@ class PluginRegistry:
 
         Checks again after each backoff delay (:data:`WAIT_BACKOFF`: 200 ms doubling to
         5 s), and at once when the registry changes. Raises
-        :class:`~kubevol.csi.manager.errors.PluginWaitTimeoutError` after ``timeout``
+        :class:`~kubevol.nomad.errors.PluginWaitTimeoutError` after ``timeout``
         seconds, or when ``cancel`` is set (noticed at the next check).
         """
         ptype = PluginType(plugin_type)

@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Hashable, Iterator
 
-from kubevol.csi.manager.errors import ManagerShutdownError
+from kubevol.nomad.errors import ManagerShutdownError
 
 #: How often a waiter looks at its cancel event (seconds).
 _POLL = 0.05
@@ -30,7 +30,7 @@ class VolumeSerializer:
     def hold(self, key: Hashable, cancel: threading.Event | None = None) -> Iterator[None]:
         """Run the ``with`` body alone for ``key``.
 
-        Raises :class:`~kubevol.csi.manager.errors.ManagerShutdownError`, without running
+        Raises :class:`~kubevol.nomad.errors.ManagerShutdownError`, without running
         the body, when ``cancel`` is set before the lock is obtained.
         """
         with self._lock:

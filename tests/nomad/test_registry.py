@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kubevol.csi.manager import (
+from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
+from kubevol.nomad import (
     ManagerStateError,
     PluginRegistry,
     PluginType,
@@ -18,8 +19,7 @@ from kubevol.csi.manager import (
     RegisteredPlugin,
     RegistryEventType,
 )
-from kubevol.csi.manager._backoff import Backoff
-from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
+from kubevol.nomad._backoff import Backoff
 
 NODE = PluginType.CSI_NODE
 CONTROLLER = PluginType.CSI_CONTROLLER
@@ -184,7 +184,7 @@ def test_wait_for_plugin_of_another_type_and_cancelled() -> None:
 
 def test_wait_backoff_grows_from_200ms_to_5s() -> None:
     """The default wait backoff is Nomad's: 200 ms doubling, capped at 5 s."""
-    from kubevol.csi.manager import WAIT_BACKOFF
+    from kubevol.nomad import WAIT_BACKOFF
 
     assert [WAIT_BACKOFF.delay(i) for i in range(7)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
     assert WAIT_BACKOFF.delay(10_000) == 5.0

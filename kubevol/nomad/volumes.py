@@ -25,15 +25,18 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import attrs
-import grpc
 
 from kubevol.csi.client import CSIClient
-from kubevol.csi.errors import CSIRPCError
-from kubevol.csi.manager._backoff import Backoff
-from kubevol.csi.manager._serial import VolumeSerializer
-from kubevol.csi.manager.errors import ManagerShutdownError
-from kubevol.csi.manager.registry import RegisteredPlugin
-from kubevol.csi.manager.types import (
+from kubevol.csi.errors import RETRYABLE_CODES, CSIRPCError, StatusCode
+from kubevol.errors import MountError, UncertainProgressError
+from kubevol.layout import validate_path_segment
+from kubevol.mount.helpers import is_corrupted_mount
+from kubevol.mount.interface import Mounter
+from kubevol.nomad._backoff import Backoff
+from kubevol.nomad._serial import VolumeSerializer
+from kubevol.nomad.errors import ManagerShutdownError
+from kubevol.nomad.registry import RegisteredPlugin
+from kubevol.nomad.types import (
     AttachmentMode,
     CSIVolume,
     MountInfo,
@@ -41,17 +44,13 @@ from kubevol.csi.manager.types import (
     TriggerNodeEvent,
     UsageOptions,
 )
-from kubevol.csi.manager.usage import (
+from kubevol.nomad.usage import (
     ALLOC_DIR_NAME,
     DEFAULT_NAMESPACE,
     STAGING_DIR_NAME,
     UsageTracker,
     VolumeKey,
 )
-from kubevol.errors import MountError, UncertainProgressError
-from kubevol.layout import validate_path_segment
-from kubevol.mount.helpers import is_corrupted_mount
-from kubevol.mount.interface import Mounter
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +59,6 @@ T = TypeVar("T")
 #: Time budget of one stage, publish, unpublish or unstage, retries included (seconds).
 DEFAULT_MOUNT_ACTION_TIMEOUT = 120.0
 
-#: Statuses after which the same call is tried again.
-RETRYABLE_CODES: frozenset[grpc.StatusCode] = frozenset(
-    {
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-    }
-)
 
 
 @attrs.frozen(kw_only=True)
@@ -77,7 +67,7 @@ class RetryPolicy:
 
     timeout: float = DEFAULT_MOUNT_ACTION_TIMEOUT
     backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=0.1, maximum=5.0))
-    retryable: frozenset[grpc.StatusCode] = RETRYABLE_CODES
+    retryable: frozenset[StatusCode] = RETRYABLE_CODES
 
 
 @attrs.frozen(kw_only=True)
@@ -101,11 +91,11 @@ def volume_key(namespace: str, volume_id: str, usage: UsageOptions) -> VolumeKey
 class VolumeManager:
     """Mounts and unmounts volumes of one node plugin instance. Thread-safe.
 
-    Obtain it from :meth:`kubevol.csi.manager.CSIManager.mounter_for_plugin`. Failures
+    Obtain it from :meth:`kubevol.nomad.CSIManager.mounter_for_plugin`. Failures
     raise :class:`~kubevol.csi.errors.CSIRPCError` (or its uncertain variant) for a call
     the plugin refused, :class:`~kubevol.errors.MountError` for a host path that cannot be
-    prepared or cleaned, :class:`~kubevol.csi.manager.errors.ManagerStateError` when a
-    claim cannot be persisted and :class:`~kubevol.csi.manager.errors.ManagerShutdownError`
+    prepared or cleaned, :class:`~kubevol.nomad.errors.ManagerStateError` when a
+    claim cannot be persisted and :class:`~kubevol.nomad.errors.ManagerShutdownError`
     once the instance is shut down.
     """
 
@@ -378,7 +368,7 @@ class VolumeManager:
         try:
             self._call(name, call)
         except CSIRPCError as exc:
-            if exc.code is grpc.StatusCode.NOT_FOUND:
+            if exc.code is StatusCode.NOT_FOUND:
                 return None
             return exc
         return None

@@ -22,9 +22,9 @@ import attrs
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError
-from kubevol.csi.manager.errors import ManagerShutdownError
-from kubevol.csi.manager.registry import PluginType, RegisteredPlugin
-from kubevol.csi.manager.types import (
+from kubevol.nomad.errors import ManagerShutdownError
+from kubevol.nomad.registry import PluginType, RegisteredPlugin
+from kubevol.nomad.types import (
     ControllerFingerprint,
     CSIInfo,
     HealthState,
@@ -209,7 +209,7 @@ class InstanceManager:
     """Runs the fingerprint loop of one plugin instance on its own thread.
 
     Each fingerprint goes to ``update_info(name, info)``; a change of health also sends a
-    ``CSI`` :class:`~kubevol.csi.manager.types.NodeEvent` to ``trigger_node_event``.
+    ``CSI`` :class:`~kubevol.nomad.types.NodeEvent` to ``trigger_node_event``.
     Callback exceptions are logged, never fatal.
     """
 
@@ -264,7 +264,7 @@ class InstanceManager:
     def volume_client(self) -> CSIClient:
         """The client volume operations use (one per instance, closed on shutdown).
 
-        Raises :class:`~kubevol.csi.manager.errors.ManagerShutdownError` once shut down.
+        Raises :class:`~kubevol.nomad.errors.ManagerShutdownError` once shut down.
         """
         with self._client_lock:
             if self.cancelled.is_set():

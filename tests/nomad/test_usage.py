@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubevol.csi import types as t
-from kubevol.csi.manager import (
+from kubevol.nomad import (
     AccessMode,
     AttachmentMode,
     CSIVolume,

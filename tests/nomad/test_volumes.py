@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from kubevol.csi.errors import CSIRPCError
-from kubevol.csi.manager import (
+from kubevol.errors import InvalidPathSegmentError, UncertainProgressError
+from kubevol.nomad import (
     AccessMode,
     AttachmentMode,
     CSIManager,
@@ -27,9 +28,8 @@ from kubevol.csi.manager import (
     VolumeKey,
     VolumeManager,
 )
-from kubevol.csi.manager._backoff import Backoff
-from kubevol.errors import InvalidPathSegmentError, UncertainProgressError
-from tests.csi.manager.conftest import PluginFactory, PluginProcess, mounts_under
+from kubevol.nomad._backoff import Backoff
+from tests.nomad.conftest import PluginFactory, PluginProcess, mounts_under
 
 RW = UsageOptions(
     read_only=False,

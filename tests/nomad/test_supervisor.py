@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubevol.csi.manager import (
+from kubevol.nomad import (
     CSIManager,
     HealthState,
     PluginRegistry,
@@ -21,8 +21,8 @@ from kubevol.csi.manager import (
     TaskEvent,
     TaskEventType,
 )
-from tests.csi.manager.conftest import PluginFactory, PluginProcess, wait_until
-from tests.csi.manager.recorder import Recorder
+from tests.nomad.conftest import PluginFactory, PluginProcess, wait_until
+from tests.nomad.recorder import Recorder
 
 
 class Events:

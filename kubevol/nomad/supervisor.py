@@ -24,11 +24,11 @@ import attrs
 
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError
-from kubevol.csi.manager.errors import PluginUnhealthyError
-from kubevol.csi.manager.instance import ClientFactory
-from kubevol.csi.manager.registry import PluginRegistry, PluginType, RegisteredPlugin
-from kubevol.csi.manager.usage import ALLOC_DIR_NAME, STAGING_DIR_NAME
 from kubevol.errors import MountError
+from kubevol.nomad.errors import PluginUnhealthyError
+from kubevol.nomad.instance import ClientFactory
+from kubevol.nomad.registry import PluginRegistry, PluginType, RegisteredPlugin
+from kubevol.nomad.usage import ALLOC_DIR_NAME, STAGING_DIR_NAME
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class PluginSupervisor:
     """Supervises one plugin task; see the module docstring. Thread-safe.
 
     ``on_event`` receives :class:`TaskEvent` s; ``on_health_timeout`` receives the
-    :class:`~kubevol.csi.manager.errors.PluginUnhealthyError` when the plugin did not turn
+    :class:`~kubevol.nomad.errors.PluginUnhealthyError` when the plugin did not turn
     healthy in time. Callback exceptions are logged, never fatal.
     """
 

@@ -11,7 +11,7 @@ import pytest
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.manager import (
+from kubevol.nomad import (
     AccessMode,
     CheckMethod,
     CSIManager,
@@ -22,7 +22,7 @@ from kubevol.csi.manager import (
     UsageOptions,
     VolumeChecker,
 )
-from tests.csi.manager.conftest import mounts_under, wait_until
+from tests.nomad.conftest import mounts_under, wait_until
 
 SCRIPT = Path(__file__).with_name("hostpath_process.py")
 

@@ -9,7 +9,7 @@ import os
 import tempfile
 from typing import Any
 
-from kubevol.csi.manager.errors import ManagerStateError
+from kubevol.nomad.errors import ManagerStateError
 
 #: Bumped when the layout of a state file changes incompatibly.
 STATE_VERSION = 1

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from kubevol.csi.client import CSIClient
-from kubevol.csi.manager import CSIInfo, HealthState, NodeEvent
+from kubevol.nomad import CSIInfo, HealthState, NodeEvent
 
 
 class Recorder:

@@ -23,30 +23,30 @@ import os
 import threading
 import time
 
-from kubevol.csi.manager.errors import ManagerShutdownError, PluginWaitTimeoutError
-from kubevol.csi.manager.instance import (
+from kubevol.errors import PluginNotFoundError
+from kubevol.layout import validate_path_segment
+from kubevol.mount.interface import Mounter
+from kubevol.nomad.errors import ManagerShutdownError, PluginWaitTimeoutError
+from kubevol.nomad.instance import (
     DEFAULT_FINGERPRINT_INTERVAL,
     DEFAULT_FINGERPRINT_RPC_TIMEOUT,
     ClientFactory,
     InstanceManager,
 )
-from kubevol.csi.manager.registry import (
+from kubevol.nomad.registry import (
     EventSubscription,
     PluginRegistry,
     PluginType,
     RegisteredPlugin,
 )
-from kubevol.csi.manager.types import (
+from kubevol.nomad.types import (
     CSIInfo,
     HealthState,
     TriggerNodeEvent,
     UpdateNodeCSIInfoFunc,
 )
-from kubevol.csi.manager.usage import UsageTracker
-from kubevol.csi.manager.volumes import PluginVolumeState, RetryPolicy, VolumeManager
-from kubevol.errors import PluginNotFoundError
-from kubevol.layout import validate_path_segment
-from kubevol.mount.interface import Mounter
+from kubevol.nomad.usage import UsageTracker
+from kubevol.nomad.volumes import PluginVolumeState, RetryPolicy, VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +319,7 @@ class CSIManager:
         start (the manager follows registry events on its own thread) and for its first
         good fingerprint (which says whether volumes are staged). Raises
         ``PluginNotFoundError`` when the plugin is not registered,
-        :class:`~kubevol.csi.manager.errors.PluginWaitTimeoutError` when it did not start
+        :class:`~kubevol.nomad.errors.PluginWaitTimeoutError` when it did not start
         or answer in time, ``ManagerShutdownError`` after :meth:`shutdown`.
         """
         deadline = time.monotonic() + timeout

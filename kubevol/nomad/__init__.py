@@ -14,20 +14,20 @@
 - :class:`VolumeChecker`: whether each mounted volume is healthy.
 """
 
-from kubevol.csi.manager.checker import CheckMethod, VolumeChecker, VolumeHealth
-from kubevol.csi.manager.errors import (
+from kubevol.nomad.checker import CheckMethod, VolumeChecker, VolumeHealth
+from kubevol.nomad.errors import (
     ManagerShutdownError,
     ManagerStateError,
     PluginUnhealthyError,
     PluginWaitTimeoutError,
 )
-from kubevol.csi.manager.instance import (
+from kubevol.nomad.instance import (
     DEFAULT_FINGERPRINT_INTERVAL,
     Fingerprinter,
     InstanceManager,
 )
-from kubevol.csi.manager.manager import DEFAULT_RESYNC_PERIOD, CSIManager
-from kubevol.csi.manager.registry import (
+from kubevol.nomad.manager import DEFAULT_RESYNC_PERIOD, CSIManager
+from kubevol.nomad.registry import (
     WAIT_BACKOFF,
     EventSubscription,
     PluginRegistry,
@@ -36,13 +36,13 @@ from kubevol.csi.manager.registry import (
     RegistryEvent,
     RegistryEventType,
 )
-from kubevol.csi.manager.supervisor import (
+from kubevol.nomad.supervisor import (
     PluginSupervisor,
     PluginTaskConfig,
     TaskEvent,
     TaskEventType,
 )
-from kubevol.csi.manager.types import (
+from kubevol.nomad.types import (
     AccessMode,
     AttachmentMode,
     ControllerFingerprint,
@@ -57,13 +57,13 @@ from kubevol.csi.manager.types import (
     UpdateNodeCSIInfoFunc,
     UsageOptions,
 )
-from kubevol.csi.manager.usage import (
+from kubevol.nomad.usage import (
     ALLOC_DIR_NAME,
     STAGING_DIR_NAME,
     UsageTracker,
     VolumeKey,
 )
-from kubevol.csi.manager.volumes import (
+from kubevol.nomad.volumes import (
     DEFAULT_MOUNT_ACTION_TIMEOUT,
     PluginVolumeState,
     RetryPolicy,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kubevol.csi.manager import (
+from kubevol.nomad import (
     CheckMethod,
     CSIManager,
     CSIVolume,
@@ -19,7 +19,7 @@ from kubevol.csi.manager import (
     VolumeChecker,
     VolumeManager,
 )
-from tests.csi.manager.conftest import PluginFactory, mounts_under, wait_until
+from tests.nomad.conftest import PluginFactory, mounts_under, wait_until
 
 USAGE = UsageOptions()
 

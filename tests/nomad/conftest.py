@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from kubevol.csi.manager import PluginRegistry, PluginType, RegisteredPlugin
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.nomad import PluginRegistry, PluginType, RegisteredPlugin
 
 DRIVER = Path(__file__).with_name("plugin_driver.py")
 
