@@ -15,6 +15,13 @@
 """
 
 from kubevol.nomad.checker import CheckMethod, VolumeChecker, VolumeHealth
+from kubevol.nomad.claims import (
+    ALLOC_DIR_NAME,
+    STAGING_DIR_NAME,
+    UsageTracker,
+    VolumeKey,
+)
+from kubevol.nomad.csimanager import DEFAULT_RESYNC_PERIOD, CSIManager
 from kubevol.nomad.errors import (
     ManagerShutdownError,
     ManagerStateError,
@@ -26,7 +33,6 @@ from kubevol.nomad.instance import (
     Fingerprinter,
     InstanceManager,
 )
-from kubevol.nomad.manager import DEFAULT_RESYNC_PERIOD, CSIManager
 from kubevol.nomad.registry import (
     WAIT_BACKOFF,
     EventSubscription,
@@ -56,12 +62,6 @@ from kubevol.nomad.types import (
     TriggerNodeEvent,
     UpdateNodeCSIInfoFunc,
     UsageOptions,
-)
-from kubevol.nomad.usage import (
-    ALLOC_DIR_NAME,
-    STAGING_DIR_NAME,
-    UsageTracker,
-    VolumeKey,
 )
 from kubevol.nomad.volumes import (
     DEFAULT_MOUNT_ACTION_TIMEOUT,

@@ -15,7 +15,7 @@ import attrs
 from kubevol.csi import types as t
 from kubevol.csi.errors import CSIRPCError
 from kubevol.mount.helpers import path_exists
-from kubevol.nomad.usage import DEFAULT_NAMESPACE, VolumeKey
+from kubevol.nomad.claims import DEFAULT_NAMESPACE, VolumeKey
 from kubevol.nomad.volumes import VolumeManager
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ import attrs
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError
 from kubevol.errors import MountError
+from kubevol.nomad.claims import ALLOC_DIR_NAME, STAGING_DIR_NAME
 from kubevol.nomad.errors import PluginUnhealthyError
 from kubevol.nomad.instance import ClientFactory
 from kubevol.nomad.registry import PluginRegistry, PluginType, RegisteredPlugin
-from kubevol.nomad.usage import ALLOC_DIR_NAME, STAGING_DIR_NAME
 
 log = logging.getLogger(__name__)
 

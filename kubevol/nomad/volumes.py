@@ -34,6 +34,13 @@ from kubevol.mount.helpers import is_corrupted_mount
 from kubevol.mount.interface import Mounter
 from kubevol.nomad._backoff import Backoff
 from kubevol.nomad._serial import VolumeSerializer
+from kubevol.nomad.claims import (
+    ALLOC_DIR_NAME,
+    DEFAULT_NAMESPACE,
+    STAGING_DIR_NAME,
+    UsageTracker,
+    VolumeKey,
+)
 from kubevol.nomad.errors import ManagerShutdownError
 from kubevol.nomad.registry import RegisteredPlugin
 from kubevol.nomad.types import (
@@ -43,13 +50,6 @@ from kubevol.nomad.types import (
     NodeEvent,
     TriggerNodeEvent,
     UsageOptions,
-)
-from kubevol.nomad.usage import (
-    ALLOC_DIR_NAME,
-    DEFAULT_NAMESPACE,
-    STAGING_DIR_NAME,
-    UsageTracker,
-    VolumeKey,
 )
 
 log = logging.getLogger(__name__)

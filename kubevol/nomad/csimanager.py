@@ -26,6 +26,7 @@ import time
 from kubevol.errors import PluginNotFoundError
 from kubevol.layout import validate_path_segment
 from kubevol.mount.interface import Mounter
+from kubevol.nomad.claims import UsageTracker
 from kubevol.nomad.errors import ManagerShutdownError, PluginWaitTimeoutError
 from kubevol.nomad.instance import (
     DEFAULT_FINGERPRINT_INTERVAL,
@@ -45,7 +46,6 @@ from kubevol.nomad.types import (
     TriggerNodeEvent,
     UpdateNodeCSIInfoFunc,
 )
-from kubevol.nomad.usage import UsageTracker
 from kubevol.nomad.volumes import PluginVolumeState, RetryPolicy, VolumeManager
 
 log = logging.getLogger(__name__)

@@ -160,7 +160,7 @@ def test_plugin_that_never_answered_is_reported_undetected(
 ) -> None:
     """No process behind the socket: reports say undetected (never healthy or "detected"),
     and so do the final report and the shutdown log."""
-    caplog.set_level(logging.INFO, logger="kubevol.nomad.manager")
+    caplog.set_level(logging.INFO, logger="kubevol.nomad.csimanager")
     registry.register(
         RegisteredPlugin(
             type=PluginType.CSI_NODE,
