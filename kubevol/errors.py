@@ -11,6 +11,7 @@ may catch either::
     ├── InvalidPathSegmentError (ValueError)   a name/id/UID that would escape the root
     ├── ProbeError                             a dynamic prober failed; .events still apply
     ├── SpecError (ValueError)                 a Spec or manifest that cannot describe a volume
+    │   └── InvalidPayloadPathError            a configMap/secret/... file path the writer refuses
     ├── HostPathTypeError (ValueError)         a hostPath whose type check failed
     ├── OperationError                         a volume operation failed (final)
     │   ├── TransientOperationError            retry later, nothing changed on the node
@@ -96,6 +97,12 @@ class ProbeError(KubevolError):
 
 class SpecError(KubevolError, ValueError):
     """A volume Spec, or the manifest it was loaded from, is not valid."""
+
+
+class InvalidPayloadPathError(SpecError):
+    """A path of an atomically written payload (a configMap, secret, downwardAPI or
+    projected item) is refused: absolute, with a ``..`` element, too long, ...; the message
+    names the key it came from."""
 
 
 class HostPathTypeError(KubevolError, ValueError):

@@ -19,6 +19,14 @@ from typing import TYPE_CHECKING, Any
 from kubevol import layout
 from kubevol.errors import InvalidPathSegmentError, KubevolError
 from kubevol.layout import validate_path_segment
+from kubevol.objects import APIObjectSource, KubeAPIObjects, NoObjects
+from kubevol.tokens import (
+    APITokenProvider,
+    IssuedToken,
+    TokenManager,
+    TokenProviderMissingError,
+    TokenRequest,
+)
 
 if TYPE_CHECKING:
     from kubevol.manager import VolumePluginMgr
@@ -89,11 +97,27 @@ class VolumeHost(abc.ABC):
 
     @abc.abstractmethod
     def get_secret_func(self) -> Callable[[str, str], Any]:
-        """A function ``(namespace, name) → V1Secret``."""
+        """A function ``(namespace, name) → kubevol.objects.Secret`` (``.data`` base64 as
+        in the API); raises :class:`~kubevol.objects.ObjectNotFoundError` when missing."""
 
     @abc.abstractmethod
     def get_config_map_func(self) -> Callable[[str, str], Any]:
-        """A function ``(namespace, name) → V1ConfigMap``."""
+        """A function ``(namespace, name) → kubevol.objects.ConfigMap``; raises
+        :class:`~kubevol.objects.ObjectNotFoundError` when missing."""
+
+    def get_service_account_token_func(self) -> Callable[[TokenRequest], IssuedToken]:
+        """A function that returns a (cached, refreshed when due) token for a request.
+
+        The default has no provider: it raises
+        :class:`~kubevol.tokens.TokenProviderMissingError`.
+        """
+
+        def missing(request: TokenRequest) -> IssuedToken:
+            raise TokenProviderMissingError(
+                f"no token provider is configured to issue a token for {request.describe()}"
+            )
+
+        return missing
 
     @abc.abstractmethod
     def get_exec(self, plugin_name: str) -> CommandRunner:
@@ -153,6 +177,22 @@ class AttachDetachVolumeHost(VolumeHost):
         return True
 
 
+#: The kubelet names a wrapped volume ``wrapped_<volume>``: an emptyDir wrapped by a secret
+#: volume ``creds`` keeps its ready marker at ``plugins/kubernetes.io~empty-dir/wrapped_creds``.
+WRAPPED_VOLUME_PREFIX = "wrapped_"
+
+
+def _wrapped_spec(volume_name: str, spec: Spec) -> Spec:
+    from kubevol.spec import Spec as SpecClass
+
+    volume = copy.deepcopy(spec.volume)
+    if volume is not None:
+        volume.name = WRAPPED_VOLUME_PREFIX + volume_name
+    return SpecClass(
+        volume=volume, persistent_volume=spec.persistent_volume, read_only=spec.read_only
+    )
+
+
 def _run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=False)
 
@@ -162,7 +202,9 @@ class NodeVolumeHost(KubeletVolumeHost):
 
     ``mounter`` defaults to :class:`kubevol.mount.LinuxMounter`; ``kube_client`` is an
     optional ``kubernetes.client.ApiClient``; ``csi_drivers`` looks up CSIDriver objects
-    by name when there is no API server.
+    by name when there is no API server. ConfigMaps and Secrets come from ``objects``,
+    else from the API server through ``kube_client``; service-account tokens from
+    ``tokens``, else from the TokenRequest API through ``kube_client``.
     """
 
     def __init__(
@@ -174,6 +216,8 @@ class NodeVolumeHost(KubeletVolumeHost):
         kube_client: Any = None,
         csi_drivers: Callable[[str], Any] | None = None,
         node_labels: dict[str, str] | None = None,
+        objects: APIObjectSource | None = None,
+        tokens: TokenManager | None = None,
     ) -> None:
         if not root_dir:
             raise InvalidPathSegmentError("root_dir must not be empty")
@@ -185,6 +229,12 @@ class NodeVolumeHost(KubeletVolumeHost):
         self._kube_client = kube_client
         self._csi_drivers = csi_drivers
         self._node_labels = dict(node_labels or {})
+        if objects is None:
+            objects = KubeAPIObjects(kube_client) if kube_client is not None else NoObjects()
+        self.objects = objects
+        if tokens is None and kube_client is not None:
+            tokens = TokenManager(APITokenProvider(kube_client))
+        self.tokens = tokens
         self._plugin_mgr: VolumePluginMgr | None = None
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
@@ -246,20 +296,24 @@ class NodeVolumeHost(KubeletVolumeHost):
         return dict(self._node_labels)
 
     def get_node_allocatable(self) -> dict[str, str]:
-        return {"cpu": str(os.cpu_count() or 1)}
+        allocatable = {"cpu": str(os.cpu_count() or 1)}
+        try:
+            pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return allocatable
+        allocatable["memory"] = str(pages * page_size)
+        return allocatable
 
     def get_secret_func(self) -> Callable[[str, str], Any]:
-        return lambda namespace, name: self._read_namespaced("secret", namespace, name)
+        return self.objects.get_secret
 
     def get_config_map_func(self) -> Callable[[str, str], Any]:
-        return lambda namespace, name: self._read_namespaced("config_map", namespace, name)
+        return self.objects.get_config_map
 
-    def _read_namespaced(self, kind: str, namespace: str, name: str) -> Any:
-        if self._kube_client is None:
-            raise KubevolError(f"cannot read {kind} {namespace}/{name}: no Kubernetes API client")
-        from kubernetes.client import CoreV1Api
-
-        return getattr(CoreV1Api(self._kube_client), f"read_namespaced_{kind}")(name, namespace)
+    def get_service_account_token_func(self) -> Callable[[TokenRequest], IssuedToken]:
+        if self.tokens is None:
+            return super().get_service_account_token_func()
+        return self.tokens.get_token
 
     def get_exec(self, plugin_name: str) -> CommandRunner:
         return _run_command
@@ -281,20 +335,15 @@ class NodeVolumeHost(KubeletVolumeHost):
     def new_wrapper_mounter(
         self, volume_name: str, spec: Spec, pod: Any, opts: VolumeOptions
     ) -> Mounter:
-        from kubevol.spec import Spec as SpecClass
-
-        # The wrapped volume takes the wrapper's name, as the kubelet does.
-        volume = copy.deepcopy(spec.volume)
-        if volume is not None:
-            volume.name = volume_name
-        wrapped = SpecClass(
-            volume=volume, persistent_volume=spec.persistent_volume, read_only=spec.read_only
-        )
+        wrapped = _wrapped_spec(volume_name, spec)
         mounter: Mounter = self._wrapped_plugin(wrapped).new_mounter(wrapped, pod, opts)
         return mounter
 
     def new_wrapper_unmounter(self, volume_name: str, spec: Spec, pod_uid: str) -> Unmounter:
-        unmounter: Unmounter = self._wrapped_plugin(spec).new_unmounter(volume_name, pod_uid)
+        wrapped = _wrapped_spec(volume_name, spec)
+        unmounter: Unmounter = self._wrapped_plugin(wrapped).new_unmounter(
+            wrapped.name() or WRAPPED_VOLUME_PREFIX + volume_name, pod_uid
+        )
         return unmounter
 
     def set_kubelet_error(self, err: BaseException) -> None:

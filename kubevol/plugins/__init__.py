@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from kubevol.plugin import VolumePlugin
+from kubevol.plugins.config_map import CONFIG_MAP_PLUGIN_NAME, ConfigMapPlugin
+from kubevol.plugins.downward_api import DOWNWARD_API_PLUGIN_NAME, DownwardAPIPlugin
 from kubevol.plugins.empty_dir import EMPTY_DIR_PLUGIN_NAME, EmptyDirPlugin
 from kubevol.plugins.host_path import HOST_PATH_PLUGIN_NAME, HostPathPlugin
+from kubevol.plugins.local import LOCAL_VOLUME_PLUGIN_NAME, LocalVolumePlugin
+from kubevol.plugins.projected import PROJECTED_PLUGIN_NAME, ProjectedPlugin
+from kubevol.plugins.secret import SECRET_PLUGIN_NAME, SecretPlugin
 
 __all__ = [
+    "CONFIG_MAP_PLUGIN_NAME",
+    "DOWNWARD_API_PLUGIN_NAME",
     "EMPTY_DIR_PLUGIN_NAME",
     "HOST_PATH_PLUGIN_NAME",
+    "LOCAL_VOLUME_PLUGIN_NAME",
+    "PROJECTED_PLUGIN_NAME",
+    "SECRET_PLUGIN_NAME",
+    "ConfigMapPlugin",
+    "DownwardAPIPlugin",
     "EmptyDirPlugin",
     "HostPathPlugin",
+    "LocalVolumePlugin",
+    "ProjectedPlugin",
+    "SecretPlugin",
     "builtin_plugins",
 ]
 
@@ -26,4 +41,13 @@ def builtin_plugins(*, csi: VolumePlugin | None = None) -> list[VolumePlugin]:
         from kubevol.csi.plugin import CSIPlugin
 
         csi = CSIPlugin()
-    return [EmptyDirPlugin(), HostPathPlugin(), csi]
+    return [
+        EmptyDirPlugin(),
+        HostPathPlugin(),
+        ConfigMapPlugin(),
+        SecretPlugin(),
+        DownwardAPIPlugin(),
+        ProjectedPlugin(),
+        LocalVolumePlugin(),
+        csi,
+    ]

@@ -3,8 +3,10 @@ the official ``kubernetes`` client: the real paths, verbs, object shapes and err
 ``Status`` objects for the resources kubevol's CSI code uses.
 
 Served: CSIDrivers and VolumeAttachments (``storage.k8s.io/v1``: list, get, create, delete,
-status get/put/patch) and Secrets (``v1``, namespaced: get, create). It is NOT an API server:
-no watch, no selectors, no admission; objects are kept in memory.
+status get/put/patch), Secrets and ConfigMaps (``v1``, namespaced: list, get, create) and
+the TokenRequest subresource of ServiceAccounts (``POST …/serviceaccounts/<sa>/token``: a
+token bound to the pod named in the request, for an existing ServiceAccount). It is NOT an
+API server: no watch, no selectors, no admission; objects are kept in memory.
 
 The test plays the external attacher: :meth:`KubeAPIServer.set_attached`,
 :meth:`~KubeAPIServer.set_attach_error`, :meth:`~KubeAPIServer.set_detach_error` and
@@ -40,14 +42,19 @@ _ROUTES = [
     (re.compile(rf"^{_STORAGE}/(csidrivers|volumeattachments)$"), "collection"),
     (re.compile(rf"^{_STORAGE}/(csidrivers|volumeattachments)/([^/]+)$"), "object"),
     (re.compile(rf"^{_STORAGE}/(volumeattachments)/([^/]+)/status$"), "status"),
-    (re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets)$"), "ns-collection"),
-    (re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets)/([^/]+)$"), "ns-object"),
+    (re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps)$"), "ns-collection"),
+    (re.compile(r"^/api/v1/namespaces/([^/]+)/(secrets|configmaps)/([^/]+)$"), "ns-object"),
+    (re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)/token$"), "token"),
 ]
 _KINDS = {
     "csidrivers": ("storage.k8s.io/v1", "CSIDriver", "storage.k8s.io"),
     "volumeattachments": ("storage.k8s.io/v1", "VolumeAttachment", "storage.k8s.io"),
     "secrets": ("v1", "Secret", ""),
+    "configmaps": ("v1", "ConfigMap", ""),
+    "serviceaccounts": ("v1", "ServiceAccount", ""),
 }
+#: What the API defaults a TokenRequest's expirationSeconds to.
+_DEFAULT_TOKEN_SECONDS = 3600
 
 
 def _now() -> str:
@@ -140,6 +147,12 @@ class KubeAPIServer(RunsWhileEntered):
         self.requests: list[tuple[str, str]] = []
         self._failures: list[tuple[str, str, int]] = []
         self.on_create: Callable[[str, dict[str, Any]], None] | None = None
+        #: TokenRequests answered, as (namespace, service account, request body).
+        self.token_requests: list[tuple[str, str, dict[str, Any]]] = []
+        #: Makes the token for a request: (namespace, service account, spec) → token.
+        self.token_factory: Callable[[str, str, Mapping[str, Any]], str] = (
+            lambda ns, sa, spec: f"token-{ns}-{sa}-{uuid.uuid4().hex}"
+        )
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -216,6 +229,27 @@ class KubeAPIServer(RunsWhileEntered):
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         return self._store("secrets", namespace,
                            {"metadata": {"name": name, "namespace": namespace}, "data": encoded})
+
+    def add_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str],
+        binary_data: Mapping[str, bytes] | None = None,
+    ) -> dict[str, Any]:
+        """Store a ConfigMap (``binary_data`` given as bytes, base64-encoded here)."""
+        obj: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace},
+                               "data": dict(data)}
+        if binary_data:
+            obj["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary_data.items()}
+        return self._store("configmaps", namespace, obj)
+
+    def add_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        """Store a ServiceAccount (TokenRequests for it are then answered)."""
+        return self._store("serviceaccounts", namespace,
+                           {"metadata": {"name": name, "namespace": namespace}})
+
+    def delete(self, resource: str, name: str, namespace: str = "") -> None:
+        """Remove a stored object (as if deleted in the cluster)."""
+        with self._lock:
+            self._objects.pop((resource, namespace, name), None)
 
     def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """A copy of a stored object, or None."""
@@ -334,6 +368,8 @@ class KubeAPIServer(RunsWhileEntered):
                 return self._status(method, groups[1], body)
             if kind == "ns-collection":
                 return self._collection(method, groups[1], groups[0], body)
+            if kind == "token":
+                return self._token(method, groups[0], groups[1], body)
             return self._object(method, groups[1], groups[0], groups[2], body)
         raise APIStatusError(404, "NotFound", f"the server could not find the requested "
                                               f"resource ({method} {path})", {})
@@ -373,6 +409,30 @@ class KubeAPIServer(RunsWhileEntered):
                 del self._objects[key]
                 return 200, copy.deepcopy(obj)
         raise APIStatusError(405, "MethodNotAllowed", f"{method} is not supported", {})
+
+    def _token(self, method: str, namespace: str, sa: str, body: Any) -> tuple[int, Any]:
+        if method != "POST":
+            raise APIStatusError(405, "MethodNotAllowed", f"{method} is not supported", {})
+        if not isinstance(body, dict) or body.get("kind") not in (None, "TokenRequest"):
+            raise APIStatusError(400, "BadRequest", "the body must be a TokenRequest", {})
+        with self._lock:
+            if ("serviceaccounts", namespace, sa) not in self._objects:
+                raise _not_found("serviceaccounts", sa)
+        spec = dict(body.get("spec") or {})
+        spec["expirationSeconds"] = spec.get("expirationSeconds") or _DEFAULT_TOKEN_SECONDS
+        spec.setdefault("audiences", [])
+        expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+            seconds=int(spec["expirationSeconds"]))
+        token = self.token_factory(namespace, sa, spec)
+        with self._lock:
+            self.token_requests.append((namespace, sa, copy.deepcopy(body)))
+        return 201, {
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": sa, "namespace": namespace, "creationTimestamp": _now()},
+            "spec": spec,
+            "status": {"token": token,
+                       "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+        }
 
     def _status(self, method: str, name: str, body: Any) -> tuple[int, Any]:
         key = ("volumeattachments", "", name)
