@@ -15,8 +15,15 @@ import pytest
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import parse_mountinfo
-from kubevol.plugins import builtin_plugins
+from kubevol.plugin import VolumePlugin
+from kubevol.plugins import LocalVolumePlugin, builtin_plugins
 from tests.node.fakes import StagedPlugin
+
+
+def plugins_beside_the_fake() -> list[VolumePlugin]:
+    """The built-in plugins except the local-volume one: the fake plugin serves the same
+    ``local.path`` PersistentVolumes."""
+    return [p for p in builtin_plugins() if not isinstance(p, LocalVolumePlugin)]
 
 
 def mounts_under(path: Path | str) -> list[str]:
@@ -55,7 +62,7 @@ class NodeEnv:
         """A new plugin manager over the same root (what a restarted agent builds)."""
         staged = StagedPlugin()
         mgr = VolumePluginMgr()
-        mgr.init_plugins([*builtin_plugins(), staged], host=self.host)
+        mgr.init_plugins([*plugins_beside_the_fake(), staged], host=self.host)
         return mgr, staged
 
 
@@ -69,7 +76,7 @@ def env(tmp_path: Path) -> Iterator[NodeEnv]:
     host = NodeVolumeHost(root_dir=str(root), node_name="node-1")
     staged = StagedPlugin()
     mgr = VolumePluginMgr()
-    mgr.init_plugins([*builtin_plugins(), staged], host=host)
+    mgr.init_plugins([*plugins_beside_the_fake(), staged], host=host)
     try:
         yield NodeEnv(tmp=tmp_path, root=root, host=host, mgr=mgr, staged=staged)
     finally:
