@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from kubevol.cli.node_common import add_metrics, report_sync, volume_rows
+from kubevol.cli.node_common import USAGE_COLUMNS, add_metrics, report_sync, volume_rows
 from kubevol.cli.output import write_table
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
@@ -195,11 +195,12 @@ def _show(
     rows = volume_rows(pods, actual, None, names)
     add_metrics(runtime, rows)
     shown = [
-        {**r, "path": r["path"].replace(root + "/", "<root>/"), "usage": r.get("usage", "-")}
+        {**r, "path": r["path"].replace(root + "/", "<root>/")}
         for r in rows
     ]
     story.say(f"<root> is {root}")
-    write_table(shown, ("pod", "volume", "plugin", "state", "usage", "path"), story.out)
+    write_table(shown, ("pod", "volume", "plugin", "state", *USAGE_COLUMNS[:2], "path"),
+                story.out)
     return rows
 
 

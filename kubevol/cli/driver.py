@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from kubevol.cli import exits
-from kubevol.cli.output import render
+from kubevol.cli.output import Table, add_output_flags, columns, emit
 from kubevol.cli.parser import SIZE
 from kubevol.csi import types as t
 from kubevol.csi.drivers import mock
@@ -99,11 +99,11 @@ def serve_mock(args: argparse.Namespace) -> int:
 
 def version(args: argparse.Namespace) -> int:
     name = DRIVERS.get(args.driver, args.driver)
-    if args.output == "yaml":
-        sys.stdout.write(version_yaml(name))
+    if args.output.kind == "yaml":
+        sys.stdout.write(version_yaml(name))  # the drivers' own --version text, byte for byte
     else:
         info = version_info(name)
-        render(info, args.output, sys.stdout, rows=[info], columns=tuple(info))
+        emit(info, Table(columns=columns(*info)), args, sys.stdout)
     return 0
 
 
@@ -181,5 +181,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
     version_parser.add_argument(
         "--driver", default="hostpath", help="mock, hostpath or a driver name (default: hostpath)"
     )
-    version_parser.add_argument("-o", "--output", choices=["yaml", "json", "table"], default="yaml")
+    add_output_flags(version_parser, default="yaml")
     version_parser.set_defaults(func=version)

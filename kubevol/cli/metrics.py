@@ -9,11 +9,11 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 import attrs
 
-from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.metrics import MetricsBlock, MetricsDu, MetricsProvider, MetricsStatFS
 
 PROVIDERS = ("du", "statfs", "block", "auto")
@@ -85,26 +85,49 @@ def choose_provider(path: str, name: str) -> MetricsProvider:
     return MetricsDu(path)
 
 
-def run(args: argparse.Namespace) -> int:
-    provider = choose_provider(args.path, args.provider)
-    if isinstance(provider, MetricsDu):
-        with WalkProgress(sys.stderr, args.path):
-            metrics = provider.get_metrics()
-    else:
-        metrics = provider.get_metrics()
-    data = attrs.asdict(metrics)
-    row = {"path": args.path, "provider": type(provider).__name__, **data}
-    columns = (
+#: What ``provider`` shows for each provider class.
+PROVIDER_NAMES: dict[type[MetricsProvider], str] = {
+    MetricsDu: "du",
+    MetricsStatFS: "statfs",
+    MetricsBlock: "block",
+}
+
+TABLE = Table(
+    columns=columns(
         "path",
         "provider",
-        "used",
-        "capacity",
-        "available",
+        Column("method", wide=True),
+        Column("used", size=True),
+        Column("capacity", size=True),
+        Column("available", size=True),
         "inodes_used",
         "inodes",
         "inodes_free",
+        Column("time", wide=True),
     )
-    render(data, args.output, sys.stdout, rows=[row], columns=columns)
+)
+
+
+def measure(path: str, provider: MetricsProvider) -> dict[str, Any]:
+    """``path``'s metrics as one record: which provider measured, how (``method``: for du
+    ``quota``, ``walk (native)`` or ``walk (python)``; else the provider), and the figures."""
+    method = PROVIDER_NAMES[type(provider)]
+    if isinstance(provider, MetricsDu):
+        with WalkProgress(sys.stderr, path):
+            metrics, usage = provider.measure()
+        method = "quota" if usage.source == "quota" else f"walk ({usage.walker})"
+    else:
+        metrics = provider.get_metrics()
+    figures = attrs.asdict(metrics)
+    for unset in ("abnormal", "message"):  # CSI volume conditions: never set by these
+        figures.pop(unset, None)
+    return {"path": path, "provider": PROVIDER_NAMES[type(provider)], "method": method,
+            **figures}
+
+
+def run(args: argparse.Namespace) -> int:
+    record = measure(args.path, choose_provider(args.path, args.provider))
+    emit(record, TABLE, args, sys.stdout)
     return 0
 
 
@@ -119,5 +142,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider", choices=PROVIDERS, default="auto", help="how to measure (default: auto)"
     )
-    add_output_flag(parser, ("table", "json", "yaml"))
+    add_output_flags(parser)
     parser.set_defaults(func=run)

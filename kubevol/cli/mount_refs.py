@@ -8,14 +8,15 @@ import sys
 from typing import Any
 
 from kubevol.cli import exits
-from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.output import Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import MountError, MountInfoError
 from kubevol.mount.guard import GuardPolicy, check_unmount_device
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 
-COLUMNS = ("mount_point", "kind", "blocking", "reason")
+#: The references, one row each (the verdict itself is printed above them in tables).
+REFS = Table(columns=columns("mount_point", "kind", "blocking", "reason"), at="refs")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,18 +37,16 @@ def run(args: argparse.Namespace) -> int:
         detach_follows=args.detach_follows,
         table=table,
     )
-    data: dict[str, Any] = verdict.to_dict()
-    if args.output == "table":
+    data: dict[str, Any] = {
+        **verdict.to_dict(), "message": verdict.message, "warnings": list(verdict.warnings)
+    }
+    if args.output.tabular and not args.no_headers:
         state = "allowed" if verdict.allowed else "BLOCKED"
         print(f"{verdict.path}: unmount {state} (policy {verdict.policy.value})")
         print(verdict.message)
-        if verdict.refs:
-            print()
-            render(data["refs"], "table", sys.stdout, columns=COLUMNS)
-        else:
-            print("no other mount of this filesystem")
-    else:
-        render(data, args.output, sys.stdout)
+        print("" if verdict.refs else "no other mount of this filesystem")
+    if verdict.refs or not args.output.tabular:
+        emit(data, REFS, args, sys.stdout)
     for warning in verdict.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return exits.OK if verdict.allowed else exits.BLOCKED
@@ -111,5 +110,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
             "kubelet layout are still read from this node"
         ),
     )
-    add_output_flag(parser)
+    add_output_flags(parser)
     parser.set_defaults(func=run)

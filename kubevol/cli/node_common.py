@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.node.manager import SyncResult
@@ -63,18 +64,6 @@ def open_runtime(args: argparse.Namespace) -> NodeRuntime:
     for name, why in sorted(runtime.unregistered.items()):
         print(f"warning: CSI driver {name} is not available: {why}", file=sys.stderr)
     return runtime
-
-
-def human_bytes(value: int | None) -> str:
-    """``1536`` → ``1.5 KiB``; None → ``-``."""
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"  # pragma: no cover - the loop always returns
 
 
 def state_of(found: FoundVolume) -> str:
@@ -142,22 +131,37 @@ def volume_rows(
 
 
 def add_metrics(runtime: NodeRuntime, rows: Iterable[dict[str, Any]]) -> None:
-    """Fill ``used``/``capacity``/``available`` (bytes, None when unknown) and ``usage``
-    (``used/capacity`` for people) of each row from its plugin."""
+    """Fill ``used``/``capacity``/``available`` (bytes, None when unknown) of each row from
+    its plugin; ``metrics_error`` says why they are unknown when measuring failed."""
     for row in rows:
         row.update(used=None, capacity=None, available=None)
         if row["state"] in ("not set up", "unreadable", "missing", "corrupted"):
-            row["usage"] = "-"
             continue
         try:
             plugin = runtime.mgr.find_plugin_by_name(row["plugin"])
             metrics = plugin.new_unmounter(row["spec_name"], row["pod_uid"]).get_metrics()
         except (KubevolError, MetricsError, OSError, ValueError) as exc:
-            row["usage"] = "-"
             row["metrics_error"] = str(exc)
             continue
         row.update(used=metrics.used, capacity=metrics.capacity, available=metrics.available)
-        row["usage"] = f"{human_bytes(metrics.used)}/{human_bytes(metrics.capacity)}"
+
+
+#: The columns of a volume row (see :func:`volume_rows`), usage last.
+VOLUME_COLUMNS = (
+    Column("pod"),
+    Column("volume"),
+    Column("plugin"),
+    Column("path"),
+    Column("state"),
+    Column("device", wide=True),
+    Column("pod_uid", wide=True),
+)
+USAGE_COLUMNS = (
+    Column("used", size=True),
+    Column("capacity", size=True),
+    Column("available", size=True, wide=True),
+    Column("metrics_error", header="WHY NO USAGE", wide=True),
+)
 
 
 def report_sync(result: SyncResult, out: TextIO = sys.stderr) -> None:

@@ -1,4 +1,22 @@
-"""Rendering command results as a table, JSON or YAML, the same way for every command."""
+"""Printing what a command found, the same way for every read command.
+
+A command hands :func:`emit` its result as plain data (dicts, lists, strings, numbers,
+enums, datetimes) and describes its tables as :class:`Table` s whose :class:`Column` s are
+paths *into that data*, so a table can only show fields that ``-o json`` shows too. The
+formats (``-o``):
+
+- ``table`` (default) and ``wide`` (more columns): aligned columns under a header
+  (``--no-headers`` drops it); sizes in KiB/MiB/GiB, maps as ``k=v,k=v``, lists as
+  ``a,b``, nothing as ``-``. Human forms appear in tables only.
+- ``json`` and ``yaml``: the data itself, exact (bytes as integers), written in one call
+  (libyaml's ``CSafeDumper`` when PyYAML has it).
+- ``name``: the name of each record, one per line.
+- ``jsonpath=EXPR``: the values EXPR selects in the JSON (kubectl's ``{.a[*].b}`` or
+  ``$.a[*].b``), one per line.
+
+When the reader of the output goes away (``| head``) the command stops quietly: see
+:func:`kubevol.cli.main.main`.
+"""
 
 from __future__ import annotations
 
@@ -6,74 +24,272 @@ import argparse
 import datetime
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-import yaml
+import attrs
 
-FORMATS = ("table", "json", "yaml")
+#: The ``-o`` values (``jsonpath=EXPR`` besides).
+FORMATS = ("table", "wide", "json", "yaml", "name")
+JSONPATH = "jsonpath"
 
 
-def add_output_flag(
-    parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS, default: str = "table"
-) -> None:
-    """Add ``-o/--output`` with the given formats."""
-    parser.add_argument(
-        "-o",
-        "--output",
-        choices=list(formats),
-        default=default,
-        help=f"output format (default: {default})",
+@attrs.frozen
+class OutputFormat:
+    """A parsed ``-o`` value: ``kind`` one of :data:`FORMATS` or ``jsonpath``."""
+
+    kind: str
+    expression: str = ""
+
+    @property
+    def tabular(self) -> bool:
+        return self.kind in ("table", "wide")
+
+
+def parse_format(text: str) -> OutputFormat:
+    """``-o``'s value; a bad JSONPath is refused here, before the command does anything."""
+    kind, sep, expression = text.partition("=")
+    if kind == JSONPATH and sep:
+        _compile_jsonpath(expression)
+        return OutputFormat(kind=JSONPATH, expression=expression)
+    if text in FORMATS:
+        return OutputFormat(kind=text)
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not an output format: use {', '.join(FORMATS)} or jsonpath=EXPR"
     )
 
 
+parse_format.__name__ = "output format"  # what argparse calls the value in its messages
+
+
+def add_output_flags(parser: argparse.ArgumentParser, *, default: str = "table",
+                     suppress: bool = False) -> None:
+    """``-o/--output`` and ``--no-headers``. With ``suppress`` the flags default to "not
+    given", so that a value set on a parent parser is kept (``kubevol csi -o json ...``)."""
+    parser.add_argument(
+        "-o", "--output", type=parse_format,
+        default=argparse.SUPPRESS if suppress else parse_format(default),
+        metavar="FORMAT",
+        help=f"{'|'.join(FORMATS)}|jsonpath=EXPR (default: {default})",
+    )
+    parser.add_argument(
+        "--no-headers", action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="tables without their header line",
+    )
+
+
+@attrs.frozen
+class Column:
+    """One column: ``path`` into a record (``"volume.volume_id"``; ``""`` the record itself);
+    the header defaults to the last part in capitals. ``size`` columns are bytes, shown as
+    KiB/MiB/... in tables; ``wide`` columns appear only in ``-o wide``; ``show``, when given,
+    turns the value into the cell's text (tables only)."""
+
+    path: str
+    header: str = ""
+    size: bool = False
+    wide: bool = False
+    show: Callable[[Any], str] | None = attrs.field(default=None, eq=False)
+
+    @property
+    def title(self) -> str:
+        return self.header or self.path.rsplit(".", 1)[-1].upper().replace("_", " ")
+
+
+@attrs.frozen
+class Table:
+    """Records shown as rows: found at ``at`` in the data (``""``: the data itself; a single
+    mapping is one row). With ``explode``, a record gives one row per element of its list
+    field ``explode`` (column paths below that field then read the element). ``name`` is the
+    path ``-o name`` prints (default: the first column's). ``title`` is printed above the
+    table when it has rows and is not the first."""
+
+    columns: tuple[Column, ...]
+    at: str = ""
+    title: str = ""
+    name: str = ""
+    explode: str = ""
+
+
+def columns(*specs: str | Column) -> tuple[Column, ...]:
+    """Columns from paths (or ready :class:`Column` s)."""
+    return tuple(c if isinstance(c, Column) else Column(c) for c in specs)
+
+
+def emit(data: Any, tables: Table | Sequence[Table], args: argparse.Namespace,
+         out: TextIO) -> None:
+    """Write ``data`` to ``out`` in the format ``args.output`` names (``args.no_headers``
+    for tables)."""
+    fmt: OutputFormat = getattr(args, "output", None) or OutputFormat("table")
+    render(data, (tables,) if isinstance(tables, Table) else tuple(tables), fmt, out,
+           no_headers=bool(getattr(args, "no_headers", False)))
+
+
+def render(data: Any, tables: Sequence[Table], fmt: OutputFormat, out: TextIO, *,
+           no_headers: bool = False) -> None:
+    """Write ``data`` to ``out`` as ``fmt`` says, in one ``write`` call."""
+    plain = to_plain(data)
+    if fmt.kind == "json":
+        text = json.dumps(plain, indent=2) + "\n"
+    elif fmt.kind == "yaml":
+        text = yaml_text(plain)
+    elif fmt.kind == JSONPATH:
+        text = "".join(f"{_scalar(v)}\n" for v in _compile_jsonpath(fmt.expression)(plain))
+    elif fmt.kind == "name":
+        text = "".join(
+            f"{_scalar(lookup(record, table.name or table.columns[0].path))}\n"
+            for table in tables for record in _records(plain, table)
+        )
+    else:
+        text = _tables_text(plain, tables, wide=fmt.kind == "wide", no_headers=no_headers)
+    out.write(text)
+
+
+def write_table(records: Sequence[Any], specs: Sequence[str | Column], out: TextIO) -> None:
+    """``records`` as a table of these columns (paths or :class:`Column` s) on ``out``."""
+    render(records, (Table(columns=columns(*specs)),), OutputFormat("table"), out)
+
+
+def yaml_text(data: Any) -> str:
+    """``data`` as block YAML, keys in their order; libyaml's emitter when available."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    text: str = yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False,
+                          allow_unicode=True)
+    return text
+
+
 def to_plain(value: Any) -> Any:
-    """Turn enums, datetimes and nested containers into JSON/YAML-friendly values."""
+    """Enums, datetimes, attrs instances and containers as JSON/YAML values (sets sorted)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
     if isinstance(value, enum.Enum):
-        return value.value
+        return to_plain(value.value)
     if isinstance(value, datetime.datetime):
         return value.isoformat()
+    if attrs.has(type(value)):
+        return {k: to_plain(v) for k, v in attrs.asdict(value, recurse=False).items()}
     if isinstance(value, Mapping):
         return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        return [to_plain(v) for v in sorted(value)]
     if isinstance(value, list | tuple):
         return [to_plain(v) for v in value]
+    return str(value)
+
+
+def lookup(record: Any, path: str) -> Any:
+    """The value at dotted ``path`` in ``record``; None where any part is missing."""
+    value = record
+    for part in path.split(".") if path else ():
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
     return value
 
 
-def render(
-    data: Any,
-    fmt: str,
-    out: TextIO,
-    *,
-    rows: Sequence[Mapping[str, Any]] | None = None,
-    columns: Sequence[str] = (),
-) -> None:
-    """Write ``data`` as JSON or YAML, or ``rows`` (default: ``data``) as a table of ``columns``."""
-    if fmt == "json":
-        json.dump(to_plain(data), out, indent=2, sort_keys=False)
-        out.write("\n")
-        return
-    if fmt == "yaml":
-        yaml.safe_dump(to_plain(data), out, sort_keys=False)
-        return
-    table_rows = rows if rows is not None else data
-    write_table(table_rows, columns, out)
-
-
-def write_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], out: TextIO) -> None:
-    """Write ``rows`` as aligned columns with an upper-case header."""
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    header = [c.upper().replace("_", " ") for c in columns]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-    for line in [header, *cells]:
-        out.write("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() + "\n")
-
-
-def _cell(value: Any) -> str:
+def human_bytes(value: int | None) -> str:
+    """``1536`` → ``1.5 KiB``; None → ``-``."""
     if value is None:
         return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"  # pragma: no cover - the loop always returns
+
+
+def cell(value: Any, *, size: bool = False) -> str:
+    """One table cell: human sizes, ``k=v`` maps, comma lists, ``-`` for nothing."""
+    if value is None or value in ("", [], {}):
+        return "-"
+    if size and isinstance(value, int) and not isinstance(value, bool):
+        return human_bytes(value)
     if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list | tuple):
-        return ",".join(_cell(v) for v in value) or "-"
-    return str(to_plain(value))
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={cell(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ",".join(cell(v) for v in value)
+    return str(value)
+
+
+def _records(data: Any, table: Table) -> list[Any]:
+    found = lookup(data, table.at)
+    if found is None:
+        return []
+    return list(found) if isinstance(found, list) else [found]
+
+
+def _rows(data: Any, table: Table) -> list[Any]:
+    records = _records(data, table)
+    if not table.explode:
+        return records
+    return [
+        {**record, table.explode: element}
+        for record in records
+        for element in (record.get(table.explode) or [None])
+    ]
+
+
+def _tables_text(data: Any, tables: Sequence[Table], *, wide: bool, no_headers: bool) -> str:
+    parts: list[str] = []
+    for i, table in enumerate(tables):
+        records = _rows(data, table)
+        if i and not records:
+            continue  # a later section (failures, orphans) with nothing in it
+        if i and not no_headers:
+            parts.append(f"\n{table.title}:\n" if table.title else "\n")
+        shown = [c for c in table.columns if wide or not c.wide]
+        rows = [[_cell_of(r, c) for c in shown] for r in records]
+        parts.append(format_rows([c.title for c in shown], rows, no_headers=no_headers))
+    return "".join(parts)
+
+
+def _cell_of(record: Any, column: Column) -> str:
+    value = lookup(record, column.path)
+    return column.show(value) if column.show is not None else cell(value, size=column.size)
+
+
+def format_rows(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                no_headers: bool = False) -> str:
+    """Aligned columns, two spaces apart, trailing blanks trimmed."""
+    lines = list(rows) if no_headers else [list(header), *rows]
+    if not lines:
+        return ""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "".join(
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() + "\n"
+        for line in lines
+    )
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _compile_jsonpath(expression: str) -> Callable[[Any], list[Any]]:
+    """kubectl's ``{.items[*].name}`` or JSONPath's ``$.items[*].name``, as a function
+    from data to the values it selects. Raises ``ArgumentTypeError`` for a bad one."""
+    from jsonpath_ng.exceptions import JSONPathError
+    from jsonpath_ng.ext.parser import parse
+
+    text = expression.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    if text.startswith("."):
+        text = "$" + text
+    try:
+        compiled = parse(text or "$")
+    except (JSONPathError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"bad JSONPath {expression!r}: {exc}") from None
+    return lambda data: [match.value for match in compiled.find(data)]

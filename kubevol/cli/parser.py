@@ -7,7 +7,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 from kubevol.cli import exits
@@ -67,3 +67,12 @@ def arg_type(fn: Callable[[str], T], name: str) -> Callable[[str], T]:
 SIZE = arg_type(quantity_bytes, "size")
 #: A Go duration (``1m30s``, ``500ms``) or seconds, as seconds.
 DURATION = arg_type(duration_seconds, "duration")
+
+
+def all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``parser`` and every sub-parser below it (for checks over the whole command line)."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from all_parsers(sub)

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from kubevol import plugin as bases
-from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.manager import entry_point_plugins
 from kubevol.plugins import builtin_plugins
 
@@ -38,12 +38,23 @@ def describe(plugin: bases.VolumePlugin, source: str) -> dict[str, Any]:
     }
 
 
+TABLE = Table(
+    columns=columns(
+        "name",
+        "source",
+        "capabilities",
+        Column("supports_mount_option", header="MOUNT OPTIONS", wide=True),
+        Column("supports_bulk_volume_verification", header="BULK VERIFY", wide=True),
+    )
+)
+
+
 def run(args: argparse.Namespace) -> int:
     rows = [describe(p, "builtin") for p in builtin_plugins()]
     found, problems = entry_point_plugins()
     rows += [describe(p, "entry-point") for p in found]
     rows.sort(key=lambda r: (r["source"] != "builtin", r["name"]))
-    render(rows, args.output, sys.stdout, columns=("name", "source", "capabilities"))
+    emit(rows, TABLE, args, sys.stdout)
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
     return 0
@@ -54,5 +65,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "List the volume plugins kubevol ships and those installed through the "
         "'kubevol.plugins' entry-point group, with the capabilities each offers."
     )
-    add_output_flag(parser, ("table", "json", "yaml"))
+    add_output_flags(parser)
     parser.set_defaults(func=run)

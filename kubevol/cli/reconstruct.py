@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
-from kubevol.cli.output import add_output_flag, render, write_table
+from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DURATION
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     with open_runtime(args) as runtime:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
-            show(result, args.output)
+            show(result, args)
             return 0
         pods = runtime.volume_manager()
         try:
@@ -26,30 +26,41 @@ def run(args: argparse.Namespace) -> int:
             sync = pods.sync(timeout=args.timeout)
         finally:
             pods.close()
-        show(result, args.output)
+        show(result, args)
         report_sync(sync)
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
         failed = any(c.startswith("failed") for c in outcomes)
         return 0 if sync.converged and not failed else 1
 
 
-def show(result: Reconstruction, fmt: str) -> None:
-    data = result.to_dict()
-    if fmt != "table":
-        render(data, fmt, sys.stdout)
-        return
-    out = sys.stdout
-    write_table(
-        data["volumes"],
-        ("pod_uid", "plugin", "volume", "mode", "mount", "device", "path"),
-        out,
-    )
-    if data["failures"]:
-        out.write("\nvolumes that could not be reconstructed:\n")
-        write_table(data["failures"], ("pod_uid", "plugin", "volume", "cleanup", "reason"), out)
-    if data["orphan_device_mounts"]:
-        out.write("\ndevice mounts no pod volume leads to:\n")
-        write_table(data["orphan_device_mounts"], ("path", "plugin", "source", "cleanup"), out)
+#: The reconstruction's three lists, each a table (the last two only when not empty).
+TABLES = (
+    Table(
+        columns=columns(
+            "pod_uid", "plugin", "volume", "mode", "mount", "device", "path",
+            Column("unique_name", wide=True), Column("device_mount_path", wide=True),
+        ),
+        at="volumes",
+        name="path",
+    ),
+    Table(
+        columns=columns("pod_uid", "plugin", "volume", "cleanup", "reason",
+                        Column("path", wide=True)),
+        at="failures",
+        title="volumes that could not be reconstructed",
+        name="path",
+    ),
+    Table(
+        columns=columns("path", "plugin", "source", "cleanup", Column("kind", wide=True),
+                        Column("fs_type", wide=True)),
+        at="orphan_device_mounts",
+        title="device mounts no pod volume leads to",
+    ),
+)
+
+
+def show(result: Reconstruction, args: argparse.Namespace) -> None:
+    emit(result.to_dict(), TABLES, args, sys.stdout)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -66,5 +77,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=DURATION, default=120.0,
                         help="with --repair: how long to keep retrying, a Go duration or seconds "
                         "(default: 2m)")
-    add_output_flag(parser, ("table", "json", "yaml"))
+    add_output_flags(parser)
     parser.set_defaults(func=run)

@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kubevol.cli.node_common import add_metrics, add_root_flags, open_runtime, volume_rows
-from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.node_common import (
+    USAGE_COLUMNS,
+    VOLUME_COLUMNS,
+    add_metrics,
+    add_root_flags,
+    open_runtime,
+    volume_rows,
+)
+from kubevol.cli.output import Column, Table, add_output_flags, emit
 from kubevol.errors import KubevolError
 from kubevol.node.pods import PodState, desired_pod
 from kubevol.node.reconstruct import scan
 from kubevol.node.state import DesiredPod
 
-COLUMNS = ("pod", "volume", "plugin", "path", "state", "desired", "usage")
+TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name="path")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             row["desired"] = wanted.get(row["pod_uid"], "unknown")
         if not args.no_metrics:
             add_metrics(runtime, rows)
-        render(rows, args.output, sys.stdout, columns=COLUMNS)
+        emit(rows, TABLE, args, sys.stdout)
         return 0
 
 
@@ -48,5 +55,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_root_flags(parser)
     parser.add_argument("--no-metrics", action="store_true", help="do not measure volumes")
-    add_output_flag(parser, ("table", "json", "yaml"))
+    add_output_flags(parser)
     parser.set_defaults(func=run)

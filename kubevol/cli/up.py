@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, volume_rows
-from kubevol.cli.output import add_output_flag, render
+from kubevol.cli.node_common import (
+    VOLUME_COLUMNS,
+    add_root_flags,
+    open_runtime,
+    report_sync,
+    volume_rows,
+)
+from kubevol.cli.output import Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
 from kubevol.node.pods import load_manifest_files, new_pods
 from kubevol.node.privileges import require_privileges
 
-COLUMNS = ("pod", "volume", "plugin", "path", "state")
+TABLE = Table(columns=VOLUME_COLUMNS, name="path")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             pods.close()
         for uid, why in sorted(pods.invalid.items()):
             print(f"warning: recorded pod {uid} cannot be run: {why}", file=sys.stderr)
-        render(rows, args.output, sys.stdout, columns=COLUMNS)
+        emit(rows, TABLE, args, sys.stdout)
         report_sync(result)
         return 0 if result.converged else 1
 
@@ -53,5 +59,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long to keep retrying: a Go duration (2m, 90s) or seconds "
                         "(default: 2m)")
     parser.add_argument("--workers", type=int, default=8, help=argparse.SUPPRESS)
-    add_output_flag(parser)
+    add_output_flags(parser)
     parser.set_defaults(func=run)

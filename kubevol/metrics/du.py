@@ -50,11 +50,16 @@ class MetricsDu(MetricsProvider):
         path, ``FS_INFO_FAILED`` if the path is missing, not a directory, or any entry
         below it cannot be read (an entry deleted during the walk is not an error).
         """
+        return self.measure()[0]
+
+    def measure(self) -> tuple[Metrics, DiskUsage]:
+        """:meth:`get_metrics`, with the :class:`DiskUsage` that says how ``used`` was
+        measured (quota or walk, and which walker)."""
         if not self.path:
             raise MetricsError.no_path_defined()
         usage = disk_usage(self.path, use_quota=self.use_quota)
         info = fs_info(self.path)
-        return Metrics(
+        metrics = Metrics(
             used=usage.bytes,
             inodes_used=usage.inodes,
             capacity=info.capacity,
@@ -62,3 +67,4 @@ class MetricsDu(MetricsProvider):
             inodes=info.inodes,
             inodes_free=info.inodes_free,
         )
+        return metrics, usage

@@ -74,7 +74,7 @@ def walk(path: str, *, native: bool | None = None, threads: int | None = None) -
             blocks, inodes = module.walk(path, default_threads() if threads is None else threads)
         except OSError as exc:
             raise MetricsError.fs_info_failed(exc.filename or path, exc) from exc
-        return DiskUsage(bytes=blocks * BLOCK_UNIT, inodes=inodes)
+        return DiskUsage(bytes=blocks * BLOCK_UNIT, inodes=inodes, walker="native")
     return _walk_python(path, root)
 
 
@@ -127,4 +127,4 @@ def _walk_python(path: str, root: os.stat_result) -> DiskUsage:
             inodes += 1
             if is_dir(st.st_mode):
                 stack.append(entry)
-    return DiskUsage(bytes=blocks * BLOCK_UNIT, inodes=inodes)
+    return DiskUsage(bytes=blocks * BLOCK_UNIT, inodes=inodes, walker="python")

@@ -17,6 +17,7 @@ import yaml
 from kubevol.cli.main import main
 from kubevol.cli.metrics import WalkProgress
 from kubevol.metrics import Metrics
+from kubevol.metrics.walk import native_available
 
 
 def _sh(*cmd: str) -> str:
@@ -56,12 +57,16 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_json_fields_are_metrics_fields_with_du_figures(
     volume: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``-o json`` (auto on a directory = du) has exactly the Metrics fields, du's figures."""
+    """``-o json`` (auto on a directory = du) has the table's fields (path, provider, which
+    walker ran) and the Metrics figures, du's figures."""
     code, out, err = _run(capsys, str(volume), "-o", "json")
     assert code == 0
     assert err == ""
     data = json.loads(out)
-    assert list(data) == [f.name for f in attrs.fields(Metrics)]
+    figures = [f.name for f in attrs.fields(Metrics) if f.name not in ("abnormal", "message")]
+    assert list(data) == ["path", "provider", "method", *figures]
+    assert (data["path"], data["provider"]) == (str(volume), "du")
+    assert data["method"] == ("walk (native)" if native_available() else "walk (python)")
     assert data["used"] == int(_sh("du", "-x", "-s", "-B1", str(volume)).split()[0])
     assert data["inodes_used"] == int(_sh("du", "-x", "-s", "--inodes", str(volume)).split()[0])
     st = os.statvfs(volume)
@@ -101,12 +106,15 @@ def test_block_device_capacity(
 
 
 def test_table_output(volume: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The default table has a header and one row naming the path and the du provider."""
+    """The default table has a header and one row naming the path and the du provider,
+    sizes for people; ``-o wide`` adds which walker ran."""
     code, out, _ = _run(capsys, str(volume))
     header, row = out.splitlines()
     assert code == 0
     assert header.split()[:3] == ["PATH", "PROVIDER", "USED"]
-    assert row.split()[:2] == [str(volume), "MetricsDu"]
+    assert row.split()[:2] == [str(volume), "du"] and row.split()[3] in ("B", "KiB", "MiB")
+    code, out, _ = _run(capsys, str(volume), "-o", "wide", "--no-headers")
+    assert code == 0 and out.split()[2:4] == ["walk", f"({walker_name()})"]
 
 
 @pytest.mark.parametrize(
@@ -162,3 +170,18 @@ def test_progress_is_silent_for_quick_walks_and_non_terminals() -> None:
     with WalkProgress(buf, "/vol", delay=0.0, interval=0.01):
         time.sleep(0.1)
     assert buf.getvalue() == ""
+
+
+def walker_name() -> str:
+    """The walker this build of kubevol runs."""
+    return "native" if native_available() else "python"
+
+
+def test_python_walker_is_named_when_the_native_one_is_missing(
+    volume: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the C extension (a build without a compiler) the Python walker runs, and the
+    output says so."""
+    monkeypatch.setattr("kubevol.metrics.walk._load_native", lambda: None)
+    code, out, _ = _run(capsys, str(volume), "-o", "json")
+    assert code == 0 and json.loads(out)["method"] == "walk (python)"

@@ -48,13 +48,14 @@ def two_volumes(rig: MountRig, kubelet: KubeletTree) -> tuple[Path, Path]:
 def test_blocked_under_kubelet_exits_3_with_json(
     two_volumes: tuple[Path, Path], kubelet: KubeletTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Blocked: exit 3; JSON has exactly path, allowed, policy and refs with their four keys."""
+    """Blocked: exit 3; JSON has exactly path, allowed, policy, refs with their four keys, and
+    the message and warnings a table shows."""
     a, b = two_volumes
     code = main(["mount-refs", str(a), "--root", str(kubelet.root), "--policy", "kubelet",
                  "-o", "json"])
     assert code == 3
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["path", "allowed", "policy", "refs"]
+    assert list(data) == ["path", "allowed", "policy", "refs", "message", "warnings"]
     assert data["allowed"] is False
     assert data["policy"] == "kubelet"
     assert data["refs"] == [
@@ -72,7 +73,7 @@ def test_allowed_under_safe_exits_0_with_table(
     out = capsys.readouterr().out
     assert out.startswith(f"{a}: unmount allowed (policy safe)")
     assert "MOUNT POINT" in out
-    assert f"{b}  other-volume  no" in out
+    assert f"{b}  other-volume  false" in out
 
 
 def test_detach_follows_blocks(

@@ -3,17 +3,16 @@ usage errors distinct from gRPC codes, help text for terminals, durations and si
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kubevol.cli import exits
 from kubevol.cli.main import COMMANDS, build_parser, main
+from kubevol.cli.parser import all_parsers
 from kubevol.csi.drivers.mock import MockConfig, MockDriver
 
 
@@ -45,18 +44,9 @@ def test_csi_command_parses_without_grpc_or_the_node_layer() -> None:
     assert not {"grpc", "kubernetes", "kubevol.node", "kubevol.csi.server"} & mods
 
 
-def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    """``parser`` and every sub-parser below it."""
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from parsers(sub)
-
-
 def test_help_text_has_no_restructuredtext_markup() -> None:
     """No help page of any command shows raw ``literals`` or :class:`roles`."""
-    pages = [p.format_help() for p in parsers(build_parser())]
+    pages = [p.format_help() for p in all_parsers(build_parser())]
     assert len(pages) > 40
     for page in pages:
         assert "``" not in page and ":class:`" not in page and ":func:`" not in page, page

@@ -39,4 +39,4 @@ def test_bad_output_format_is_usage_error() -> None:
     """An unknown -o value exits 64 (usage) and names the choices."""
     out = run("plugins", "-o", "xml")
     assert out.returncode == exits.USAGE
-    assert "invalid choice" in out.stderr
+    assert "is not an output format: use table, wide, json, yaml, name" in out.stderr

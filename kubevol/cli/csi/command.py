@@ -22,7 +22,7 @@ from kubevol.cli.csi.group import GROUP
 from kubevol.cli.csi.identity import IDENTITY
 from kubevol.cli.csi.inputs import parse_key_values, secrets_from
 from kubevol.cli.csi.node import NODE
-from kubevol.cli.output import FORMATS, render
+from kubevol.cli.output import add_output_flags, emit
 from kubevol.cli.parser import DURATION
 
 #: Per-call timeout when none is given (csc's default).
@@ -73,13 +73,7 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None
         help="YAML/JSON secrets: a flat map, or csi-sanity's per-RPC sections "
         "(default: $X_CSI_SECRETS as K=V,K=V)",
     )
-    parser.add_argument(
-        "-o",
-        "--output",
-        choices=list(FORMATS),
-        default=default("table"),
-        help="output format (default: table)",
-    )
+    add_output_flags(parser, suppress=leaf)
 
 
 def run(command: Command, args: argparse.Namespace) -> int:
@@ -113,7 +107,7 @@ def run(command: Command, args: argparse.Namespace) -> int:
         return exits.USAGE
     finally:
         client.close()
-    render(output.data, args.output, sys.stdout, rows=output.rows, columns=output.columns)
+    emit(output.data, output.tables, args, sys.stdout)
     return 0
 
 

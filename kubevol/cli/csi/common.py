@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kubevol.cli.csi.inputs import CAPABILITY, parse_capability, parse_key_values
+from kubevol.cli.output import Column, Table, columns
 from kubevol.cli.parser import SIZE
 from kubevol.csi import types as t
 from kubevol.csi.sanity.inputs import Secrets
@@ -24,11 +25,10 @@ if TYPE_CHECKING:
 
 @attrs.frozen(kw_only=True)
 class Output:
-    """What a command prints: ``data`` as JSON/YAML, ``rows`` under ``columns`` as a table."""
+    """What a command prints: ``data`` in every format, and how its tables read it."""
 
     data: Any
-    rows: Sequence[dict[str, Any]] = ()
-    columns: Sequence[str] = ()
+    tables: Sequence[Table]
 
 
 Handler = Callable[["CSIClient", argparse.Namespace, Secrets], Output]
@@ -42,18 +42,6 @@ class Command:
     help: str
     handler: Handler
     add_args: Callable[[argparse.ArgumentParser], None] = lambda p: None
-
-
-def plain(value: Any) -> Any:
-    """attrs values (and containers of them) as plain dicts and lists."""
-    if attrs.has(type(value)):
-        return {k: plain(v) for k, v in attrs.asdict(value, recurse=False).items()}
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | frozenset | set):
-        items = sorted(value) if isinstance(value, frozenset | set) else value
-        return [plain(v) for v in items]
-    return value
 
 
 # --- argument helpers -----------------------------------------------------------------
@@ -126,44 +114,37 @@ def pages(fetch: Callable[[str], t.Page[Any]], args: argparse.Namespace) -> Iter
             return
 
 
-def volume_row(vol: t.Volume) -> dict[str, Any]:
-    """A volume as a table row."""
-    source = vol.content_source
-    return {
-        "volume_id": vol.volume_id,
-        "capacity_bytes": vol.capacity_bytes,
-        "volume_context": ",".join(f"{k}={v}" for k, v in vol.volume_context.items()),
-        "source": "" if source is None else next(iter(attrs.asdict(source).values())),
-    }
+def volume_columns(prefix: str = "") -> tuple[Column, ...]:
+    """The columns of a volume record found at ``prefix`` in each row."""
+    return (
+        Column(prefix + "volume_id"),
+        Column(prefix + "capacity_bytes", header="CAPACITY", size=True),
+        Column(prefix + "volume_context", header="CONTEXT"),
+        Column(prefix + "content_source", header="SOURCE"),
+        Column(prefix + "accessible_topology", header="TOPOLOGY", wide=True),
+    )
 
 
-VOLUME_COLUMNS = ("volume_id", "capacity_bytes", "volume_context", "source")
-SNAPSHOT_COLUMNS = ("snapshot_id", "source_volume_id", "size_bytes", "creation_time", "ready")
+SNAPSHOT_COLUMNS = (
+    Column("snapshot_id"),
+    Column("source_volume_id"),
+    Column("size_bytes", header="SIZE", size=True),
+    Column("creation_time"),
+    Column("ready_to_use", header="READY"),
+)
 
 
-def snapshot_row(snap: t.Snapshot) -> dict[str, Any]:
-    """A snapshot as a table row."""
-    return {
-        "snapshot_id": snap.snapshot_id,
-        "source_volume_id": snap.source_volume_id,
-        "size_bytes": snap.size_bytes,
-        "creation_time": snap.creation_time,
-        "ready": snap.ready_to_use,
-    }
+def table(*specs: str | Column, at: str = "", name: str = "") -> tuple[Table]:
+    """One table of these columns (paths or :class:`Column` s)."""
+    return (Table(columns=columns(*specs), at=at, name=name),)
 
 
 def done(**fields: Any) -> Output:
     """A one-row result of an RPC with an empty response."""
-    return Output(data=fields, rows=[fields], columns=tuple(fields))
-
-
-def kv_rows(data: dict[str, Any]) -> Output:
-    """A mapping shown as KEY/VALUE rows."""
-    rows = [{"key": k, "value": plain(v)} for k, v in data.items()]
-    return Output(data=plain(data), rows=rows, columns=("key", "value"))
+    return Output(data=fields, tables=table(*fields))
 
 
 def caps_output(caps: frozenset[Any]) -> Output:
     """A capability set, one name per row."""
     names = [c.name for c in sorted(caps)]
-    return Output(data=names, rows=[{"capability": n} for n in names], columns=("capability",))
+    return Output(data=names, tables=table(Column("", header="CAPABILITY")))

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from kubevol.cli.csi.common import (
     SNAPSHOT_COLUMNS,
-    VOLUME_COLUMNS,
     Command,
     Output,
     add_caps,
@@ -17,14 +16,13 @@ from kubevol.cli.csi.common import (
     caps_of,
     caps_output,
     done,
-    kv_rows,
     map_of,
     pages,
-    plain,
     range_of,
-    snapshot_row,
-    volume_row,
+    table,
+    volume_columns,
 )
+from kubevol.cli.output import Column, to_plain
 from kubevol.csi import types as t
 from kubevol.csi.sanity.inputs import Secrets
 
@@ -33,7 +31,16 @@ if TYPE_CHECKING:
 
 
 def _volumes_output(vols: list[t.Volume]) -> Output:
-    return Output(data=plain(vols), rows=[volume_row(v) for v in vols], columns=VOLUME_COLUMNS)
+    return Output(data=to_plain(vols), tables=table(*volume_columns()))
+
+
+#: A ListVolumes / ControllerGetVolume entry: the volume, then its status.
+ENTRY_COLUMNS = (
+    *volume_columns("volume."),
+    Column("status.published_node_ids", header="NODES"),
+    Column("status.volume_condition.abnormal", header="ABNORMAL"),
+    Column("status.volume_condition.message", header="MESSAGE", wide=True),
+)
 
 
 def create_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
@@ -74,7 +81,7 @@ def delete_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets)
     for vid in args.volume_ids:
         client.delete_volume(vid, secrets=secrets.for_rpc("DeleteVolume"))
     rows = [{"volume_id": v, "deleted": True} for v in args.volume_ids]
-    return Output(data=rows, rows=rows, columns=("volume_id", "deleted"))
+    return Output(data=rows, tables=table("volume_id", "deleted"))
 
 
 def _ids(p: argparse.ArgumentParser) -> None:
@@ -97,7 +104,7 @@ def publish(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Ou
             volume_context=map_of(args.vol_context, "volume context"),
         )
         rows.append({"volume_id": vid, "publish_context": ctx})
-    return Output(data=rows, rows=rows, columns=("volume_id", "publish_context"))
+    return Output(data=rows, tables=table("volume_id", "publish_context"))
 
 
 def _publish_args(p: argparse.ArgumentParser) -> None:
@@ -114,7 +121,7 @@ def unpublish(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> 
             vid, args.node_id, secrets=secrets.for_rpc("ControllerUnpublishVolume")
         )
     rows = [{"volume_id": v, "unpublished": True} for v in args.volume_ids]
-    return Output(data=rows, rows=rows, columns=("volume_id", "unpublished"))
+    return Output(data=rows, tables=table("volume_id", "unpublished"))
 
 
 def _unpublish_args(p: argparse.ArgumentParser) -> None:
@@ -130,8 +137,8 @@ def validate(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> O
         parameters=map_of(args.params, "parameter"),
         secrets=secrets.for_rpc("ValidateVolumeCapabilities"),
     )
-    row = {"confirmed": result.confirmed is not None, "message": result.message}
-    return Output(data=plain(result), rows=[row], columns=("confirmed", "message"))
+    confirmed = Column("confirmed", show=lambda c: "false" if c is None else "true")
+    return Output(data=to_plain(result), tables=table(confirmed, "message"))
 
 
 def _validate_args(p: argparse.ArgumentParser) -> None:
@@ -148,26 +155,15 @@ def list_volumes(client: CSIClient, args: argparse.Namespace, secrets: Secrets) 
             args,
         )
     )
-    rows = []
-    for entry in entries:
-        status = entry.status or t.VolumeStatus()
-        cond = status.volume_condition
-        rows.append(
-            {
-                **volume_row(entry.volume),
-                "published_node_ids": list(status.published_node_ids),
-                "abnormal": None if cond is None else cond.abnormal,
-            }
-        )
-    columns = (*VOLUME_COLUMNS, "published_node_ids", "abnormal")
-    return Output(data=plain(entries), rows=rows, columns=columns)
+    return Output(data=to_plain(entries), tables=table(*ENTRY_COLUMNS, name="volume.volume_id"))
 
 
 def get_capacity(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
     cap = client.get_capacity(
         capabilities=args.caps or (), parameters=map_of(args.params, "parameter")
     )
-    return kv_rows(plain(cap))
+    sizes = ("available_capacity", "maximum_volume_size", "minimum_volume_size")
+    return Output(data=to_plain(cap), tables=table(*(Column(k, size=True) for k in sizes)))
 
 
 def _capacity_args(p: argparse.ArgumentParser) -> None:
@@ -180,9 +176,7 @@ def get_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secre
 
 
 def _snapshots_output(snaps: list[t.Snapshot]) -> Output:
-    return Output(
-        data=plain(snaps), rows=[snapshot_row(s) for s in snaps], columns=SNAPSHOT_COLUMNS
-    )
+    return Output(data=to_plain(snaps), tables=table(*SNAPSHOT_COLUMNS))
 
 
 def create_snapshot(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
@@ -208,7 +202,7 @@ def delete_snapshot(client: CSIClient, args: argparse.Namespace, secrets: Secret
     for sid in args.snapshot_ids:
         client.delete_snapshot(sid, secrets=secrets.for_rpc("DeleteSnapshot"))
     rows = [{"snapshot_id": s, "deleted": True} for s in args.snapshot_ids]
-    return Output(data=rows, rows=rows, columns=("snapshot_id", "deleted"))
+    return Output(data=rows, tables=table("snapshot_id", "deleted"))
 
 
 def _snapshot_ids(p: argparse.ArgumentParser) -> None:
@@ -271,15 +265,7 @@ def _expand_args(p: argparse.ArgumentParser) -> None:
 
 def get_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
     entry = client.controller_get_volume(args.volume_id)
-    status = entry.status or t.VolumeStatus()
-    cond = status.volume_condition
-    row = {
-        **volume_row(entry.volume),
-        "published_node_ids": list(status.published_node_ids),
-        "abnormal": None if cond is None else cond.abnormal,
-        "message": None if cond is None else cond.message,
-    }
-    return Output(data=plain(entry), rows=[row], columns=tuple(row))
+    return Output(data=to_plain(entry), tables=table(*ENTRY_COLUMNS, name="volume.volume_id"))
 
 
 def modify_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:

@@ -13,9 +13,8 @@ from kubevol.cli.csi.common import (
     caps_output,
     done,
     map_of,
-    plain,
-    snapshot_row,
 )
+from kubevol.cli.output import Column, Table, to_plain
 from kubevol.csi import types as t
 from kubevol.csi.sanity.inputs import Secrets
 
@@ -28,10 +27,9 @@ def group_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Sec
 
 
 def _group_output(group: t.VolumeGroupSnapshot) -> Output:
-    rows = [
-        {"group_snapshot_id": group.group_snapshot_id, **snapshot_row(s)} for s in group.snapshots
-    ]
-    return Output(data=plain(group), rows=rows, columns=("group_snapshot_id", *SNAPSHOT_COLUMNS))
+    """The group, one row per member snapshot (each names its group)."""
+    columns = (Column("group_snapshot_id"), *SNAPSHOT_COLUMNS)
+    return Output(data=to_plain(group), tables=(Table(columns=columns, at="snapshots"),))
 
 
 def create_group(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:

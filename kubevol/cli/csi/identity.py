@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from kubevol.cli.csi.common import Command, Output, done, plain
+from kubevol.cli.csi.common import Command, Output, done, table
+from kubevol.cli.output import to_plain
 from kubevol.csi.sanity.inputs import Secrets
 
 if TYPE_CHECKING:
@@ -13,22 +14,17 @@ if TYPE_CHECKING:
 
 
 def plugin_info(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    info = client.get_plugin_info()
-    row = {"name": info.name, "vendor_version": info.vendor_version, "manifest": info.manifest}
-    return Output(data=plain(info), rows=[row], columns=("name", "vendor_version", "manifest"))
+    info = to_plain(client.get_plugin_info())
+    return Output(data=info, tables=table("name", "vendor_version", "manifest"))
 
 
 def plugin_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
     caps = client.get_plugin_capabilities()
-    rows = [{"type": "service", "capability": c.name} for c in sorted(caps.services)]
-    rows += [
-        {"type": "volume_expansion", "capability": c.name} for c in sorted(caps.volume_expansion)
-    ]
     data = {
         "services": [c.name for c in sorted(caps.services)],
         "volume_expansion": [c.name for c in sorted(caps.volume_expansion)],
     }
-    return Output(data=data, rows=rows, columns=("type", "capability"))
+    return Output(data=data, tables=table("services", "volume_expansion"))
 
 
 def probe(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kubevol.cli.csi.common import (
     Command,
@@ -15,9 +15,10 @@ from kubevol.cli.csi.common import (
     caps_output,
     done,
     map_of,
-    plain,
     range_of,
+    table,
 )
+from kubevol.cli.output import Column, Table, cell, human_bytes, to_plain
 from kubevol.csi import types as t
 from kubevol.csi.sanity.inputs import Secrets
 
@@ -99,28 +100,45 @@ def _volume_spec(text: str) -> tuple[str, str, str]:
     return vid, path, staging
 
 
+def _usage_unit(value: int | None) -> str:
+    return "-" if value is None else t.UsageUnit(value).name
+
+
+def _usage_figure(field: str) -> Column:
+    """A figure of the usage entry a row shows: bytes for the BYTES unit, counts else."""
+
+    def show(usage: dict[str, Any] | None) -> str:
+        if usage is None:
+            return "-"
+        value = usage.get(field)
+        bytes_ = usage.get("unit") == t.UsageUnit.BYTES.value
+        return human_bytes(value) if bytes_ else cell(value)
+
+    return Column("usage", header=field.upper(), show=show)
+
+
+#: One row per usage entry (BYTES, INODES) of each volume.
+STATS = Table(
+    columns=(
+        Column("volume_id"),
+        Column("volume_path"),
+        Column("usage.unit", header="UNIT", show=_usage_unit),
+        _usage_figure("total"),
+        _usage_figure("used"),
+        _usage_figure("available"),
+        Column("volume_condition.abnormal", header="ABNORMAL"),
+        Column("volume_condition.message", header="MESSAGE", wide=True),
+    ),
+    explode="usage",
+)
+
+
 def stats(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    rows = []
     data = []
     for vid, path, staging in args.volumes:
         result = client.node_get_volume_stats(vid, path, staging_target_path=staging)
-        data.append({"volume_id": vid, "volume_path": path, **plain(result)})
-        cond = result.volume_condition
-        for usage in result.usage or (t.VolumeUsage(),):
-            rows.append(
-                {
-                    "volume_id": vid,
-                    "volume_path": path,
-                    "unit": usage.unit.name,
-                    "total": usage.total,
-                    "used": usage.used,
-                    "available": usage.available,
-                    "abnormal": None if cond is None else cond.abnormal,
-                    "message": None if cond is None else cond.message,
-                }
-            )
-    columns = ("volume_id", "volume_path", "unit", "total", "used", "available", "abnormal")
-    return Output(data=data, rows=rows, columns=(*columns, "message"))
+        data.append({"volume_id": vid, "volume_path": path, **to_plain(result)})
+    return Output(data=data, tables=(STATS,))
 
 
 def _stats_args(p: argparse.ArgumentParser) -> None:
@@ -154,14 +172,9 @@ def _expand_args(p: argparse.ArgumentParser) -> None:
 
 
 def get_info(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    info = client.node_get_info()
-    topology = {} if info.accessible_topology is None else dict(info.accessible_topology.segments)
-    row = {
-        "node_id": info.node_id,
-        "max_volumes_per_node": info.max_volumes_per_node,
-        "topology": ",".join(f"{k}={v}" for k, v in topology.items()),
-    }
-    return Output(data=plain(info), rows=[row], columns=tuple(row))
+    info = to_plain(client.node_get_info())
+    topology = Column("accessible_topology.segments", header="TOPOLOGY")
+    return Output(data=info, tables=table("node_id", "max_volumes_per_node", topology))
 
 
 def get_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
