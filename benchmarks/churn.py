@@ -34,8 +34,9 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.pods import desired_pod, parse_manifests
+from kubevol.node.manifests import parse_manifests
 from kubevol.node.runtime import NodeRuntime
 
 

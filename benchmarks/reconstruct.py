@@ -40,7 +40,8 @@ from collections.abc import Callable
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
-from kubevol.node.reconstruct import MountCheck, Reconstruction, scan
+from kubevol.node.mountcheck import MountCheck
+from kubevol.node.reconstruct import Reconstruction, scan
 from kubevol.plugins import builtin_plugins
 
 TARGET_SECONDS = 1.0

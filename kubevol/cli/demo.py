@@ -32,8 +32,10 @@ from kubevol.cli.node_common import USAGE_COLUMNS, add_metrics, report_sync, vol
 from kubevol.cli.output import write_table
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
-from kubevol.node.pods import Manifests, PodRecord, PodState, new_pods, parse_manifests
+from kubevol.node.desired import new_pods
+from kubevol.node.manifests import Manifests, parse_manifests
 from kubevol.node.privileges import require_privileges
+from kubevol.node.records import PodRecord, PodState
 from kubevol.node.state import DesiredPod, VolumeMode
 
 #: A PersistentVolume with this annotation set to "true" is created on its driver by the demo.
@@ -383,7 +385,7 @@ def _shared_filesystem(demo: _Demo, runtime: Any, pods: Any) -> None:
 
 
 def _uids(manifests: Manifests) -> list[tuple[dict[str, Any], str]]:
-    from kubevol.node.pods import pod_uid
+    from kubevol.node.manifests import pod_uid
 
     return [(p, pod_uid(p)) for p in manifests.pods]
 

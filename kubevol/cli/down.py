@@ -9,8 +9,9 @@ from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
-from kubevol.node.pods import PodRecord, PodState, load_manifest_files, pod_uid
+from kubevol.node.manifests import load_manifest_files, pod_uid
 from kubevol.node.privileges import require_privileges
+from kubevol.node.records import PodRecord, PodState
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,8 @@ from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.node.manager import SyncResult
-from kubevol.node.reconstruct import FoundVolume, MountCheck, Reconstruction
+from kubevol.node.mountcheck import MountCheck
+from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.state import ActualState, DesiredPod
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
 

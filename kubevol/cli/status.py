@@ -15,8 +15,9 @@ from kubevol.cli.node_common import (
 )
 from kubevol.cli.output import Column, Table, add_output_flags, emit
 from kubevol.errors import KubevolError
-from kubevol.node.pods import PodState, desired_pod
+from kubevol.node.desired import desired_pod
 from kubevol.node.reconstruct import scan
+from kubevol.node.records import PodState
 from kubevol.node.state import DesiredPod
 
 TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name="path")

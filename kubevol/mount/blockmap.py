@@ -73,3 +73,41 @@ def unmap_block_device(
         mounted = mounter.is_mount_point(bind)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(bind)
+
+
+def mapped_pods(mounter: Mounter, global_map_path: str) -> list[str]:
+    """The pod UIDs whose bind of the device (:func:`map_block_device`) is still mounted
+    under ``global_map_path``, sorted; ``[]`` when the directory is gone."""
+    try:
+        names = sorted(os.listdir(global_map_path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    refs = []
+    for name in names:
+        path = os.path.join(global_map_path, name)
+        try:
+            if not mounter.is_likely_not_mount_point(path):
+                refs.append(name)
+        except FileNotFoundError:
+            continue
+    return refs
+
+
+def remove_global_map_path(global_map_path: str) -> None:
+    """Remove the global map directory once no pod maps the device: its plain files (the
+    unmounted bind targets) and itself. A file still mounted stays, and the directory with
+    it: MountError. Idempotent."""
+    try:
+        names = os.listdir(global_map_path)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(global_map_path, name)
+        if os.path.isfile(path) and not os.path.ismount(path):
+            os.unlink(path)
+    try:
+        os.rmdir(global_map_path)
+    except OSError as exc:
+        raise MountError(
+            exc.errno, f"cannot remove the global map path {global_map_path!r}: {exc.strerror}"
+        ) from exc

@@ -1,6 +1,7 @@
 """The node volume manager: operation executor, desired and actual state, reconciler,
 reconstruction from disk, and disk-based usage tracking (the kubelet's volume manager)."""
 
+from kubevol.node.desired import NewPod, desired_pod, new_pods, volume_to_mount
 from kubevol.node.errors import (
     OperationBackoffError,
     OperationPendingError,
@@ -15,32 +16,20 @@ from kubevol.node.executor import (
     OperationKind,
 )
 from kubevol.node.manager import NodeVolumeManager, SyncResult
+from kubevol.node.manifests import Manifests, load_manifest_files, parse_manifests, pod_uid
+from kubevol.node.mountcheck import MountCheck
 from kubevol.node.operations import OperationGenerator, operation_key
-from kubevol.node.pods import (
-    Manifests,
-    NewPod,
-    PodRecord,
-    PodRecords,
-    PodState,
-    desired_pod,
-    load_manifest_files,
-    new_pods,
-    parse_manifests,
-    pod_uid,
-    volume_to_mount,
-)
+from kubevol.node.orphans import OrphanDeviceMount
+from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs
 from kubevol.node.reconciler import Reconciler
 from kubevol.node.reconstruct import (
     FailedVolume,
     FoundVolume,
-    MountCheck,
-    OrphanDeviceMount,
-    PodVolumeDir,
     Reconstruction,
-    list_pod_volume_dirs,
     reconstruct_pod_volume,
     scan,
 )
+from kubevol.node.records import PodRecord, PodRecords, PodState
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,

@@ -31,15 +31,11 @@ from kubevol.node.executor import (
     OperationFailure,
 )
 from kubevol.node.operations import OperationGenerator
+from kubevol.node.orphans import OrphanDeviceMount
+from kubevol.node.poddirs import list_pod_volume_dirs
 from kubevol.node.reconciler import Reconciler
-from kubevol.node.reconstruct import (
-    FailedVolume,
-    OrphanDeviceMount,
-    Reconstruction,
-    clean_failed_volume,
-    list_pod_volume_dirs,
-    scan,
-)
+from kubevol.node.reconstruct import FailedVolume, Reconstruction, scan
+from kubevol.node.repair import clean_failed_volume
 from kubevol.node.state import ActualState, DesiredPod, DesiredState, MountState
 from kubevol.node.usage import VolumeUsage
 

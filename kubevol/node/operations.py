@@ -39,17 +39,18 @@ from kubevol.errors import (
 )
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.blockmap import map_block_device, unmap_block_device
+from kubevol.mount.blockmap import (
+    map_block_device,
+    mapped_pods,
+    remove_global_map_path,
+    unmap_block_device,
+)
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
-from kubevol.node.reconstruct import (
-    MountCheck,
-    OrphanDeviceMount,
-    check_mount,
-    only_leftovers,
-    remove_volume_dir_leftovers,
-)
+from kubevol.node.mountcheck import MountCheck, check_mount
+from kubevol.node.orphans import OrphanDeviceMount
+from kubevol.node.poddirs import only_leftovers, remove_volume_dir_leftovers
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,
@@ -440,7 +441,7 @@ class OperationGenerator:
             unmapper = plugin.new_block_volume_unmapper(av.spec.name(), "")
             global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
             self._refuse_if_used(av)
-            refs = _bind_refs(self.host, global_map_path)
+            refs = mapped_pods(self.host.get_mounter(), global_map_path)
             if refs:
                 raise DeviceStillMountedError(
                     f"the block device of {av.unique_name!r} is still mapped for pods {refs}",
@@ -449,7 +450,7 @@ class OperationGenerator:
             try:
                 if isinstance(unmapper, CustomBlockVolumeUnmapper):
                     unmapper.tear_down_device(global_map_path, av.device_path)
-                _remove_map_path(global_map_path)
+                remove_global_map_path(global_map_path)
             except Exception:
                 self.actual.set_device_state(av.unique_name, MountState.UNCERTAIN)
                 raise
@@ -489,42 +490,3 @@ class OperationGenerator:
             self.actual.set_size(v.unique_name, new_size)
 
         return run
-
-
-# -- the block mapping the kubelet does itself (util.MapBlockVolume / UnmapBlockVolume) ---
-
-
-def _bind_refs(host: NodeVolumeHost, global_map_path: str) -> list[str]:
-    """Pod UIDs whose bind of the device is still under the global map path."""
-    mounter = host.get_mounter()
-    try:
-        names = sorted(os.listdir(global_map_path))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    refs = []
-    for name in names:
-        path = os.path.join(global_map_path, name)
-        try:
-            if not mounter.is_likely_not_mount_point(path):
-                refs.append(name)
-        except FileNotFoundError:
-            continue
-    return refs
-
-
-def _remove_map_path(global_map_path: str) -> None:
-    """Remove the global map directory once nothing is bound in it (plain files only)."""
-    try:
-        names = os.listdir(global_map_path)
-    except FileNotFoundError:
-        return
-    for name in names:
-        path = os.path.join(global_map_path, name)
-        if os.path.isfile(path) and not os.path.ismount(path):
-            os.unlink(path)
-    try:
-        os.rmdir(global_map_path)
-    except OSError as exc:
-        raise MountError(
-            exc.errno, f"cannot remove the global map path {global_map_path!r}: {exc.strerror}"
-        ) from exc

@@ -19,16 +19,14 @@ devices they use.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 
-from kubevol import layout
 from kubevol.errors import KubevolError
-from kubevol.mount import remove_tree_on_one_device
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import OperationExecutor, OperationKey, OperationKind
 from kubevol.node.operations import Operation, OperationGenerator, operation_key
+from kubevol.node.poddirs import remove_pod_dir
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,
@@ -285,31 +283,3 @@ class Reconciler:
         work += [f"pod {uid}: directory not removed yet" for uid in sorted(dirs)]
         return work
 
-
-def remove_pod_dir(pod_dir: str) -> bool:
-    """Remove a gone pod's directory; True when it is gone.
-
-    Refused (False) while any volume directory or device link is left under ``volumes``,
-    ``volumeDevices`` or ``volume-subpaths``, or anything under it is a mount point: nothing
-    is ever deleted through a mount.
-    """
-    if not os.path.lexists(pod_dir):
-        return True
-    for kind in layout.POD_VOLUME_KINDS:
-        kind_dir = os.path.join(pod_dir, kind)
-        try:
-            plugin_dirs = os.listdir(kind_dir)
-        except FileNotFoundError:
-            continue
-        for name in plugin_dirs:
-            try:
-                os.rmdir(os.path.join(kind_dir, name))  # only when empty
-            except OSError:
-                log.info("pod directory %s still holds %s/%s", pod_dir, kind, name)
-                return False
-    try:
-        remove_tree_on_one_device(pod_dir)
-    except OSError as exc:
-        log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
-        return False
-    return True

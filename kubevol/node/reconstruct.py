@@ -18,15 +18,14 @@ unmounted. Mounts under ``plugins/`` that no pod volume leads to are reported as
 device mounts (a crash between the last tear-down and the device unmount leaves one).
 
 A volume that cannot be rebuilt is reported as a :class:`FailedVolume`, never dropped
-silently; :func:`clean_failed_volume` cleans it once (tear-down if the plugin can, else
-unmount and ``rmdir`` only, never a recursive delete). :func:`scan` itself only reads:
-it creates, writes and removes nothing, so it is safe on a live kubelet's tree.
+silently (:mod:`kubevol.node.repair` cleans it once). :func:`scan` itself only reads: it
+creates, writes and removes nothing, so it is safe on a live kubelet's tree. The pod
+volume directories are listed by :mod:`kubevol.node.poddirs`, mounts checked by
+:mod:`kubevol.node.mountcheck`, orphan device mounts found by :mod:`kubevol.node.orphans`.
 """
 
 from __future__ import annotations
 
-import enum
-import errno
 import functools
 import logging
 import os
@@ -36,14 +35,21 @@ from typing import Any
 import attrs
 
 from kubevol import layout
-from kubevol.errors import KubevolError, PluginNotFoundError
+from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
-from kubevol.layout import PodVolumeEntry
 from kubevol.manager import PluginRoles, VolumePluginMgr
-from kubevol.mount.helpers import cleanup_mount_point, is_corrupted_error
 from kubevol.mount.interface import Mounter as MountInterface
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.errors import ReconstructionError
+from kubevol.node.mountcheck import (
+    MountCheck,
+    MountSnapshot,
+    check_link,
+    check_mount,
+    stat_problem,
+)
+from kubevol.node.orphans import OrphanDeviceMount, find_orphan_device_mounts
+from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs
 from kubevol.node.state import (
     AttachedVolume,
     MountedVolume,
@@ -51,40 +57,13 @@ from kubevol.node.state import (
     VolumeMode,
     unique_volume_name,
 )
-from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec, api_object
 from kubevol.types import VolumeOptions
 
 log = logging.getLogger(__name__)
 
-_MODE_DIRS = (
-    (layout.POD_VOLUMES_DIR, VolumeMode.FILESYSTEM),
-    (layout.POD_VOLUME_DEVICES_DIR, VolumeMode.BLOCK),
-)
 #: Mounters are made only to ask their paths: no options (frozen, so one serves all).
 _NO_OPTIONS = VolumeOptions()
-
-
-class MountCheck(enum.StrEnum):
-    """What was found at a volume's mount path (or device link, for block volumes)."""
-
-    MOUNTED = "mounted"
-    NOT_MOUNTED = "not-mounted"
-    CORRUPTED = "corrupted"
-    MISSING = "missing"
-    #: The plugin keeps nothing at a pod path (hostPath).
-    NONE = "none"
-
-
-@attrs.frozen(kw_only=True)
-class PodVolumeDir:
-    """One entry of a pod's ``volumes`` or ``volumeDevices`` directory."""
-
-    pod_uid: str
-    plugin_name: str
-    spec_name: str
-    path: str
-    mode: VolumeMode
 
 
 @attrs.frozen(kw_only=True)
@@ -113,20 +92,6 @@ class FailedVolume:
     dir: PodVolumeDir
     reason: str
     #: "" (nothing tried yet), "cleaned", "left: <why>" or "failed: <error>".
-    cleanup: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class OrphanDeviceMount:
-    """A mount under ``plugins/`` that no pod volume on disk leads to."""
-
-    path: str
-    plugin_name: str
-    source: str
-    fs_type: str
-    #: ``device`` for a device (staging) mount, ``block`` for a mount of a block volume's
-    #: layout (``plugins/<plugin>/volumeDevices/...``), which is reported, never unmounted.
-    kind: str = "device"
     cleanup: str = ""
 
 
@@ -230,123 +195,9 @@ class Reconstruction:
         }
 
 
-def list_pod_volume_dirs(
-    pods_dir: str, pod_uids: Iterable[str] | None = None
-) -> list[PodVolumeDir]:
-    """Every ``pods/<uid>/{volumes,volumeDevices}/<plugin>/<name>`` entry, sorted.
-
-    Only reads directories; a missing ``pods_dir`` gives ``[]``. ``pod_uids`` limits the
-    walk to those pods.
-    """
-    if pod_uids is not None:
-        pods = [(uid, os.path.join(pods_dir, uid)) for uid in sorted(pod_uids)]
-    else:
-        pods = _list_dirs(pods_dir, dirs_only=True)
-    out: list[PodVolumeDir] = []
-    for uid, pod_dir in pods:
-        for kind, mode in _MODE_DIRS:
-            for escaped, plugin_dir in _list_dirs(f"{pod_dir}/{kind}", dirs_only=True):
-                plugin = layout.unescape_plugin_name(escaped)
-                for name, path in _list_dirs(plugin_dir, dirs_only=False):
-                    out.append(
-                        PodVolumeDir(
-                            pod_uid=uid, plugin_name=plugin, spec_name=name, path=path, mode=mode
-                        )
-                    )
-    return out
-
-
-def _list_dirs(path: str, *, dirs_only: bool) -> list[tuple[str, str]]:
-    """(name, path) of the entries of ``path`` (only directories with ``dirs_only``),
-    sorted by name; ``[]`` when ``path`` is missing or a corrupted mount."""
-    try:
-        with os.scandir(path) as entries:
-            found = [
-                (e.name, e.path)
-                for e in entries
-                if not dirs_only or e.is_dir(follow_symlinks=False)
-            ]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        if is_corrupted_error(exc):
-            log.warning("reconstruct: %s is a corrupted mount, skipped", path)
-            return []
-        raise
-    found.sort()
-    return found
-
-
-def check_mount(mounter: MountInterface, path: str) -> MountCheck:
-    """Whether ``path`` is a mount point, a plain directory, a dead mount or missing."""
-    if not path:
-        return MountCheck.NONE
-    try:
-        # stat first: the mount check may answer from cached attributes of a dead mount.
-        os.stat(path)
-        not_mount = mounter.is_likely_not_mount_point(path)
-    except FileNotFoundError:
-        return MountCheck.MISSING
-    except OSError as exc:
-        if is_corrupted_error(exc):
-            return MountCheck.CORRUPTED
-        raise
-    return MountCheck.NOT_MOUNTED if not_mount else MountCheck.MOUNTED
-
-
-def check_link(path: str) -> MountCheck:
-    """For a block volume's device link: MOUNTED when it leads to a device, else why not."""
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return MountCheck.MISSING
-    # A dangling link: the device is gone.
-    return _stat_problem(path, missing=MountCheck.NOT_MOUNTED) or MountCheck.MOUNTED
-
-
-def _stat_problem(path: str, *, missing: MountCheck = MountCheck.MISSING) -> MountCheck | None:
-    """None when ``path`` can be stat-ed; ``missing`` when it does not exist, CORRUPTED when
-    it is a dead mount. Other errors are raised."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return missing
-    except OSError as exc:
-        if is_corrupted_error(exc):
-            return MountCheck.CORRUPTED
-        raise
-    return None
-
-
 def minimal_pod(uid: str) -> Any:
     """A ``V1Pod`` with only its UID: what is known of a pod after a restart."""
     return api_object("V1Pod", {"metadata": {"uid": uid}})
-
-
-class MountSnapshot:
-    """Mount checks against one reading of the mount table (a whole scan sees one moment,
-    and a set lookup is cheaper than a ``statx`` per path). ``root_dir`` is the root the
-    checked paths are under, translated to its real path once."""
-
-    def __init__(self, table: MountTable, root_dir: str) -> None:
-        self.points = {e.mount_point for e in table.entries()}
-        self._root = os.path.abspath(root_dir)
-        self._real_root = os.path.realpath(root_dir)
-
-    def real(self, path: str) -> str:
-        """``path`` with symbolic links resolved (cheaply for paths under the root)."""
-        if layout.is_within(path, self._root):
-            return self._real_root + path[len(self._root):]
-        return os.path.realpath(path)
-
-    def check(self, path: str) -> MountCheck:
-        """:func:`check_mount` by the snapshot."""
-        if not path:
-            return MountCheck.NONE
-        problem = _stat_problem(path)
-        if problem is not None:
-            return problem
-        return MountCheck.MOUNTED if self.real(path) in self.points else MountCheck.NOT_MOUNTED
 
 
 def reconstruct_pod_volume(
@@ -449,7 +300,7 @@ class _Scan:
             mount = check_link(mount_path) if check is not None else MountCheck.MISSING
             device = None
             if check is not None:
-                device = _stat_problem(device_mount_path) or MountCheck.MOUNTED
+                device = stat_problem(device_mount_path) or MountCheck.MOUNTED
         else:
             mount_path = plugin.new_mounter(spec, self._pod(d.pod_uid), _NO_OPTIONS).get_path()
             if device_plugin is not None:
@@ -494,172 +345,9 @@ def scan(
             failed.append(FailedVolume(dir=d, reason=str(exc)))
     orphans: list[OrphanDeviceMount] = []
     if pod_uids is None:
-        orphans = find_orphan_device_mounts(host, mgr, found, mounts=mounts, table=table)
-    return Reconstruction(volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans))
-
-
-def find_orphan_device_mounts(
-    host: NodeVolumeHost,
-    mgr: VolumePluginMgr,
-    found: Iterable[FoundVolume],
-    *,
-    mountinfo_path: str = "/proc/self/mountinfo",
-    claimed: Iterable[str] = (),
-    mounts: MountSnapshot | None = None,
-    table: MountTable | None = None,
-) -> list[OrphanDeviceMount]:
-    """Mounts under ``<root>/plugins/`` that none of ``found`` (or ``claimed`` paths) use.
-
-    ``table`` (and ``mounts`` made from it) are a mount table already read; else it is
-    read from ``mountinfo_path``.
-    """
-    if table is None:
-        table = MountTable(read_mountinfo_bytes(mountinfo_path))
-    if mounts is None:
-        mounts = MountSnapshot(table, host.root_dir)
-    plugins_dir = os.path.join(os.path.realpath(host.root_dir), layout.PLUGINS_DIR)
-    found = list(found)
-    known = {mounts.real(f.device_mount_path) for f in found if f.device_mount_path}
-    known |= {mounts.real(p) for p in claimed if p}
-    block_names = {f.dir.spec_name for f in found if f.dir.mode is VolumeMode.BLOCK}
-    out: dict[str, OrphanDeviceMount] = {}
-    for entry in table.entries():
-        point = entry.mount_point
-        if not layout.is_below(point, plugins_dir) or point in out:
-            continue
-        if _self_or_ancestor_in(point, known, plugins_dir):
-            continue
-        rel = point[len(plugins_dir) + 1 :].split("/")
-        kind = "device"
-        block = layout.block_segments(rel)
-        if block is not None:
-            # Staging, publish and map paths of block volumes are named by the volume's
-            # spec name; those of a rebuilt block volume are its own.
-            if block_names & set(block):
-                continue
-            kind = "block"
-        out[point] = OrphanDeviceMount(
-            path=point,
-            plugin_name=_plugin_of(mgr, rel),
-            source=entry.source,
-            fs_type=entry.fs_type,
-            kind=kind,
+        orphans = find_orphan_device_mounts(
+            host, mgr, mounts=mounts, table=table,
+            claimed=[f.device_mount_path for f in found],
+            block_names=[f.dir.spec_name for f in found if f.dir.mode is VolumeMode.BLOCK],
         )
-    return list(out.values())
-
-
-def _self_or_ancestor_in(path: str, paths: set[str], stop: str) -> bool:
-    """Whether ``path`` or one of its ancestors below ``stop`` is in ``paths``."""
-    while len(path) > len(stop):
-        if path in paths:
-            return True
-        path = os.path.dirname(path)
-    return False
-
-
-def _plugin_of(mgr: VolumePluginMgr, segments: list[str]) -> str:
-    """The registered plugin whose directory holds ``plugins/<segments>``, or ``""``."""
-    for name in layout.plugin_name_candidates(segments):
-        try:
-            mgr.find_plugin_by_name(name)
-        except PluginNotFoundError:
-            continue
-        except KubevolError:
-            return ""
-        return name
-    return ""
-
-
-def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: MountInterface) -> str:
-    """Clean a volume that could not be rebuilt, once; returns what was done.
-
-    The plugin's unmounter tears it down when the plugin is known; otherwise, or when that
-    fails, the directories the plugin mounts at (its :meth:`~VolumePlugin.pod_volume_entry`
-    hook tells) and the directory itself are unmounted if mounted, and removed only if
-    nothing but the plugin's leftovers remain. Data is never deleted through a mount.
-    """
-    d = failed.dir
-    if d.mode is VolumeMode.BLOCK:
-        try:
-            if os.path.islink(d.path):
-                os.unlink(d.path)
-            return "cleaned"
-        except OSError as exc:
-            return f"failed: cannot remove the device link {d.path}: {exc.strerror}"
-    first_error = ""
-    plugin: VolumePlugin | None = None
-    try:
-        plugin = mgr.find_plugin_by_name(d.plugin_name)
-        plugin.new_unmounter(d.spec_name, d.pod_uid).tear_down()
-        if not os.path.lexists(d.path):
-            return "cleaned"
-    except Exception as exc:  # the plugin could not: fall back to a plain unmount below
-        first_error = f"{type(exc).__name__}: {exc}"
-    try:
-        for name in _entries(d.path):
-            if _entry(plugin, name) is PodVolumeEntry.MOUNT_DIR:
-                cleanup_mount_point(os.path.join(d.path, name), mounter)
-        if os.path.isdir(d.path) and not mounter.is_likely_not_mount_point(d.path):
-            cleanup_mount_point(d.path, mounter)
-        remove_volume_dir_leftovers(d.path, mounter, plugin)
-    except OSError as exc:
-        why = f"{exc}" + (f" (plugin tear-down: {first_error})" if first_error else "")
-        return f"failed: {why}"
-    return "cleaned"
-
-
-def _entries(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _entry(plugin: VolumePlugin | None, name: str) -> PodVolumeEntry:
-    """What ``name`` in a pod volume directory of ``plugin`` is; pod data when the plugin is
-    unknown (``None``)."""
-    return plugin.pod_volume_entry(name) if plugin is not None else PodVolumeEntry.DATA
-
-
-def only_leftovers(path: str, mounter: MountInterface, plugin: VolumePlugin | None) -> bool:
-    """Whether the pod volume directory ``path`` of ``plugin`` holds nothing but what a
-    tear-down leaves when interrupted: the plugin's metadata and empty, unmounted
-    directories it mounts at (the plugin's :meth:`~VolumePlugin.pod_volume_entry` says
-    which names those are)."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
-        return False
-    for name in names:
-        entry = _entry(plugin, name)
-        if entry is PodVolumeEntry.METADATA:
-            continue
-        sub = os.path.join(path, name)
-        if entry is not PodVolumeEntry.MOUNT_DIR or os.path.islink(sub) or not os.path.isdir(sub):
-            return False
-        if check_mount(mounter, sub) is not MountCheck.NOT_MOUNTED or os.listdir(sub):
-            return False
-    return True
-
-
-def remove_volume_dir_leftovers(
-    path: str, mounter: MountInterface, plugin: VolumePlugin | None
-) -> None:
-    """Remove a pod volume directory that :func:`only_leftovers` approves: the plugin's
-    metadata files, its empty mount directories, itself. Anything else stops it with
-    ``OSError`` before pod data could be touched (``rmdir`` only)."""
-    if not os.path.isdir(path):
-        return
-    if not only_leftovers(path, mounter, plugin):
-        raise OSError(errno.ENOTEMPTY, f"{path} holds more than a plugin's leftovers")
-    for name in os.listdir(path):
-        sub = os.path.join(path, name)
-        if _entry(plugin, name) is PodVolumeEntry.METADATA:
-            os.unlink(sub)
-        else:
-            os.rmdir(sub)
-    os.rmdir(path)
+    return Reconstruction(volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans))

@@ -31,17 +31,10 @@ from kubevol.host import NodeVolumeHost
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.guard import GuardPolicy
+from kubevol.node.desired import NewPod, desired_pod
 from kubevol.node.manager import NodeVolumeManager, SyncResult
-from kubevol.node.pods import (
-    STATE_DIR,
-    NewPod,
-    PodRecord,
-    PodRecords,
-    PodState,
-    RecordWatcher,
-    desired_pod,
-)
 from kubevol.node.reconstruct import Reconstruction
+from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.plugins import builtin_plugins
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,8 @@ from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO, escape, parse_mountinfo_line
 from kubevol.mount.table import MountTableCache
 from kubevol.node.errors import ReconstructionError
-from kubevol.node.reconstruct import PodVolumeDir, reconstruct_pod_volume
+from kubevol.node.poddirs import PodVolumeDir
+from kubevol.node.reconstruct import reconstruct_pod_volume
 from kubevol.node.state import VolumeMode
 
 #: Parsed mountinfo lines kept (a node's pod mounts, with room to spare).

@@ -19,8 +19,8 @@ from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import parse_mountinfo
-from kubevol.node.pods import PodRecord, PodRecords
 from kubevol.node.privileges import missing_privileges
+from kubevol.node.records import PodRecord, PodRecords
 from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec
 

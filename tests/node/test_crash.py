@@ -30,8 +30,10 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
 from kubevol.host import NodeVolumeHost
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.pods import PodRecord, PodRecords, PodState, desired_pod, parse_manifests
+from kubevol.node.manifests import parse_manifests
+from kubevol.node.records import PodRecord, PodRecords, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from tests.node.conftest import unmount_all_under

@@ -10,9 +10,10 @@ import attrs
 import pytest
 
 from kubevol.errors import DeviceStillMountedError, TransientOperationError, UncertainProgressError
+from kubevol.node.desired import desired_pod
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.pods import Manifests, desired_pod, pod_uid
+from kubevol.node.manifests import Manifests, pod_uid
 from kubevol.node.state import AttachedVolume, MountState, VolumeMode
 from tests.node.conftest import NodeEnv, mounts_under
 from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest

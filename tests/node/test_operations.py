@@ -15,8 +15,9 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.errors import DeviceStillMountedError
 from kubevol.mount.guard import RefKind, UnmountVerdict
+from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.pods import Manifests, desired_pod
+from kubevol.node.manifests import Manifests
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from tests.node.conftest import mounts_under, unmount_all_under

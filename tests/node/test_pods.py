@@ -11,17 +11,9 @@ import pytest
 from kubevol.errors import SpecError
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
-from kubevol.node.pods import (
-    PodRecord,
-    PodRecords,
-    PodState,
-    RecordWatcher,
-    desired_pod,
-    new_pods,
-    parse_manifests,
-    pod_uid,
-    records_for,
-)
+from kubevol.node.desired import desired_pod, new_pods
+from kubevol.node.manifests import parse_manifests, pod_uid
+from kubevol.node.records import PodRecord, PodRecords, PodState, RecordWatcher, records_for
 from kubevol.node.state import VolumeMode
 from kubevol.plugins import builtin_plugins
 

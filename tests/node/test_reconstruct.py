@@ -14,15 +14,12 @@ from typing import Any
 import pytest
 
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.pods import Manifests, desired_pod, pod_uid
-from kubevol.node.reconstruct import (
-    MountCheck,
-    list_pod_volume_dirs,
-    only_leftovers,
-    remove_volume_dir_leftovers,
-    scan,
-)
+from kubevol.node.manifests import Manifests, pod_uid
+from kubevol.node.mountcheck import MountCheck
+from kubevol.node.poddirs import list_pod_volume_dirs, only_leftovers, remove_volume_dir_leftovers
+from kubevol.node.reconstruct import scan
 from kubevol.node.state import MountState, VolumeMode
 from kubevol.testing.mount_rig import MountRig
 from tests.node.conftest import NodeEnv, mounts_under

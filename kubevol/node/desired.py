@@ -1,0 +1,155 @@
+"""Desired volumes from manifests: each pod volume resolved to a Spec (a claim through its
+PersistentVolume), its plugin and roles found in one lookup, and the pods to run paired
+with the records that keep them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from kubevol.errors import SpecError
+from kubevol.manager import VolumePluginMgr
+from kubevol.node.manifests import Manifests, name_of, namespace_of, pod_object, pod_uid
+from kubevol.node.records import PodRecord, PodState
+from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, unique_volume_name
+from kubevol.spec import Spec, quantity_bytes
+
+
+def _block_volume_names(pod: Mapping[str, Any]) -> set[str]:
+    spec = pod.get("spec") or {}
+    names = set()
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for device in container.get("volumeDevices") or []:
+            names.add(device.get("name"))
+    return names
+
+
+def desired_pod(
+    mgr: VolumePluginMgr, pod: Mapping[str, Any], manifests: Manifests
+) -> DesiredPod:
+    """The pod's volumes as the reconciler needs them.
+
+    Raises :class:`~kubevol.errors.SpecError` for a claim or volume that cannot be resolved,
+    and the manager's lookup errors when no (or several) plugins support a volume.
+    """
+    uid = pod_uid(pod)
+    v1pod = pod_object(pod)
+    where = f"pod {namespace_of(pod)}/{name_of(pod, 'the manifests')}"
+    namespace = namespace_of(pod)
+    block_names = _block_volume_names(pod)
+    context = (pod.get("spec") or {}).get("securityContext") or {}
+    fs_group = context.get("fsGroup")
+    volumes = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        outer = volume.get("name")
+        if not outer:
+            raise SpecError(f"{where} has a volume without a name")
+        spec, mode, size = _spec_for(volume, namespace, manifests, where)
+        if (outer in block_names) != (mode is VolumeMode.BLOCK):
+            raise SpecError(
+                f"{where}: volume {outer!r} is used as "
+                f"{'a device' if outer in block_names else 'a mount'} but its volume mode is "
+                f"{mode.value}"
+            )
+        volumes.append(
+            volume_to_mount(
+                mgr, spec, v1pod, uid, outer, mode=mode, fs_group=fs_group, size=size
+            )
+        )
+    return DesiredPod(uid=uid, pod=v1pod, volumes=tuple(volumes))
+
+
+def _spec_for(
+    volume: Mapping[str, Any], namespace: str, manifests: Manifests, where: str
+) -> tuple[Spec, VolumeMode, int | None]:
+    source = volume.get("persistentVolumeClaim")
+    if not source:
+        return Spec.from_manifest(dict(volume)), VolumeMode.FILESYSTEM, None
+    claim = source.get("claimName")
+    pvc = manifests.pvcs.get((namespace, claim))
+    if pvc is None:
+        raise SpecError(
+            f"{where}: PersistentVolumeClaim {namespace}/{claim} is not in the manifests"
+        )
+    pv = manifests.pv_for_claim(pvc, namespace, claim)
+    if pv is None:
+        raise SpecError(
+            f"{where}: PersistentVolumeClaim {namespace}/{claim} is not bound to any "
+            "PersistentVolume in the manifests (set spec.volumeName)"
+        )
+    read_only = bool(source.get("readOnly"))
+    spec = Spec.from_manifest(pv, read_only=read_only)
+    pv_spec = pv.get("spec") or {}
+    mode = VolumeMode(pv_spec.get("volumeMode") or VolumeMode.FILESYSTEM.value)
+    capacity = (pv_spec.get("capacity") or {}).get("storage")
+    return spec, mode, quantity_bytes(capacity)
+
+
+def volume_to_mount(
+    mgr: VolumePluginMgr,
+    spec: Spec,
+    pod: Any,
+    uid: str,
+    outer_name: str,
+    *,
+    mode: VolumeMode = VolumeMode.FILESYSTEM,
+    fs_group: int | None = None,
+    size: int | None = None,
+) -> VolumeToMount:
+    """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its roles (one
+    lookup), the unique name and the device mount path (filesystem volumes)."""
+    roles = mgr.find_roles_by_spec(spec)
+    name = roles.name
+    device_plugin, attachable = roles.device_mountable, roles.attachable is not None
+    volume_name = roles.plugin.get_volume_name(spec)
+    device_mount_path = ""
+    if mode is VolumeMode.BLOCK:
+        # The global map path is learnt when mapping: making a mapper may write metadata.
+        if roles.mapper is None:
+            raise SpecError(f"volume {outer_name!r}: plugin {name!r} cannot map block volumes")
+    elif device_plugin is not None:
+        device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
+    return VolumeToMount(
+        unique_name=unique_volume_name(
+            name, volume_name, shared=device_plugin is not None or attachable, pod_uid=uid,
+            spec_name=spec.name(),
+        ),
+        volume_name=volume_name,
+        plugin_name=name,
+        pod_uid=uid,
+        pod=pod,
+        outer_name=outer_name,
+        spec=spec,
+        mode=mode,
+        attachable=attachable,
+        device_mountable=device_plugin is not None,
+        device_mount_path=device_mount_path,
+        fs_group=fs_group,
+        size=size,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class NewPod:
+    """A pod to run: the record that keeps it and its desired volumes, built from the same
+    manifests once."""
+
+    record: PodRecord
+    desired: DesiredPod
+
+
+def new_pods(mgr: VolumePluginMgr, manifests: Manifests) -> list[NewPod]:
+    """Every pod of ``manifests``, checked and built (:func:`desired_pod`), with its
+    ``running`` record; nothing is written. Raises as :func:`desired_pod` does for the
+    first pod that is not valid."""
+    return [
+        NewPod(
+            record=PodRecord(
+                uid=pod_uid(p), state=PodState.RUNNING, objects=tuple(manifests.objects_for(p))
+            ),
+            desired=desired_pod(mgr, p, manifests),
+        )
+        for p in manifests.pods
+    ]
