@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint system-deps clean generate check-generated
 
-$(STAMP): pyproject.toml kubevol/metrics/_duwalk.c
+$(STAMP): pyproject.toml kubevol/metrics/_duwalk.c kubevol/mount/_mountinfo.c
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -29,6 +29,7 @@ from kubevol.mount.mountinfo import (
     PROC_MOUNTINFO,
     MountInfo,
     parse_mountinfo,
+    parse_mountinfo_bytes,
     parse_mountinfo_line,
     parse_mountinfo_text,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "kubelet_refs_verdict",
     "map_block_device",
     "parse_mountinfo",
+    "parse_mountinfo_bytes",
     "parse_mountinfo_line",
     "parse_mountinfo_text",
     "path_exists",

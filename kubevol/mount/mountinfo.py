@@ -14,10 +14,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 import attrs
 
 from kubevol.errors import MountInfoError
+
+_native_parse: Callable[[bytes, type[MountInfo], Callable[[str, int], MountInfo]],
+                        list[MountInfo]] | None
+try:  # the C parser (_mountinfo.c); the pure-Python one below gives the same answers
+    from kubevol.mount._mountinfo import parse as _native_parse
+except ImportError:  # not built (a source tree without the extension)
+    _native_parse = None
 
 #: The mount table of the calling process.
 PROC_MOUNTINFO = "/proc/self/mountinfo"
@@ -112,8 +120,21 @@ def parse_mountinfo_text(text: str) -> list[MountInfo]:
 
     Raises :class:`~kubevol.errors.MountInfoError` for the first malformed line.
     """
+    return parse_mountinfo_bytes(os.fsencode(text))
+
+
+def parse_mountinfo_bytes(data: bytes, *, native: bool | None = None) -> list[MountInfo]:
+    """Parse a whole mountinfo text as read from the file (paths decoded like
+    :func:`os.fsdecode`); blank lines are skipped.
+
+    ``native`` picks the implementation: ``None`` uses the C parser when it is built,
+    ``False`` forces the pure-Python one; both give the same entries and errors. Raises
+    :class:`~kubevol.errors.MountInfoError` for the first malformed line.
+    """
+    if native is not False and _native_parse is not None:
+        return _native_parse(data, MountInfo, parse_mountinfo_line)
     entries = []
-    for lineno, raw in enumerate(text.split("\n"), start=1):
+    for lineno, raw in enumerate(os.fsdecode(data).split("\n"), start=1):
         line = raw.rstrip("\r")
         if line:
             entries.append(parse_mountinfo_line(line, lineno))
@@ -129,7 +150,7 @@ def parse_mountinfo(path: str = PROC_MOUNTINFO) -> list[MountInfo]:
     # Imported here: table.py imports this module for the line parser.
     from kubevol.mount.table import read_mountinfo_bytes
 
-    return parse_mountinfo_text(os.fsdecode(read_mountinfo_bytes(path)))
+    return parse_mountinfo_bytes(read_mountinfo_bytes(path))
 
 
 def _malformed(lineno: int, line: str, why: str) -> MountInfoError:

@@ -43,8 +43,8 @@ from kubevol.mount.mountinfo import (
     PROC_MOUNTINFO,
     MountInfo,
     escape,
+    parse_mountinfo_bytes,
     parse_mountinfo_line,
-    parse_mountinfo_text,
 )
 
 _READ_CHUNK = 1 << 16
@@ -79,7 +79,7 @@ class MountTable:
 
     def entries(self) -> list[MountInfo]:
         """Every entry, in table order. Raises :class:`~kubevol.errors.MountInfoError`."""
-        return parse_mountinfo_text(os.fsdecode(self._data))
+        return parse_mountinfo_bytes(self._data)
 
     def find_mount_point(self, path: str) -> MountInfo | None:
         """The last (top-most) entry mounted exactly at ``path``, or None."""

@@ -19,7 +19,8 @@ from kubevol.mount import (
     parse_mountinfo_text,
     search_mount_points,
 )
-from kubevol.mount.mountinfo import escape, unescape
+from kubevol.mount import mountinfo as mountinfo_module
+from kubevol.mount.mountinfo import escape, parse_mountinfo_bytes, unescape
 from kubevol.testing.mount_rig import MountRig
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "mountinfo"
@@ -263,3 +264,37 @@ def test_dropped_cache_does_not_leak_its_descriptor() -> None:
     cache.close()
     assert cache.table().find_mount_point("/") is not None
     cache.close()
+
+
+_line_bytes = st.one_of(
+    # Kernel-shaped lines...
+    _tables().map(lambda entries: "\n".join(_render(e) for e in entries).encode()),
+    # ...and anything made of the characters that matter to a parser.
+    st.lists(
+        st.sampled_from(
+            [b"1", b"22", b"8:1", b":", b" ", b"-", b"/a", b"rw,ro", b",", b"\\040", b"\\",
+             b"\r", b"\n", b"+3", b"\xff", b"\xc3\xa9", b"shared:1", b"\x00", b"0" * 20]
+        ),
+        max_size=40,
+    ).map(b"".join),
+)
+
+
+def _outcome(data: bytes, *, native: bool) -> object:
+    try:
+        return parse_mountinfo_bytes(data, native=native)
+    except MountInfoError as exc:
+        return ("error", str(exc))
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=_line_bytes)
+def test_native_parser_equals_the_python_one(data: bytes) -> None:
+    """The C parser gives the pure-Python parser's entries, or its error, on any text."""
+    assert _outcome(data, native=True) == _outcome(data, native=False)
+
+
+def test_native_parser_is_built() -> None:
+    """The C parser is installed (make test builds it), so the equivalence test compares
+    two implementations rather than one with itself."""
+    assert mountinfo_module._native_parse is not None

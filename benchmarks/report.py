@@ -1,0 +1,75 @@
+"""One line per benchmark figure, in a form ``python -m benchmarks`` collects into its table.
+
+A benchmark prints its own details for a human, then calls :func:`emit` once per row of the
+table: what was measured, kubevol's figure, the reference's figure (same unit, same run),
+and the target the ratio must meet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import attrs
+
+#: Prefix of the machine-readable lines in a benchmark's output.
+MARKER = "BENCH-ROW "
+
+
+@attrs.frozen(kw_only=True)
+class Row:
+    """One figure: ``kubevol`` against ``reference`` (both in ``unit``; lower is better
+    unless ``higher_is_better``), with the target the ratio must meet."""
+
+    work: str
+    unit: str
+    kubevol: float
+    reference: float
+    reference_name: str
+    #: The ratio must not exceed this (kubevol / reference; for rates, reference / kubevol).
+    max_ratio: float | None = None
+    #: kubevol's own figure must not exceed this (absolute targets: "<= 1.5 s").
+    max_value: float | None = None
+    higher_is_better: bool = False
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """How many times slower than the reference kubevol is (1.0 = as fast)."""
+        if self.higher_is_better:
+            return self.reference / self.kubevol if self.kubevol else float("inf")
+        return self.kubevol / self.reference if self.reference else float("inf")
+
+    @property
+    def met(self) -> bool:
+        """Whether every target of the row is met."""
+        ok = self.max_ratio is None or self.ratio <= self.max_ratio
+        if self.max_value is not None:
+            ok = ok and self.kubevol <= self.max_value
+        return ok
+
+    @property
+    def target(self) -> str:
+        """The targets in words."""
+        parts = []
+        if self.max_ratio is not None:
+            parts.append(f"ratio <= {self.max_ratio:g}")
+        if self.max_value is not None:
+            parts.append(f"<= {self.max_value:g} {self.unit}")
+        return " and ".join(parts) or "(information)"
+
+
+def emit(row: Row) -> None:
+    """Print ``row`` for a human and for the collector."""
+    verdict = "met" if row.met else "MISSED"
+    print(
+        f"{row.work}: kubevol {row.kubevol:.4g} {row.unit}, {row.reference_name} "
+        f"{row.reference:.4g} {row.unit}, ratio {row.ratio:.2f}x; target {row.target}: {verdict}"
+    )
+    print(MARKER + json.dumps(attrs.asdict(row)), flush=True)
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages, for the record next to every figure."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} CPUs)"
