@@ -95,14 +95,14 @@ def test_nested_mount_blocks_unstage_under_safe_with_one_guard_run(
                 return verdicts[-1]
 
             guard_runs: list[str] = []
-            check = runtime.csi.check_unmount
+            check = runtime.csi.context.check_unmount
 
             def counting_guard(path: str, driver: str | None) -> UnmountVerdict:
                 guard_runs.append(path)
                 return check(path, driver)
 
             monkeypatch.setattr(runtime.csi, "device_unmount_verdict", counting)
-            monkeypatch.setattr(runtime.csi, "check_unmount", counting_guard)
+            monkeypatch.setattr(runtime.csi.context, "check_unmount", counting_guard)
 
             with pytest.raises(DeviceStillMountedError) as err:
                 manager.generator.unmount_device(av)()

@@ -9,11 +9,12 @@ import datetime
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubevol.csi import types as t
 from kubevol.csi.plugin import paths
-from kubevol.csi.plugin.rules import remove_mount_dir, secret_lookup_error
+from kubevol.csi.plugin.context import CSIContext
+from kubevol.csi.plugin.rules import remove_mount_dir
 from kubevol.csi.plugin.source import volume_capability
 from kubevol.csi.plugin.voldata import (
     KEY_DRIVER_NAME,
@@ -36,17 +37,14 @@ from kubevol.spec import Spec
 from kubevol.types import DeviceMounterArgs
 from kubevol.volume import Attacher, Detacher
 
-if TYPE_CHECKING:
-    from kubevol.csi.plugin.plugin import CSIPlugin
-
 log = logging.getLogger(__name__)
 
 
 class CSIAttacher(Attacher, Detacher):
     """Attaches, stages, unstages and detaches CSI persistent volumes."""
 
-    def __init__(self, plugin: CSIPlugin) -> None:
-        self.plugin = plugin
+    def __init__(self, ctx: CSIContext) -> None:
+        self.ctx = ctx
 
     # --- attach ---------------------------------------------------------------------
 
@@ -56,15 +54,15 @@ class CSIAttacher(Attacher, Detacher):
         Returns ``""``: CSI has no device path; the attachment id is derived when needed.
         Does nothing for drivers whose CSIDriver says ``attachRequired: false``.
         """
-        source = self.plugin.persistent_source(spec)
-        if self.plugin.skip_attach(source.driver):
+        source = self.ctx.persistent_source(spec)
+        if self.ctx.skip_attach(source.driver):
             return ""
-        request = self.plugin.attach_request(
+        request = self.ctx.attach_request(
             source,
             node_name,
-            secrets=self.plugin.secrets(source.controller_publish_secret_ref, ""),
+            secrets=self.ctx.secrets(source.controller_publish_secret_ref, ""),
         )
-        self.plugin.attach_backend.attach(request, timeout=self.plugin.attach_timeout)
+        self.ctx.attach_backend.attach(request, timeout=self.ctx.attach_timeout)
         return ""
 
     def volumes_are_attached(self, specs: Sequence[Spec], node_name: str) -> dict[Spec, bool]:
@@ -73,19 +71,19 @@ class CSIAttacher(Attacher, Detacher):
         attached: dict[Spec, bool] = {}
         for spec in specs:
             try:
-                source = self.plugin.persistent_source(spec)
+                source = self.ctx.persistent_source(spec)
             except SpecError as exc:
                 log.error("attacher.VolumesAreAttached: %s", exc)
                 attached[spec] = False
                 continue
             try:
-                if self.plugin.skip_attach(source.driver):
+                if self.ctx.skip_attach(source.driver):
                     attached[spec] = True
                     continue
             except Exception as exc:
                 log.error("failed to check CSIDriver for %s: %s", source.driver, exc)
-            request = self.plugin.attach_request(source, node_name)
-            attached[spec] = self.plugin.attach_backend.is_attached(request)
+            request = self.ctx.attach_request(source, node_name)
+            attached[spec] = self.ctx.attach_backend.is_attached(request)
         return attached
 
     def wait_for_attach(
@@ -93,11 +91,11 @@ class CSIAttacher(Attacher, Detacher):
     ) -> str:
         """One check that the volume is attached to this node (the kubelet does no more);
         returns the attachment id, raises when it is not attached yet."""
-        source = self.plugin.persistent_source(spec)
-        request = self.plugin.attach_request(source, self.plugin.host.get_node_name())
-        if self.plugin.skip_attach(source.driver):
+        source = self.ctx.persistent_source(spec)
+        request = self.ctx.attach_request(source, self.ctx.host.get_node_name())
+        if self.ctx.skip_attach(source.driver):
             return request.attachment_id
-        return self.plugin.attach_backend.wait_for_attach(request)
+        return self.ctx.attach_backend.wait_for_attach(request)
 
     def detach(self, volume_name: str, node_name: str) -> None:
         """Detach ``driver^handle`` from ``node_name`` and wait until it is detached."""
@@ -107,15 +105,15 @@ class CSIAttacher(Attacher, Detacher):
             driver, handle = paths.split_volume_name(volume_name)
         except ValueError as exc:
             raise OperationError(f"volumeName missing expected data: {exc}") from exc
-        self.plugin.attach_backend.detach(
-            driver, handle, node_name, timeout=self.plugin.attach_timeout
+        self.ctx.attach_backend.detach(
+            driver, handle, node_name, timeout=self.ctx.attach_timeout
         )
 
     # --- device mount (stage) ---------------------------------------------------------
 
     def get_device_mount_path(self, spec: Spec) -> str:
-        source = self.plugin.persistent_source(spec)
-        return paths.device_mount_path(self.plugin.host, source.driver, source.volume_handle)
+        source = self.ctx.persistent_source(spec)
+        return paths.device_mount_path(self.ctx.host, source.driver, source.volume_handle)
 
     def mount_device(
         self, spec: Spec, device_path: str, device_mount_path: str, args: DeviceMounterArgs
@@ -129,31 +127,26 @@ class CSIAttacher(Attacher, Detacher):
         """
         if not device_mount_path:
             raise OperationError("attacher.MountDevice failed, deviceMountPath is empty")
-        source = self.plugin.persistent_source(spec)
-        plugin = self.plugin
-        client = plugin.transient_client(source.driver, "attacher.MountDevice")
+        source = self.ctx.persistent_source(spec)
+        ctx = self.ctx
+        client = ctx.transient_client(source.driver, "attacher.MountDevice")
         try:
-            caps = plugin.node_capabilities(client)
+            caps = ctx.node_capabilities(client)
         except KubevolError as exc:
             raise OperationError(
                 f"attacher.MountDevice failed to check for STAGE_UNSTAGE_VOLUME capability: {exc}"
             ) from exc
         staging = t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps
         try:
-            publish_context = plugin.publish_context(source)
+            publish_context = ctx.publish_context(source)
         except Exception as exc:
             raise TransientOperationError(str(exc)) from exc
         secrets: dict[str, str] = {}
-        if source.node_stage_secret_ref is not None and staging:
-            try:
-                secrets = plugin.secrets(source.node_stage_secret_ref, "")
-            except KubevolError as exc:
-                raise TransientOperationError(
-                    secret_lookup_error(source.node_stage_secret_ref, "", exc, "NodeStageSecretRef")
-                ) from exc
+        if staging:
+            secrets = ctx.call_secrets(source.node_stage_secret_ref, "", "NodeStageSecretRef")
         mount_options = source.mount_options
         selinux = ""
-        if plugin.supports_selinux_context_mount(spec) and args.selinux_label:
+        if ctx.selinux_mount_supported(spec) and args.selinux_label:
             selinux = args.selinux_label
             mount_options = (*mount_options, f'context="{selinux}"')
         try:
@@ -192,7 +185,7 @@ class CSIAttacher(Attacher, Detacher):
                 publish_context=publish_context,
                 secrets=secrets,
                 volume_context=source.volume_attributes,
-                timeout=plugin.timeout,
+                timeout=ctx.timeout,
             )
         except Exception as exc:
             if is_operation_finished(exc):
@@ -201,7 +194,7 @@ class CSIAttacher(Attacher, Detacher):
 
     def _cleanup(self, device_mount_path: str) -> None:
         try:
-            remove_mount_dir(self.plugin.host, device_mount_path)
+            remove_mount_dir(self.ctx.host, device_mount_path)
         except OSError as exc:
             log.error("attacher.MountDevice failed to remove mount dir after error [%s]: %s",
                       device_mount_path, exc)
@@ -228,13 +221,13 @@ class CSIAttacher(Attacher, Detacher):
             return
         driver, handle = require(data, data_dir, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
         if verdict is None:
-            verdict = self.plugin.check_unmount(device_mount_path, driver)
+            verdict = self.ctx.check_unmount(device_mount_path, driver)
         elif os.path.abspath(verdict.path) != os.path.abspath(device_mount_path):
             raise ValueError(f"the verdict is about {verdict.path}, not {device_mount_path}")
         verdict.raise_if_blocked()
-        client = self.plugin.transient_client(driver, "attacher.UnmountDevice")
+        client = self.ctx.transient_client(driver, "attacher.UnmountDevice")
         try:
-            caps = self.plugin.node_capabilities(client)
+            caps = self.ctx.node_capabilities(client)
         except KubevolError as exc:
             raise OperationError(
                 "attacher.UnmountDevice failed to check whether STAGE_UNSTAGE_VOLUME set: "
@@ -242,11 +235,11 @@ class CSIAttacher(Attacher, Detacher):
             ) from exc
         if t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps:
             try:
-                client.node_unstage_volume(handle, device_mount_path, timeout=self.plugin.timeout)
+                client.node_unstage_volume(handle, device_mount_path, timeout=self.ctx.timeout)
             except KubevolError as exc:
                 raise OperationError(f"attacher.UnmountDevice failed: {exc}") from exc
         try:
-            remove_mount_dir(self.plugin.host, device_mount_path)
+            remove_mount_dir(self.ctx.host, device_mount_path)
         except OSError as exc:
             raise OperationError(
                 f"failed to clean up global mount {data_dir}: {exc}"

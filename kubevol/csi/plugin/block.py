@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubevol.csi import types as t
 from kubevol.csi.attach import attachment_name
 from kubevol.csi.plugin import paths
+from kubevol.csi.plugin.context import CSIContext
 from kubevol.csi.plugin.metrics import CSIMetrics
-from kubevol.csi.plugin.rules import secret_lookup_error
 from kubevol.csi.plugin.source import (
     FS_TYPE_BLOCK,
     CSIVolumeSource,
@@ -47,27 +47,24 @@ from kubevol.mount.helpers import remove_tree_on_one_device
 from kubevol.spec import Spec, pod_uid
 from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
 
-if TYPE_CHECKING:
-    from kubevol.csi.plugin.plugin import CSIPlugin
-
 log = logging.getLogger(__name__)
 
 
-def new_block_mapper(plugin: CSIPlugin, spec: Spec, pod: Any) -> CSIBlockMapper:
+def new_block_mapper(ctx: CSIContext, spec: Spec, pod: Any) -> CSIBlockMapper:
     """A mapper for a CSI block PersistentVolume; records vol_data.json in the data dir.
 
     Raises :class:`~kubevol.errors.SpecError` for a non-CSI or inline spec and
     :class:`~kubevol.errors.OperationError` when vol_data.json cannot be written (the data
     directory is then removed).
     """
-    source = plugin.persistent_source(spec)
+    source = ctx.persistent_source(spec)
     uid = pod_uid(pod)
     mapper = CSIBlockMapper(
-        plugin=plugin, spec_name=spec.name(), pod_uid=uid, driver=source.driver,
+        ctx=ctx, spec_name=spec.name(), pod_uid=uid, driver=source.driver,
         volume_handle=source.volume_handle, read_only=spec.read_only, spec=spec, pod=pod,
     )
-    data_dir = paths.block_data_dir(plugin.host, spec.name())
-    node = plugin.host.get_node_name()
+    data_dir = paths.block_data_dir(ctx.host, spec.name())
+    node = ctx.host.get_node_name()
     data = {
         KEY_SPEC_VOL_ID: spec.name(),
         KEY_VOLUME_HANDLE: source.volume_handle,
@@ -84,10 +81,10 @@ def new_block_mapper(plugin: CSIPlugin, spec: Spec, pod: Any) -> CSIBlockMapper:
     return mapper
 
 
-def new_block_unmapper(plugin: CSIPlugin, volume_name: str, pod_uid: str) -> CSIBlockMapper:
+def new_block_unmapper(ctx: CSIContext, volume_name: str, pod_uid: str) -> CSIBlockMapper:
     """An unmapper from ``volumeDevices/<volume>/data/vol_data.json``; raises
     :class:`~kubevol.csi.plugin.voldata.VolumeDataError` when it is missing or corrupt."""
-    data_dir = paths.block_data_dir(plugin.host, volume_name)
+    data_dir = paths.block_data_dir(ctx.host, volume_name)
     try:
         data = load_volume_data(data_dir)
         driver, handle = require(data, data_dir, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
@@ -96,7 +93,7 @@ def new_block_unmapper(plugin: CSIPlugin, volume_name: str, pod_uid: str) -> CSI
             f"unmapper failed to load volume data file [{data_dir}]"
         )) from exc
     return CSIBlockMapper(
-        plugin=plugin, spec_name=volume_name, pod_uid=pod_uid, driver=driver,
+        ctx=ctx, spec_name=volume_name, pod_uid=pod_uid, driver=driver,
         volume_handle=handle, read_only=False, spec=None, pod=None,
     )
 
@@ -107,7 +104,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
     def __init__(
         self,
         *,
-        plugin: CSIPlugin,
+        ctx: CSIContext,
         spec_name: str,
         pod_uid: str,
         driver: str,
@@ -116,7 +113,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         spec: Spec | None,
         pod: Any,
     ) -> None:
-        self.plugin = plugin
+        self.ctx = ctx
         self.spec_name = spec_name
         self.pod_uid = pod_uid
         self.driver = driver
@@ -124,17 +121,17 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         self.read_only = read_only
         self.spec = spec
         self.pod = pod
-        host = plugin.host
+        host = ctx.host
         self._staging = paths.block_staging_path(host, spec_name)
 
     # --- paths ----------------------------------------------------------------------
 
     def get_global_map_path(self, spec: Spec) -> str:
-        return paths.block_global_map_path(self.plugin.host, spec.name())
+        return paths.block_global_map_path(self.ctx.host, spec.name())
 
     def get_pod_device_map_path(self) -> tuple[str, str]:
         return (
-            self.plugin.host.get_pod_volume_device_dir(self.pod_uid, paths.CSI_PLUGIN_NAME),
+            self.ctx.host.get_pod_volume_device_dir(self.pod_uid, paths.CSI_PLUGIN_NAME),
             self.spec_name,
         )
 
@@ -144,12 +141,12 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
     def get_publish_path(self) -> str:
         """``volumeDevices/publish/<spec>/<podUID>``. Computed on use: tearing the device
         down concerns no pod, and the kubelet then passes an empty pod UID."""
-        return paths.block_publish_path(self.plugin.host, self.spec_name, self.pod_uid)
+        return paths.block_publish_path(self.ctx.host, self.spec_name, self.pod_uid)
 
     def get_metrics(self) -> Metrics:
         """NodeGetVolumeStats on the publish path."""
         return CSIMetrics(
-            plugin=self.plugin, driver=self.driver, volume_id=self.volume_handle,
+            ctx=self.ctx, driver=self.driver, volume_id=self.volume_handle,
             target_path=self.get_publish_path(),
         ).get_metrics()
 
@@ -158,12 +155,12 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
     def _prepare(self, where: str) -> tuple[CSIVolumeSource, Any, dict[str, str] | None]:
         if self.spec is None:
             raise OperationError(f"{where}: this is an unmapper (no spec)")
-        source = self.plugin.persistent_source(self.spec)
+        source = self.ctx.persistent_source(self.spec)
         try:
-            publish_context = self.plugin.publish_context(source)
+            publish_context = self.ctx.publish_context(source)
         except Exception as exc:
             raise TransientOperationError(f"{where} failed to get publish context: {exc}") from exc
-        client = self.plugin.transient_client(self.driver, where)
+        client = self.ctx.transient_client(self.driver, where)
         return source, client, publish_context
 
     def _capability(self, source: CSIVolumeSource, caps: frozenset[t.NodeCapability]) -> Any:
@@ -175,12 +172,8 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
     def _secrets(self, source: CSIVolumeSource, which: str) -> dict[str, str]:
         ref = source.node_stage_secret_ref if which == "stage" else source.node_publish_secret_ref
         namespace = str(getattr(getattr(self.pod, "metadata", None), "namespace", "") or "")
-        try:
-            return self.plugin.secrets(ref, namespace)
-        except KubevolError as exc:
-            assert ref is not None
-            what = "NodeStageSecretRef" if which == "stage" else "NodePublishSecretRef"
-            raise OperationError(secret_lookup_error(ref, namespace, exc, what)) from exc
+        what = "NodeStageSecretRef" if which == "stage" else "NodePublishSecretRef"
+        return self.ctx.call_secrets(ref, namespace, what, OperationError)
 
     def set_up_device(self) -> str:
         """NodeStageVolume at the staging path when the driver stages; returns that path
@@ -188,7 +181,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         mapper made."""
         source, client, publish_context = self._prepare("blockMapper.SetUpDevice")
         try:
-            caps = self.plugin.node_capabilities(client)
+            caps = self.ctx.node_capabilities(client)
         except KubevolError as exc:
             raise OperationError(
                 f"blockMapper.stageVolumeForBlock failed to check STAGE_UNSTAGE_VOLUME: {exc}"
@@ -201,7 +194,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
             client.node_stage_volume(
                 self.volume_handle, self._staging, self._capability(source, caps),
                 publish_context=publish_context, secrets=secrets,
-                volume_context=source.volume_attributes, timeout=self.plugin.timeout,
+                volume_context=source.volume_attributes, timeout=self.ctx.timeout,
             )
         except Exception as exc:
             if is_operation_finished(exc):
@@ -214,7 +207,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         here, the path itself by the driver); returns that path."""
         source, client, publish_context = self._prepare("blockMapper.MapPodDevice")
         try:
-            caps = self.plugin.node_capabilities(client)
+            caps = self.ctx.node_capabilities(client)
         except KubevolError as exc:
             raise OperationError(
                 f"blockMapper.MapPodDevice failed to get capabilities: {exc}"
@@ -232,7 +225,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
             self.volume_handle, publish, self._capability(source, caps),
             staging_target_path=staging, readonly=self.read_only,
             publish_context=publish_context, secrets=secrets,
-            volume_context=source.volume_attributes, timeout=self.plugin.timeout,
+            volume_context=source.volume_attributes, timeout=self.ctx.timeout,
         )
         return publish
 
@@ -240,26 +233,26 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
 
     def unmap_pod_device(self) -> None:
         """NodeUnpublishVolume of the publish path, if it still exists."""
-        client = self.plugin.transient_client(self.driver, "blockMapper.UnmapPodDevice")
+        client = self.ctx.transient_client(self.driver, "blockMapper.UnmapPodDevice")
         publish = self.get_publish_path()
         if not os.path.lexists(publish):
             log.info("publish path %s already gone, skipping NodeUnpublishVolume", publish)
             return
         try:
-            client.node_unpublish_volume(self.volume_handle, publish, timeout=self.plugin.timeout)
+            client.node_unpublish_volume(self.volume_handle, publish, timeout=self.ctx.timeout)
         except KubevolError as exc:
             raise OperationError(f"blockMapper.unpublishVolumeForBlock failed: {exc}") from exc
 
     def tear_down_device(self, map_path: str, device_path: str) -> None:
         """NodeUnstageVolume of the staging path (if it exists and the driver stages), then
         remove the mapper's directories and vol_data.json."""
-        client = self.plugin.transient_client(self.driver, "blockMapper.TearDownDevice")
+        client = self.ctx.transient_client(self.driver, "blockMapper.TearDownDevice")
         if os.path.lexists(self._staging):
             try:
-                caps = self.plugin.node_capabilities(client)
+                caps = self.ctx.node_capabilities(client)
                 if t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps:
                     client.node_unstage_volume(self.volume_handle, self._staging,
-                                               timeout=self.plugin.timeout)
+                                               timeout=self.ctx.timeout)
             except KubevolError as exc:
                 raise OperationError(f"blockMapper.unstageVolumeForBlock failed: {exc}") from exc
         self._cleanup_orphan_device_files()
@@ -267,7 +260,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
     def _cleanup_orphan_device_files(self) -> None:
         """Remove publish/<spec>, staging/<spec> and volumeDevices/<spec> once empty of
         mounts; problems are logged, as the kubelet does."""
-        host = self.plugin.host
+        host = self.ctx.host
         for path in (paths.block_publish_dir(host, self.spec_name), self._staging):
             try:
                 os.rmdir(path)

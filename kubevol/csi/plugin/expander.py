@@ -3,45 +3,35 @@ kubelet's ``expander.go``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kubevol.csi import types as t
-from kubevol.csi.plugin.rules import secret_lookup_error
+from kubevol.csi.plugin.context import CSIContext
 from kubevol.csi.plugin.source import FS_TYPE_BLOCK, volume_capability
-from kubevol.errors import KubevolError, OperationError, TransientOperationError
+from kubevol.errors import KubevolError, OperationError
 from kubevol.spec import Spec
 from kubevol.types import NodeResizeOptions
 
-if TYPE_CHECKING:
-    from kubevol.csi.plugin.plugin import CSIPlugin
 
-
-def expand_volume_device(plugin: CSIPlugin, spec: Spec, new_size: int) -> int:
+def expand_volume_device(ctx: CSIContext, spec: Spec, new_size: int) -> int:
     """ControllerExpandVolume to ``new_size`` bytes when the driver's controller can expand."""
-    source = plugin.persistent_source(spec)
-    client = plugin.transient_client(source.driver, "Expander.ExpandVolumeDevice")
+    source = ctx.persistent_source(spec)
+    client = ctx.transient_client(source.driver, "Expander.ExpandVolumeDevice")
     try:
-        caps = client.controller_get_capabilities(timeout=plugin.timeout)
+        caps = client.controller_get_capabilities(timeout=ctx.timeout)
     except KubevolError as exc:
         raise OperationError(
             f"cannot read controller capabilities of {source.driver}: {exc}"
         ) from exc
     if t.ControllerCapability.EXPAND_VOLUME not in caps:
         return new_size
-    try:
-        secrets = plugin.secrets(source.controller_expand_secret_ref, "")
-    except KubevolError as exc:
-        assert source.controller_expand_secret_ref is not None
-        raise TransientOperationError(
-            secret_lookup_error(source.controller_expand_secret_ref, "", exc,
-                                "ControllerExpandSecretRef")
-        ) from exc
+    secrets = ctx.call_secrets(
+        source.controller_expand_secret_ref, "", "ControllerExpandSecretRef"
+    )
     try:
         result = client.controller_expand_volume(
             source.volume_handle,
             t.CapacityRange(required_bytes=new_size),
             secrets=secrets,
-            timeout=plugin.timeout,
+            timeout=ctx.timeout,
         )
     except KubevolError as exc:
         raise OperationError(
@@ -50,30 +40,24 @@ def expand_volume_device(plugin: CSIPlugin, spec: Spec, new_size: int) -> int:
     return result.capacity_bytes or new_size
 
 
-def node_expand(plugin: CSIPlugin, options: NodeResizeOptions) -> bool:
+def node_expand(ctx: CSIContext, options: NodeResizeOptions) -> bool:
     """NodeExpandVolume; True once the driver has grown the volume on the node.
 
     Transient when the driver is not registered or a secret cannot be read; final when the
     driver lacks the node EXPAND_VOLUME capability (the kubelet's "not supported") or the
     call fails finally; uncertain on a non-final failure.
     """
-    source = plugin.persistent_source(options.volume_spec)
-    client = plugin.transient_client(source.driver, "Expander.NodeExpand")
+    source = ctx.persistent_source(options.volume_spec)
+    client = ctx.transient_client(source.driver, "Expander.NodeExpand")
     try:
-        caps = plugin.node_capabilities(client)
+        caps = ctx.node_capabilities(client)
     except KubevolError as exc:
         raise OperationError(
             f"Expander.NodeExpand failed to check if node supports expansion : {exc}"
         ) from exc
     if t.NodeCapability.EXPAND_VOLUME not in caps:
         raise OperationError(f"NodeExpand is not supported by the CSI driver {source.driver}")
-    try:
-        secrets = plugin.secrets(source.node_expand_secret_ref, "")
-    except KubevolError as exc:
-        assert source.node_expand_secret_ref is not None
-        raise TransientOperationError(
-            secret_lookup_error(source.node_expand_secret_ref, "", exc, "NodeExpandSecretRef")
-        ) from exc
+    secrets = ctx.call_secrets(source.node_expand_secret_ref, "", "NodeExpandSecretRef")
     volume_path = options.device_path if source.block else options.device_mount_path
     fs_type = FS_TYPE_BLOCK if source.block else source.fs_type
     capability = volume_capability(
@@ -90,7 +74,7 @@ def node_expand(plugin: CSIPlugin, options: NodeResizeOptions) -> bool:
             staging_target_path=options.device_stage_path,
             capability=capability,
             secrets=secrets,
-            timeout=plugin.timeout,
+            timeout=ctx.timeout,
         )
     except OperationError:
         raise  # the uncertain variant keeps its meaning

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
 
 from kubevol.csi import types as t
+from kubevol.csi.plugin.context import CSIContext
 from kubevol.csi.registration.registry import DriverNotRegisteredError
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.volume import Metrics, MetricsProvider
-
-if TYPE_CHECKING:
-    from kubevol.csi.plugin.plugin import CSIPlugin
 
 
 class CSIMetrics(MetricsProvider):
@@ -21,8 +18,8 @@ class CSIMetrics(MetricsProvider):
     ``abnormal``/``message`` only when the driver advertises VOLUME_CONDITION.
     """
 
-    def __init__(self, *, plugin: CSIPlugin, driver: str, volume_id: str, target_path: str) -> None:
-        self.plugin = plugin
+    def __init__(self, *, ctx: CSIContext, driver: str, volume_id: str, target_path: str) -> None:
+        self.ctx = ctx
         self.driver = driver
         self.volume_id = volume_id
         self.target_path = target_path
@@ -35,12 +32,12 @@ class CSIMetrics(MetricsProvider):
             raise MetricsError.no_path_defined()
         now = datetime.datetime.now(datetime.UTC)
         try:
-            client = self.plugin.client(self.driver)
-            caps = self.plugin.node_capabilities(client)
+            client = self.ctx.client(self.driver)
+            caps = self.ctx.node_capabilities(client)
             if t.NodeCapability.GET_VOLUME_STATS not in caps:
                 raise MetricsError.not_supported(self.driver)
             stats = client.node_get_volume_stats(
-                self.volume_id, self.target_path, timeout=self.plugin.timeout
+                self.volume_id, self.target_path, timeout=self.ctx.timeout
             )
         except MetricsError:
             raise

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubevol.csi import types as t
 from kubevol.csi.attach import attachment_name
 from kubevol.csi.client import CSIClient
 from kubevol.csi.driverinfo import CSIDriverInfo, FSGroupPolicy
 from kubevol.csi.plugin import paths
+from kubevol.csi.plugin.context import CSIContext
 from kubevol.csi.plugin.metrics import CSIMetrics
 from kubevol.csi.plugin.rules import (
     fs_group_policy,
@@ -19,7 +20,6 @@ from kubevol.csi.plugin.rules import (
     lifecycle_mode_problem,
     pod_info_attributes,
     remove_mount_dir,
-    secret_lookup_error,
 )
 from kubevol.csi.plugin.source import CSIVolumeSource, volume_capability
 from kubevol.csi.plugin.voldata import (
@@ -44,9 +44,6 @@ from kubevol.spec import Spec
 from kubevol.types import Attributes, MounterArgs
 from kubevol.volume import Metrics, Mounter, Unmounter
 
-if TYPE_CHECKING:
-    from kubevol.csi.plugin.plugin import CSIPlugin
-
 log = logging.getLogger(__name__)
 
 
@@ -60,7 +57,7 @@ class CSIMounter(Mounter, Unmounter):
     def __init__(
         self,
         *,
-        plugin: CSIPlugin,
+        ctx: CSIContext,
         spec: Spec | None,
         pod: Any,
         pod_uid: str,
@@ -70,7 +67,7 @@ class CSIMounter(Mounter, Unmounter):
         lifecycle_mode: str,
         read_only: bool,
     ) -> None:
-        self.plugin = plugin
+        self.ctx = ctx
         self.spec = spec
         self.pod = pod
         self.pod_uid = pod_uid
@@ -81,7 +78,7 @@ class CSIMounter(Mounter, Unmounter):
         self.read_only = read_only
         self._selinux_relabel = False
         # Validates the names now, so a bad one fails before anything is created.
-        self._path = paths.pod_mount_path(plugin.host, pod_uid, spec_name)
+        self._path = paths.pod_mount_path(ctx.host, pod_uid, spec_name)
 
     def get_path(self) -> str:
         return self._path
@@ -97,7 +94,7 @@ class CSIMounter(Mounter, Unmounter):
 
     def get_metrics(self) -> Metrics:
         return CSIMetrics(
-            plugin=self.plugin, driver=self.driver, volume_id=self.volume_handle,
+            ctx=self.ctx, driver=self.driver, volume_id=self.volume_handle,
             target_path=self.get_path(),
         ).get_metrics()
 
@@ -115,9 +112,9 @@ class CSIMounter(Mounter, Unmounter):
                 f"cannot set up CSI volume {self.spec_name!r}: this is an unmounter "
                 "(no spec or pod)"
             )
-        plugin = self.plugin
-        client = plugin.transient_client(self.driver, "mounter.SetUpAt")
-        source = self.plugin.source(self.spec)
+        ctx = self.ctx
+        client = ctx.transient_client(self.driver, "mounter.SetUpAt")
+        source = self.ctx.source(self.spec)
         info, policy = self._driver_policy()
         caps, device_mount_path, publish_context = self._persistent_inputs(client, source)
         parent = os.path.dirname(directory)
@@ -128,7 +125,7 @@ class CSIMounter(Mounter, Unmounter):
         secrets, volume_context = self._publish_inputs(source, info)
         if caps is None:
             try:
-                caps = plugin.node_capabilities(client)
+                caps = ctx.node_capabilities(client)
             except KubevolError as exc:
                 raise TransientOperationError(
                     "mounter.SetUpAt failed to determine if the node service has "
@@ -160,7 +157,7 @@ class CSIMounter(Mounter, Unmounter):
                 publish_context=publish_context,
                 secrets=secrets,
                 volume_context=volume_context,
-                timeout=plugin.timeout,
+                timeout=ctx.timeout,
             )
         except Exception as exc:
             if is_operation_finished(exc):
@@ -180,7 +177,7 @@ class CSIMounter(Mounter, Unmounter):
     def _driver_policy(self) -> tuple[CSIDriverInfo | None, FSGroupPolicy]:
         """The CSIDriver information, checked for the lifecycle mode, and its fsGroup policy."""
         try:
-            info = self.plugin.driver_info(self.driver)
+            info = self.ctx.driver_info(self.driver)
         except Exception as exc:
             raise TransientOperationError(
                 f"mounter.SetupAt failed to check volume lifecycle mode: {exc}"
@@ -203,9 +200,9 @@ class CSIMounter(Mounter, Unmounter):
         """For a persistent volume: capabilities, staging path (if staged), publish context."""
         if source.ephemeral:
             return None, "", None
-        plugin = self.plugin
+        ctx = self.ctx
         try:
-            caps = plugin.node_capabilities(client)
+            caps = ctx.node_capabilities(client)
         except KubevolError as exc:
             raise OperationError(
                 f"mounter.SetUpAt failed to check for STAGE_UNSTAGE_VOLUME capability: {exc}"
@@ -213,10 +210,10 @@ class CSIMounter(Mounter, Unmounter):
         device_mount_path = ""
         if t.NodeCapability.STAGE_UNSTAGE_VOLUME in caps:
             device_mount_path = paths.device_mount_path(
-                plugin.host, source.driver, source.volume_handle
+                ctx.host, source.driver, source.volume_handle
             )
         try:
-            publish_context = plugin.publish_context(source)
+            publish_context = ctx.publish_context(source)
         except Exception as exc:
             raise TransientOperationError(
                 f"mounter.SetUpAt failed to fetch publishContext: {exc}"
@@ -228,15 +225,9 @@ class CSIMounter(Mounter, Unmounter):
     ) -> tuple[dict[str, str], dict[str, str]]:
         """NodePublish secrets and the volume context (with pod information when asked)."""
         pod_namespace = str(getattr(self.pod.metadata, "namespace", "") or "")
-        try:
-            secrets = self.plugin.secrets(source.node_publish_secret_ref, pod_namespace)
-        except KubevolError as exc:
-            assert source.node_publish_secret_ref is not None  # only a ref can fail
-            raise TransientOperationError(
-                secret_lookup_error(
-                    source.node_publish_secret_ref, pod_namespace, exc, "NodePublishSecretRef"
-                )
-            ) from exc
+        secrets = self.ctx.call_secrets(
+            source.node_publish_secret_ref, pod_namespace, "NodePublishSecretRef"
+        )
         volume_context = dict(source.volume_attributes)
         if info is not None and info.pod_info_on_mount:
             volume_context.update(pod_info_attributes(self.pod, self.lifecycle_mode))
@@ -244,7 +235,7 @@ class CSIMounter(Mounter, Unmounter):
 
     def _record(self, directory: str, selinux: str) -> None:
         """Write vol_data.json beside ``directory``; transient (after cleanup) on failure."""
-        node_name = self.plugin.host.get_node_name()
+        node_name = self.ctx.host.get_node_name()
         data = {
             KEY_SPEC_VOL_ID: self.spec_name,
             KEY_VOLUME_HANDLE: self.volume_handle,
@@ -265,7 +256,7 @@ class CSIMounter(Mounter, Unmounter):
 
     def _cleanup(self, directory: str) -> None:
         try:
-            remove_mount_dir(self.plugin.host, directory)
+            remove_mount_dir(self.ctx.host, directory)
         except OSError as exc:
             log.error("mounter.SetUpAt failed to remove mount dir after error [%s]: %s",
                       directory, exc)
@@ -276,15 +267,15 @@ class CSIMounter(Mounter, Unmounter):
         Transient when the driver is not registered; final when the unpublish fails or
         something is left in the directory (never deleted through a mount).
         """
-        client = self.plugin.transient_client(self.driver, "Unmounter.TearDownAt")
+        client = self.ctx.transient_client(self.driver, "Unmounter.TearDownAt")
         try:
-            client.node_unpublish_volume(self.volume_handle, directory, timeout=self.plugin.timeout)
+            client.node_unpublish_volume(self.volume_handle, directory, timeout=self.ctx.timeout)
         except KubevolError as exc:
             raise OperationError(f"Unmounter.TearDownAt failed: {exc}") from exc
         # The driver must remove the target path; the kubelet removes its own files (and the
         # target too, should a driver leave it unmounted and empty).
         try:
-            remove_mount_dir(self.plugin.host, directory)
+            remove_mount_dir(self.ctx.host, directory)
         except OSError as exc:
             raise OperationError(
                 f"Unmounter.TearDownAt failed to clean mount dir [{directory}]: {exc}"

@@ -16,30 +16,18 @@ failures are uncertain; everything else is final.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import os
-import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kubevol.csi import types as t
-from kubevol.csi.attach import (
-    AttachBackend,
-    AttachRequest,
-    DirectAttachBackend,
-    VolumeAttachmentBackend,
-)
-from kubevol.csi.client import CSIClient
-from kubevol.csi.driverinfo import (
-    LIFECYCLE_EPHEMERAL,
-    LIFECYCLE_PERSISTENT,
-    CSIDriverInfo,
-    CSIDriverLookup,
-    lookup_driver_info,
-)
+from kubevol.csi.attach import AttachBackend
+from kubevol.csi.driverinfo import LIFECYCLE_EPHEMERAL, LIFECYCLE_PERSISTENT, CSIDriverLookup
 from kubevol.csi.plugin import paths
+from kubevol.csi.plugin.attacher import CSIAttacher
+from kubevol.csi.plugin.block import CSIBlockMapper, new_block_mapper, new_block_unmapper
+from kubevol.csi.plugin.context import CSI_TIMEOUT, CSIContext
+from kubevol.csi.plugin.expander import expand_volume_device, node_expand
+from kubevol.csi.plugin.mounter import CSIMounter
 from kubevol.csi.plugin.rules import attach_limit_key
 from kubevol.csi.plugin.source import (
     READ_ONLY_MANY,
@@ -47,10 +35,7 @@ from kubevol.csi.plugin.source import (
     READ_WRITE_ONCE,
     READ_WRITE_ONCE_POD,
     CSIVolumeSource,
-    SecretRef,
-    csi_source,
     is_csi_spec,
-    volume_capability,
 )
 from kubevol.csi.plugin.voldata import (
     KEY_DRIVER_NAME,
@@ -63,11 +48,10 @@ from kubevol.csi.plugin.voldata import (
     require,
     with_context,
 )
-from kubevol.csi.registration.registry import DriverNotRegisteredError, DriverRegistry
-from kubevol.errors import KubevolError, SpecError, TransientOperationError
-from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
+from kubevol.csi.registration.registry import DriverRegistry
+from kubevol.host import VolumeHost
 from kubevol.layout import PodVolumeEntry, csi_pod_volume_entry
-from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
+from kubevol.mount.guard import GuardPolicy, UnmountVerdict
 from kubevol.plugin import (
     AttachableVolumePlugin,
     BlockVolumePlugin,
@@ -79,17 +63,12 @@ from kubevol.plugin import (
 from kubevol.spec import Spec, api_object, pod_uid
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 
-if TYPE_CHECKING:
-    from kubevol.csi.plugin.attacher import CSIAttacher
-    from kubevol.csi.plugin.block import CSIBlockMapper
-    from kubevol.csi.plugin.mounter import CSIMounter
-
 log = logging.getLogger(__name__)
 
 CSI_PLUGIN_NAME = paths.CSI_PLUGIN_NAME
 
-#: The kubelet's ``csiTimeout``: per CSI call, and for waiting on attachments.
-CSI_TIMEOUT = 120.0
+__all__ = ["CSI_PLUGIN_NAME", "CSI_TIMEOUT", "CSIPlugin"]
+
 
 class CSIPlugin(
     PersistentVolumePlugin,
@@ -108,6 +87,10 @@ class CSIPlugin(
     else to direct ControllerPublish. ``guard_policy`` picks the unstage guard's rules
     (``safe`` or ``kubelet``). ``timeout`` bounds each CSI call; ``attach_timeout`` the
     wait for an attachment.
+
+    The roles it builds (attacher, mounter, block mapper, expander, metrics) share
+    :attr:`context`, a :class:`~kubevol.csi.plugin.context.CSIContext`, and never call
+    back into the plugin.
     """
 
     def __init__(
@@ -120,200 +103,55 @@ class CSIPlugin(
         timeout: float = CSI_TIMEOUT,
         attach_timeout: float = CSI_TIMEOUT,
     ) -> None:
-        self.registry = registry if registry is not None else DriverRegistry()
-        self._csi_drivers = csi_drivers
-        self._attach_backend = attach_backend
-        self.guard_policy = GuardPolicy(guard_policy)
-        self.timeout = timeout
-        self.attach_timeout = attach_timeout
-        self._host: VolumeHost | None = None
-        # The parsed CSI source of each Spec seen, for as long as the Spec lives: the node
-        # layer asks about one Spec five or six times per operation (name, attach, device
-        # mount, mounter, paths) and parsing it each time was a third of reconstruction.
-        self._sources: weakref.WeakKeyDictionary[Spec, CSIVolumeSource] = (
-            weakref.WeakKeyDictionary()
+        self.context = CSIContext(
+            registry=registry if registry is not None else DriverRegistry(),
+            csi_drivers=csi_drivers,
+            attach_backend=attach_backend,
+            guard_policy=GuardPolicy(guard_policy),
+            timeout=timeout,
+            attach_timeout=attach_timeout,
         )
 
     # --- set-up ---------------------------------------------------------------------
 
     @property
+    def registry(self) -> DriverRegistry:
+        """The registered drivers."""
+        return self.context.registry
+
+    @property
+    def guard_policy(self) -> GuardPolicy:
+        """The unstage guard's rules; may be changed at any time."""
+        return self.context.guard_policy
+
+    @guard_policy.setter
+    def guard_policy(self, policy: GuardPolicy | str) -> None:
+        self.context.guard_policy = GuardPolicy(policy)
+
+    @property
     def host(self) -> VolumeHost:
         """The host given to :meth:`init`."""
-        if self._host is None:
-            raise RuntimeError("CSIPlugin used before init()")
-        return self._host
+        return self.context.host
 
     @property
     def attach_backend(self) -> AttachBackend:
         """The attachment backend in use (chosen at :meth:`init` unless given)."""
-        if self._attach_backend is None:
-            raise RuntimeError("CSIPlugin used before init()")
-        return self._attach_backend
+        return self.context.attach_backend
 
     def init(self, host: VolumeHost) -> None:
-        self._host = host
-        if self._csi_drivers is None and isinstance(
-            host, KubeletVolumeHost | AttachDetachVolumeHost
-        ):
-            self._csi_drivers = host.get_csi_driver
-        if self._attach_backend is None:
-            kube = host.get_kube_client()
-            self._attach_backend = (
-                VolumeAttachmentBackend(kube) if kube is not None
-                else DirectAttachBackend(self.registry)
-            )
+        self.context.bind(host)
 
     def get_plugin_name(self) -> str:
         return CSI_PLUGIN_NAME
 
-    # --- what the other parts of the plugin use ---------------------------------------
-
-    def root_dir(self) -> str:
-        """The kubelet root the host lays volumes out under."""
-        root = getattr(self.host, "root_dir", None)
-        return str(root) if root else os.path.dirname(self.host.get_pods_dir())
-
-    def client(self, driver: str) -> CSIClient:
-        """The registered driver's client; :class:`DriverNotRegisteredError` if it is not."""
-        return self.registry.client(driver)
-
-    def transient_client(self, driver: str, where: str) -> CSIClient:
-        """:meth:`client`, a missing driver being transient (kubernetes#120268)."""
-        try:
-            return self.client(driver)
-        except DriverNotRegisteredError as exc:
-            raise TransientOperationError(f"{where} failed to get CSI client: {exc}") from exc
-
     def source(self, spec: Spec) -> CSIVolumeSource:
-        """The CSI fields of ``spec`` (:func:`~kubevol.csi.plugin.source.csi_source`), read
-        once per Spec: like the kubelet, kubevol treats the API objects inside a Spec as
-        immutable. Raises :class:`~kubevol.errors.SpecError` as ``csi_source`` does (a
-        failure is not remembered)."""
-        source = self._sources.get(spec)
-        if source is None:
-            source = self._sources[spec] = csi_source(spec)
-        return source
+        """The CSI fields of ``spec``, read once per Spec (see :meth:`CSIContext.source`)."""
+        return self.context.source(spec)
 
     def persistent_source(self, spec: Spec) -> CSIVolumeSource:
-        """:meth:`source` for a CSI PersistentVolume only (the kubelet's
-        ``getPVSourceFromSpec``); :class:`~kubevol.errors.SpecError` for an inline volume."""
-        source = self.source(spec)
-        if source.ephemeral:
-            raise SpecError(
-                f"volume {spec.name()!r} is an inline CSI volume; this needs a CSI PersistentVolume"
-            )
-        return source
-
-    def node_capabilities(self, client: CSIClient) -> frozenset[t.NodeCapability]:
-        """Ask the driver its node capabilities now (the kubelet asks before each use)."""
-        return client.node_get_capabilities(refresh=True, timeout=self.timeout)
-
-    def driver_info(self, driver: str) -> CSIDriverInfo | None:
-        """The driver's CSIDriver information, None when it has no object.
-
-        Waits for the host's CSIDriver cache first. Raises what the lookup raises.
-        """
-        if self._csi_drivers is None:
-            return None
-        if isinstance(self.host, KubeletVolumeHost):
-            self.host.wait_for_cache_sync()
-        return lookup_driver_info(self._csi_drivers, driver)
-
-    def skip_attach(self, driver: str) -> bool:
-        """True when the driver's CSIDriver says ``attachRequired: false``."""
-        info = self.driver_info(driver)
-        return info is not None and not info.attach_required
-
-    def attach_follows(self, driver: str) -> bool:
-        """Whether this volume is attached, so that a detach follows its unstage."""
-        return not self.skip_attach(driver) and self.attach_backend.attaches(driver)
-
-    def attach_request(
-        self, source: CSIVolumeSource, node_name: str, *, secrets: Mapping[str, str] | None = None
-    ) -> AttachRequest:
-        """What the attach backend needs to know about ``source`` on ``node_name``."""
-        snmw = self.registry.is_registered(source.driver) and self._controller_snmw(source.driver)
-        capability = volume_capability(
-            source.access_mode,
-            "block" if source.block else source.fs_type,
-            single_node_multi_writer=snmw,
-            mount_options=source.mount_options,
-        )
-        return AttachRequest(
-            driver=source.driver,
-            volume_handle=source.volume_handle,
-            node_name=node_name,
-            pv_name=source.pv_name,
-            capability=capability,
-            read_only=source.read_only,
-            volume_context=source.volume_attributes,
-            secrets=dict(secrets or {}),
-        )
-
-    def _controller_snmw(self, driver: str) -> bool:
-        backend = self.attach_backend
-        if isinstance(backend, DirectAttachBackend):
-            try:
-                caps = backend.controller_capabilities(driver)
-            except KubevolError:
-                return False
-            return t.ControllerCapability.SINGLE_NODE_MULTI_WRITER in caps
-        return False
-
-    def publish_context(self, source: CSIVolumeSource) -> dict[str, str] | None:
-        """The publish context for NodeStage/NodePublish; None when no attach is needed.
-
-        Raises what the CSIDriver lookup or the attach backend raises (callers make it
-        transient, as the kubelet does).
-        """
-        if self.skip_attach(source.driver):
-            return None
-        request = self.attach_request(
-            source, self.host.get_node_name(),
-            secrets=self.secrets(source.controller_publish_secret_ref, ""),
-        )
-        return self.attach_backend.publish_context(request)
-
-    def secrets(self, ref: SecretRef | None, pod_namespace: str) -> dict[str, str]:
-        """The data of Secret ``ref`` (namespace defaulting to the pod's), decoded.
-
-        Empty when ``ref`` is None. Raises :class:`~kubevol.errors.KubevolError` when it
-        cannot be read.
-        """
-        if ref is None:
-            return {}
-        namespace = ref.namespace or pod_namespace
-        try:
-            secret = self.host.get_secret_func()(namespace, ref.name)
-        except Exception as exc:
-            raise KubevolError(f"cannot read secret {namespace}/{ref.name}: {exc}") from exc
-        out: dict[str, str] = {}
-        for key, value in (getattr(secret, "data", None) or {}).items():
-            try:
-                out[key] = base64.b64decode(value, validate=True).decode("utf-8", "surrogateescape")
-            except (binascii.Error, ValueError) as exc:
-                raise KubevolError(
-                    f"secret {namespace}/{ref.name} key {key!r} is not valid base64"
-                ) from exc
-        return out
-
-    def check_unmount(self, device_mount_path: str, driver: str | None) -> UnmountVerdict:
-        """The unstage guard's verdict on ``device_mount_path`` under :attr:`guard_policy`,
-        for a volume of ``driver`` (None: unknown, so no detach is expected)."""
-        detach = False
-        if driver:
-            try:
-                detach = self.attach_follows(driver)
-            except Exception as exc:
-                # Not knowing is treated as "a detach follows": the stricter answer.
-                log.warning("cannot tell whether %s volumes are detached: %s", driver, exc)
-                detach = True
-        return check_unmount_device(
-            device_mount_path,
-            root_dir=self.root_dir(),
-            policy=self.guard_policy,
-            detach_follows=detach,
-        )
+        """:meth:`source` for a CSI PersistentVolume only (see
+        :meth:`CSIContext.persistent_source`)."""
+        return self.context.persistent_source(spec)
 
     # --- VolumePlugin ---------------------------------------------------------------
 
@@ -326,14 +164,13 @@ class CSIPlugin(
 
     def requires_remount(self, spec: Spec) -> bool:
         try:
-            info = self.driver_info(self.source(spec).driver)
+            info = self.context.driver_info(self.source(spec).driver)
         except Exception as exc:
             log.warning("cannot tell whether %s requires republish: %s", spec.name(), exc)
             return False
         return info is not None and info.requires_republish
 
     def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> CSIMounter:
-        from kubevol.csi.plugin.mounter import CSIMounter
         source = self.source(spec)
         uid = pod_uid(pod)
         handle = (
@@ -341,7 +178,7 @@ class CSIPlugin(
             else source.volume_handle
         )
         return CSIMounter(
-            plugin=self,
+            ctx=self.context,
             spec=spec,
             pod=pod,
             pod_uid=uid,
@@ -353,7 +190,6 @@ class CSIPlugin(
         )
 
     def new_unmounter(self, volume_name: str, pod_uid: str) -> CSIMounter:
-        from kubevol.csi.plugin.mounter import CSIMounter
 
         directory = paths.pod_volume_dir(self.host, pod_uid, volume_name)
         try:
@@ -364,7 +200,7 @@ class CSIPlugin(
                 f"unmounter failed to load volume data file [{directory}]"
             )) from exc
         return CSIMounter(
-            plugin=self,
+            ctx=self.context,
             spec=None,
             pod=None,
             pod_uid=pod_uid,
@@ -404,12 +240,7 @@ class CSIPlugin(
         return True
 
     def supports_selinux_context_mount(self, spec: Spec) -> bool:
-        try:
-            info = self.driver_info(self.source(spec).driver)
-        except Exception as exc:
-            log.warning("cannot tell whether %s supports SELinux mounts: %s", spec.name(), exc)
-            return False
-        return info is not None and info.selinux_mount
+        return self.context.selinux_mount_supported(spec)
 
     def pod_volume_entry(self, name: str) -> PodVolumeEntry:
         return csi_pod_volume_entry(name)
@@ -422,9 +253,7 @@ class CSIPlugin(
     # --- attaching and device mounting ------------------------------------------------
 
     def _attacher(self) -> CSIAttacher:
-        from kubevol.csi.plugin.attacher import CSIAttacher
-
-        return CSIAttacher(self)
+        return CSIAttacher(self.context)
 
     def new_attacher(self) -> CSIAttacher:
         return self._attacher()
@@ -446,7 +275,7 @@ class CSIPlugin(
         source = self.source(spec)
         if source.ephemeral:
             return False
-        return not self.skip_attach(source.driver)
+        return not self.context.skip_attach(source.driver)
 
     def can_device_mount(self, spec: Spec) -> bool:
         return not self.source(spec).ephemeral
@@ -461,19 +290,15 @@ class CSIPlugin(
         """The unstage guard's verdict under :attr:`guard_policy` (the kubelet's rule
         exactly under ``kubelet``). Raises :class:`~kubevol.errors.MountError` when the
         mount table cannot be read."""
-        return self.check_unmount(device_mount_path, _driver_beside(device_mount_path))
+        return self.context.check_unmount(device_mount_path, _driver_beside(device_mount_path))
 
     # --- block ------------------------------------------------------------------------
 
     def new_block_volume_mapper(self, spec: Spec, pod: Any, opts: VolumeOptions) -> CSIBlockMapper:
-        from kubevol.csi.plugin.block import new_block_mapper
-
-        return new_block_mapper(self, spec, pod)
+        return new_block_mapper(self.context, spec, pod)
 
     def new_block_volume_unmapper(self, volume_name: str, pod_uid: str) -> CSIBlockMapper:
-        from kubevol.csi.plugin.block import new_block_unmapper
-
-        return new_block_unmapper(self, volume_name, pod_uid)
+        return new_block_unmapper(self.context, volume_name, pod_uid)
 
     def construct_block_volume_spec(self, pod_uid: str, volume_name: str, volume_path: str) -> Spec:
         """Rebuild a Block PersistentVolume from ``volumeDevices/<volume>/data/vol_data.json``.
@@ -505,14 +330,10 @@ class CSIPlugin(
         ``new_size`` is returned unchanged. Raises a transient error when the driver is not
         registered, a final one when the call fails.
         """
-        from kubevol.csi.plugin.expander import expand_volume_device
-
-        return expand_volume_device(self, spec, new_size)
+        return expand_volume_device(self.context, spec, new_size)
 
     def node_expand(self, options: NodeResizeOptions) -> bool:
-        from kubevol.csi.plugin.expander import node_expand
-
-        return node_expand(self, options)
+        return node_expand(self.context, options)
 
     # --- attach limits ----------------------------------------------------------------
 
