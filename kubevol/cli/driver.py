@@ -71,6 +71,7 @@ def serve_hostpath(args: argparse.Namespace) -> int:
         attach_limit=args.attach_limit,
         shared_filesystem=os.path.abspath(args.shared_filesystem) if args.shared_filesystem else "",
         shared_filesystem_size=args.shared_filesystem_size,
+        get_snapshot=args.enable_get_snapshot,
     )
     with HostPathDriver(config) as driver:
         return _serve(driver.plugin, args)
@@ -86,9 +87,10 @@ def serve_mock(args: argparse.Namespace) -> int:
         attach_limit=args.attach_limit,
         capacity_bytes=args.capacity,
         plugin_services=defaults.plugin_services if args.plugin_caps is None else args.plugin_caps,
-        controller_caps=defaults.controller_caps
-        if args.controller_caps is None
-        else args.controller_caps,
+        controller_caps=(
+            defaults.controller_caps if args.controller_caps is None else args.controller_caps
+        )
+        | ({t.ControllerCapability.GET_SNAPSHOT} if args.enable_get_snapshot else set()),
         node_caps=defaults.node_caps if args.node_caps is None else args.node_caps,
         group_caps=defaults.group_caps if args.group_caps is None else args.group_caps,
     )
@@ -122,6 +124,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--capacity", type=SIZE, default=100 << 30, help="total capacity (default: 100Gi)"
     )
     parser.add_argument("--attach-limit", type=int, default=0, help="volumes per node, 0: no limit")
+    parser.add_argument(
+        "--enable-get-snapshot",
+        action="store_true",
+        help="advertise GET_SNAPSHOT (alpha; upstream csi-sanity rejects it; default: off)",
+    )
     parser.add_argument(
         "-v", "--debug", action="store_true", help="debug logging of every request and response"
     )
@@ -160,7 +167,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     mock_parser = drivers.add_parser("mock", help="every RPC, in memory")
     _common(mock_parser)
     mock_parser.add_argument(
-        "--mock-mount", action="store_true", help="create and remove target paths (no mounts)"
+        "--mock-mount",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="create and remove real target paths, no mounts (default: on)",
     )
     for flag, kind in (
         ("--plugin-caps", t.PluginServiceType),
@@ -173,7 +183,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             type=_caps(kind),
             default=None,
             metavar="CAP[,CAP]|none|all",
-            help=f"advertised {kind.__name__} values (default: all)",
+            help=f"advertised {kind.__name__} values (default: all csi-sanity knows)",
         )
     mock_parser.set_defaults(func=serve_mock)
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import yaml
 
@@ -48,8 +49,10 @@ class CLI:
 
 @pytest.fixture
 def mock_cli(capsys: pytest.CaptureFixture[str]) -> Iterator[CLI]:
-    """The CLI pointed at a mock driver that creates target paths."""
-    with MockDriver(MockConfig(node_id="node-1", mock_mount=True)).serve() as running:
+    """The CLI pointed at a mock driver that creates target paths (GetSnapshot on)."""
+    config = MockConfig(node_id="node-1")
+    caps = config.controller_caps | {t.ControllerCapability.GET_SNAPSHOT}
+    with MockDriver(attrs.evolve(config, controller_caps=caps)).serve() as running:
         yield CLI(capsys, running.endpoint)
 
 
@@ -107,6 +110,7 @@ def test_node_commands(mock_cli: CLI, tmp_path: Path) -> None:
     vid = vol["volume_id"]
     run("csi", "controller", "publish", vid, "--node-id", "node-1", "--cap", "1,block")
     staging, target = str(tmp_path / "staging"), str(tmp_path / "pod" / "dev")
+    os.mkdir(staging)
     run("csi", "node", "stage", vid, "--staging-target-path", staging, "--cap", "1,block",
         "--pub-context", "attached-to=node-1", "--vol-context", "a=b")  # fmt: skip
     run("csi", "node", "publish", vid, "--target-path", target,

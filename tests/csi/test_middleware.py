@@ -238,7 +238,10 @@ def _pub(**fields: Any) -> Any:
             ),
         ),
         ("ControllerExpandVolume", csi_pb2.ControllerExpandVolumeRequest(volume_id="v")),
-        ("ControllerModifyVolume", csi_pb2.ControllerModifyVolumeRequest(volume_id="v")),
+        (
+            "ControllerModifyVolume",
+            csi_pb2.ControllerModifyVolumeRequest(mutable_parameters={"k": "v"}),
+        ),
         ("CreateSnapshot", csi_pb2.CreateSnapshotRequest(name="s")),
         ("NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id="v")),
         (

@@ -3,16 +3,19 @@
 It differs from gocsi's mock where that one is wrong: paging with an unknown token answers
 ABORTED, a same-name volume with other parameters ALREADY_EXISTS, snapshots get real ids,
 staging is implemented, NOT_FOUND and OK come where the spec puts them. Capabilities can be
-switched off one by one (the RPCs behind them then answer UNIMPLEMENTED).
+switched off one by one (the RPCs behind them then answer UNIMPLEMENTED); the ones upstream
+csi-sanity does not know (``GET_SNAPSHOT``) are off unless asked for.
 
-Node calls touch nothing on the host, unless ``mock_mount`` is set: then publishing creates
-the target path (a directory, or a file for block access) and unpublishing removes it,
-which is what a conformance suite checks, and needs no privileges.
+Like csi-test's mock, it keeps real paths on the host (``mock_mount``, on by default, no
+mounts and no privileges needed): staging needs the CO's staging directory to exist,
+publishing creates the target (a directory, or a file for block access) and unpublishing
+removes it -- which is what conformance suites check. It refuses a target that exists and
+that it did not create, so it never deletes what is not its own. With ``mock_mount`` off,
+node calls touch nothing on the host.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
 from collections.abc import Mapping
@@ -40,11 +43,20 @@ from kubevol.csi.drivers.engine import (
     build_storage_plugin,
 )
 from kubevol.csi.drivers.engine.rpc import Code, fail
-from kubevol.csi.drivers.engine.settings import ALL_MODES, DriverSettings, GiB
+from kubevol.csi.drivers.engine.settings import (
+    ALL_MODES,
+    OPT_IN_CONTROLLER_CAPS,
+    DriverSettings,
+    GiB,
+)
 from kubevol.csi.server import StoragePlugin
 from kubevol.lifecycle import ClosesOnExit
 
 DRIVER_NAME = "mock.csi.kubevol.io"
+
+#: The mutable parameters ControllerModifyVolume (and CreateVolume) accept; any other key is
+#: INVALID_ARGUMENT, as for a driver whose VolumeAttributesClass knows a fixed set of keys.
+MUTABLE_PARAMETER_KEYS = frozenset({"iops", "throughput"})
 
 E = TypeVar("E", bound=enum.IntEnum)
 
@@ -78,7 +90,7 @@ class MockConfig:
     node_id: str = DEFAULT_NODE_ID
     driver_name: str = DRIVER_NAME
     version: str = attrs.field(factory=kubevol_version)
-    mock_mount: bool = False
+    mock_mount: bool = True
     capacity_bytes: int = 1024 * GiB
     max_volume_size: int = 1024 * GiB
     default_volume_size: int = GiB
@@ -86,9 +98,12 @@ class MockConfig:
     plugin_services: frozenset[t.PluginServiceType] = frozenset(
         {t.PluginServiceType.CONTROLLER_SERVICE, t.PluginServiceType.GROUP_CONTROLLER_SERVICE}
     )
-    controller_caps: frozenset[t.ControllerCapability] = _all(t.ControllerCapability)
+    controller_caps: frozenset[t.ControllerCapability] = (
+        _all(t.ControllerCapability) - OPT_IN_CONTROLLER_CAPS
+    )
     node_caps: frozenset[t.NodeCapability] = _all(t.NodeCapability)
     group_caps: frozenset[t.GroupControllerCapability] = _all(t.GroupControllerCapability)
+    mutable_parameter_keys: frozenset[str] | None = MUTABLE_PARAMETER_KEYS
 
     def settings(self) -> DriverSettings:
         """The engine settings for this configuration."""
@@ -105,6 +120,7 @@ class MockConfig:
             max_volume_size=self.max_volume_size,
             default_volume_size=self.default_volume_size,
             max_volumes_per_node=self.attach_limit,
+            mutable_parameter_keys=self.mutable_parameter_keys,
         )
 
 
@@ -134,40 +150,63 @@ class MockBackend(VolumeBackend):
         """Always healthy."""
         return t.VolumeCondition(abnormal=False, message="mock volume is healthy")
 
-    def stage(self, volume: VolumeRecord, staging: Staging) -> Staging:
-        """Only recorded."""
+    def stage(self, volume: VolumeRecord, staging: Staging, *, repeat: bool) -> Staging:
+        """Only recorded; with ``mock_mount`` the staging directory must exist (the CO
+        creates it)."""
+        if self.mock_mount and not os.path.isdir(staging.path):
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"staging path {staging.path} is not a directory (the CO creates it)",
+            )
         return staging
 
     def unstage(self, volume: VolumeRecord, staging: Staging) -> None:
         """Only recorded."""
 
     def publish(
-        self, volume: VolumeRecord, publication: Publication, staging: Staging | None
+        self,
+        volume: VolumeRecord,
+        publication: Publication,
+        staging: Staging | None,
+        *,
+        repeat: bool,
     ) -> None:
-        """With ``mock_mount``: create the target (directory, or file for block)."""
+        """With ``mock_mount``: create the target (directory, or file for block); a target
+        that exists and is not the mock's own is refused."""
         if not self.mock_mount:
             return
         target = publication.target_path
+        if os.path.lexists(target):
+            if repeat:
+                return
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"target {target} exists and was not created by this driver",
+            )
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             if volume.kind is AccessKind.BLOCK:
-                with open(target, "a"):
-                    pass
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             else:
-                os.makedirs(target, exist_ok=True)
+                os.mkdir(target, 0o750)
         except OSError as exc:
             fail(Code.INTERNAL, f"cannot create target {target}: {exc.strerror}")
 
     def unpublish(self, volume: VolumeRecord, publication: Publication) -> None:
-        """With ``mock_mount``: remove the target."""
+        """With ``mock_mount``: remove the target (an empty directory or a file; anything
+        else found there is left alone and the call fails)."""
         if not self.mock_mount:
             return
         target = publication.target_path
-        with contextlib.suppress(FileNotFoundError):
+        try:
             if os.path.isdir(target) and not os.path.islink(target):
                 os.rmdir(target)
             else:
                 os.unlink(target)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            fail(Code.INTERNAL, f"cannot remove target {target}: {exc.strerror}")
 
     def volume_stats(self, volume: VolumeRecord, path: str) -> t.VolumeStats:
         """The volume's capacity, nothing used; abnormal when a mock-mounted path is gone."""

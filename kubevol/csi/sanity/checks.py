@@ -24,6 +24,18 @@ def expect_code(code: grpc.StatusCode, call: Callable[[], object]) -> CSIRPCErro
     raise AssertionError(f"expected {code.name}, but the call succeeded with {result!r}")
 
 
+def expect_code_in(codes: tuple[grpc.StatusCode, ...], call: Callable[[], object]) -> None:
+    """Require ``call`` to succeed (when ``OK`` is in ``codes``) or fail with one of
+    ``codes``."""
+    try:
+        call()
+    except CSIRPCError as exc:
+        names = ", ".join(c.name for c in codes)
+        assert exc.code in codes, f"expected one of {names}, got {exc.code.name}: {exc.message}"
+        return
+    assert grpc.StatusCode.OK in codes, f"expected one of {codes}, but the call succeeded"
+
+
 def need_controller(ctx: SanityContext, *caps: t.ControllerCapability) -> None:
     """Skip unless the controller service and every capability in ``caps`` are advertised."""
     if not ctx.has_controller_service:

@@ -4,7 +4,8 @@ advertised capabilities, and the resources each test creates and must clean up.
 Cleanup follows csi-sanity: for everything a test created, in reverse order, NodeUnpublish,
 NodeUnstage, ControllerUnpublish, DeleteVolume, DeleteSnapshot. Those calls must answer OK
 even for things that were never published or staged (the spec's idempotency), so a failure
-there fails the test.
+there fails the test; NodeUnpublish and NodeUnstage may also answer NOT_FOUND (the spec's
+code for a volume that does not exist), as csi-sanity's cleanup accepts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import attrs
+import grpc
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -283,6 +285,8 @@ class Resources:
             try:
                 call()
             except CSIRPCError as exc:
+                if exc.code is grpc.StatusCode.NOT_FOUND and what.startswith("NodeUn"):
+                    continue
                 problems.append(f"{what}: {exc.code.name}: {exc.message}")
         for path in (self.target_parent, self.staging_path):
             if _only_empty_dirs(path):

@@ -7,7 +7,7 @@ from functools import partial
 from kubevol.csi import convert
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
-from kubevol.csi.sanity.checks import Code, expect_code, need_controller
+from kubevol.csi.sanity.checks import Code, expect_code, expect_code_in, need_controller
 from kubevol.csi.sanity.context import Resources, SanityContext, repeat, unique_name
 
 CC = t.ControllerCapability
@@ -298,24 +298,47 @@ def test_controller_expand_volume(csi_sanity: SanityContext, csi_resources: Reso
 
 
 def test_controller_modify_volume(csi_sanity: SanityContext, csi_resources: Resources) -> None:
-    """Modify needs an id and parameters, is NOT_FOUND for an unknown volume, and applies
-    the configured mutable parameters repeatably."""
+    """Modify needs a volume id, is NOT_FOUND for an unknown volume (with or without
+    parameters), refuses keys the driver does not know (INVALID_ARGUMENT) and applies the
+    configured mutable parameters repeatably, to volumes created with or without them.
+
+    The spec calls ``mutable_parameters`` REQUIRED, but an empty map is the same bytes as
+    an absent one: a driver may answer it OK (csi-sanity expects that) or INVALID_ARGUMENT.
+    """
     need_controller(csi_sanity, CC.MODIFY_VOLUME, CC.CREATE_DELETE_VOLUME)
     c = csi_sanity.controller
+    params = dict(csi_sanity.config.mutable_parameters)
+    secrets = csi_sanity.secrets("ControllerModifyVolume")
+    no_id = csi_pb2.ControllerModifyVolumeRequest(mutable_parameters=params, secrets=secrets)
+    expect_code(Code.INVALID_ARGUMENT, lambda: c.call("ControllerModifyVolume", no_id))
+    unknown = unique_name("none")
+    expect_code(Code.NOT_FOUND, lambda: c.controller_modify_volume(unknown, params))
+    vol = csi_resources.create_volume()
+    empty = csi_pb2.ControllerModifyVolumeRequest(volume_id=vol.volume_id, secrets=secrets)
+    expect_code_in(
+        (Code.OK, Code.INVALID_ARGUMENT), lambda: c.call("ControllerModifyVolume", empty)
+    )
+    fake = {"XXX_FakeKey": "XXX_FakeValue"}
     expect_code(
         Code.INVALID_ARGUMENT,
-        lambda: c.call("ControllerModifyVolume", csi_pb2.ControllerModifyVolumeRequest()),
+        lambda: c.controller_modify_volume(vol.volume_id, fake, secrets=secrets),
     )
-    vol = csi_resources.create_volume()
-    empty = csi_pb2.ControllerModifyVolumeRequest(volume_id=vol.volume_id)
-    expect_code(Code.INVALID_ARGUMENT, lambda: c.call("ControllerModifyVolume", empty))
-    params = dict(csi_sanity.config.mutable_parameters)
     if not params:
         return  # nothing known to be valid for this driver: the positive case needs a file
-    expect_code(Code.NOT_FOUND, lambda: c.controller_modify_volume(unique_name("none"), params))
-    repeat(
-        csi_sanity.config.idempotent_count,
-        lambda: c.controller_modify_volume(
-            vol.volume_id, params, secrets=csi_sanity.secrets("ControllerModifyVolume")
-        ),
+    for vid in (vol.volume_id, csi_resources.create_volume(mutable_parameters=params).volume_id):
+        repeat(
+            csi_sanity.config.idempotent_count,
+            partial(c.controller_modify_volume, vid, params, secrets=secrets),
+        )
+
+
+def test_create_volume_with_volume_attributes_class(csi_resources: Resources) -> None:
+    """With MODIFY_VOLUME advertised, CreateVolume accepts the configured mutable
+    parameters and refuses a key the driver does not know (INVALID_ARGUMENT)."""
+    need_controller(csi_resources.ctx, CC.MODIFY_VOLUME, CC.CREATE_DELETE_VOLUME)
+    params = dict(csi_resources.ctx.config.mutable_parameters)
+    assert csi_resources.create_volume(mutable_parameters=params).volume_id
+    fake = {"XXX_FakeKey": "XXX_FakeValue"}
+    expect_code(
+        Code.INVALID_ARGUMENT, lambda: csi_resources.create_volume(mutable_parameters=fake)
     )

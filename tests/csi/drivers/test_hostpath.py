@@ -225,9 +225,12 @@ def test_stats_and_volume_condition(
     c.node_unstage_volume(vid, staging)
 
 
-def test_snapshots_are_copies_and_restore(hostpath: Served, tmp_path: Path) -> None:
-    """A snapshot keeps the content at its time; volumes from it and clones get copies."""
-    c = hostpath.client
+def test_snapshots_are_copies_and_restore(
+    hostpath_factory: HostPathFactory, tmp_path: Path
+) -> None:
+    """A snapshot keeps the content at its time; volumes from it and clones get copies
+    (GetSnapshot, opted in, answers NOT_FOUND once the snapshot is deleted)."""
+    c = hostpath_factory(get_snapshot=True).client
     vol = c.create_volume("src", [MOUNT])
     voldir = tmp_path / "state" / "volumes" / vol.volume_id
     (voldir / "f").write_text("v1")

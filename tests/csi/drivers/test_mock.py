@@ -31,17 +31,31 @@ def code_of(call: Callable[[], object]) -> grpc.StatusCode:
     return info.value.code
 
 
+#: Every controller capability, GET_SNAPSHOT (opt-in) included.
+ALL_CONTROLLER = parse_capabilities(t.ControllerCapability, "all")
+
+
 @pytest.fixture
 def mock(mock_factory: MockFactory) -> CSIClient:
-    """A client of a mock driver with every capability (attach included)."""
-    return mock_factory().client
+    """A client of a mock driver with every capability (attach and GetSnapshot included)."""
+    return mock_factory(controller_caps=ALL_CONTROLLER).client
 
 
 @pytest.fixture
 def simple(mock_factory: MockFactory) -> CSIClient:
     """A mock without ControllerPublish, so node calls need no attachment."""
-    caps = MockConfig().controller_caps - {t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME}
+    caps = ALL_CONTROLLER - {t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME}
     return mock_factory(controller_caps=caps).client
+
+
+def test_defaults_leave_out_what_csi_sanity_does_not_know(mock_factory: MockFactory) -> None:
+    """By default the mock advertises every controller capability but GET_SNAPSHOT, whose
+    number upstream csi-sanity rejects; asking for it turns GetSnapshot on."""
+    c = mock_factory().client
+    caps = c.controller_get_capabilities()
+    assert t.ControllerCapability.GET_SNAPSHOT not in caps
+    assert caps == ALL_CONTROLLER - {t.ControllerCapability.GET_SNAPSHOT}
+    assert code_of(lambda: c.get_snapshot("s")) == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_pages_follow_tokens_and_survive_deletions(mock: CSIClient) -> None:
@@ -147,6 +161,8 @@ def test_staging_rules(simple: CSIClient, tmp_path: Path) -> None:
     with another capability ALREADY_EXISTS; unstaging while published FAILED_PRECONDITION."""
     vol = simple.create_volume("v", [MOUNT]).volume_id
     staging, target = str(tmp_path / "s"), str(tmp_path / "t")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "o").mkdir()
     assert code_of(lambda: simple.node_publish_volume(vol, target, MOUNT)) == (
         grpc.StatusCode.FAILED_PRECONDITION
     )
@@ -218,7 +234,10 @@ REQUIRED: list[tuple[str, object]] = [
     ("GetSnapshot", csi_pb2.GetSnapshotRequest()),
     ("ControllerExpandVolume", csi_pb2.ControllerExpandVolumeRequest(volume_id="v")),
     ("ControllerGetVolume", csi_pb2.ControllerGetVolumeRequest()),
-    ("ControllerModifyVolume", csi_pb2.ControllerModifyVolumeRequest(volume_id="v")),
+    (
+        "ControllerModifyVolume",
+        csi_pb2.ControllerModifyVolumeRequest(mutable_parameters={"iops": "1"}),
+    ),
     ("NodeStageVolume", csi_pb2.NodeStageVolumeRequest(volume_id="v", staging_target_path="/s")),
     ("NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(volume_id="v")),
     ("NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id="v", target_path="/t")),
@@ -285,6 +304,7 @@ def test_mock_mount_creates_and_removes_targets_only(
         for cap in (MOUNT, BLOCK):
             vol = c.create_volume(f"v-{cap.access_type}", [cap]).volume_id
             staging = str(tmp_path / f"s-{mock_mount}")
+            os.makedirs(staging, exist_ok=True)
             target = str(tmp_path / f"pods-{mock_mount}" / vol)
             c.node_stage_volume(vol, staging, cap)
             c.node_publish_volume(vol, target, cap, staging_target_path=staging)
@@ -321,10 +341,20 @@ def test_group_snapshots(mock: CSIClient) -> None:
 
 
 def test_modify_validate_and_attach(mock: CSIClient, tmp_path: Path) -> None:
-    """Modify needs parameters; validate confirms matching capabilities only; attach is
-    idempotent and conflicting attach flags are ALREADY_EXISTS."""
+    """Modify takes the mock's known keys only, an empty map is a no-op, an unknown volume
+    NOT_FOUND; validate confirms matching capabilities only; attach is idempotent and
+    conflicting attach flags are ALREADY_EXISTS."""
     vol = mock.create_volume("m", [MOUNT], parameters={"p": "1"}).volume_id
     mock.controller_modify_volume(vol, {"iops": "100"})
+    mock.controller_modify_volume(vol, {})
+    assert code_of(lambda: mock.controller_modify_volume("nope", {})) == grpc.StatusCode.NOT_FOUND
+    assert code_of(lambda: mock.controller_modify_volume(vol, {"XXX_FakeKey": "1"})) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert code_of(
+        lambda: mock.create_volume("bad-vac", [MOUNT], mutable_parameters={"XXX": "1"})
+    ) == (grpc.StatusCode.INVALID_ARGUMENT)
+    (tmp_path / "s").mkdir()
     assert mock.validate_volume_capabilities(vol, [MOUNT]).confirmed is not None
     refused = mock.validate_volume_capabilities(vol, [BLOCK])
     assert refused.confirmed is None and "block" in refused.message

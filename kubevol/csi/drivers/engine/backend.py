@@ -12,6 +12,7 @@ exception answers INTERNAL.
 from __future__ import annotations
 
 import abc
+import os
 
 from kubevol.csi import types as t
 from kubevol.csi.drivers.engine.records import (
@@ -57,9 +58,15 @@ class VolumeBackend(abc.ABC):
     # --- node -----------------------------------------------------------------------
 
     @abc.abstractmethod
-    def stage(self, volume: VolumeRecord, staging: Staging) -> Staging:
-        """Stage at ``staging.path`` (which exists); returns the record to keep (with the
-        device it used). Idempotent: an existing mount there is reused."""
+    def stage(self, volume: VolumeRecord, staging: Staging, *, repeat: bool) -> Staging:
+        """Stage at ``staging.path``; returns the record to keep (with the device it used).
+
+        The engine records the staging before calling, so a crash leaves a record of what
+        may have been done. ``repeat`` is True when that record existed before this call
+        (a repeated or resumed NodeStage): what this driver finds at the path is its own
+        and is reused. When False, a mount already at the path is someone else's and must
+        be refused (FAILED_PRECONDITION), never adopted.
+        """
 
     @abc.abstractmethod
     def unstage(self, volume: VolumeRecord, staging: Staging) -> None:
@@ -67,14 +74,35 @@ class VolumeBackend(abc.ABC):
 
     @abc.abstractmethod
     def publish(
-        self, volume: VolumeRecord, publication: Publication, staging: Staging | None
+        self,
+        volume: VolumeRecord,
+        publication: Publication,
+        staging: Staging | None,
+        *,
+        repeat: bool,
     ) -> None:
-        """Make the volume visible at ``publication.target_path`` (created here: a directory
-        for mount access, a file for block). Idempotent."""
+        """Make the volume visible at ``publication.target_path``, which the driver creates
+        (a directory for mount access, a file for block).
+
+        The engine records the publication before calling. ``repeat`` is True when the
+        record existed before this call: the target, if there, is the driver's own. When
+        False, anything already at the target was made by someone else: refuse it
+        (FAILED_PRECONDITION) rather than mount over it or later delete it.
+        """
 
     @abc.abstractmethod
     def unpublish(self, volume: VolumeRecord, publication: Publication) -> None:
-        """Undo :meth:`publish` and remove the target path. Idempotent."""
+        """Undo :meth:`publish` and remove the target path the driver created. Idempotent."""
+
+    def stage_leftover(self, volume: VolumeRecord, staging: Staging) -> bool:
+        """Whether a failed :meth:`stage` left something that a later NodeUnstage must undo
+        (the engine then keeps the staging record instead of dropping it)."""
+        return False
+
+    def publish_leftover(self, volume: VolumeRecord, publication: Publication) -> bool:
+        """Whether a failed :meth:`publish` left its target behind for NodeUnpublish to
+        remove (the engine then keeps the publication record instead of dropping it)."""
+        return os.path.lexists(publication.target_path)
 
     @abc.abstractmethod
     def volume_stats(self, volume: VolumeRecord, path: str) -> t.VolumeStats:

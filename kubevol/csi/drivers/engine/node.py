@@ -72,8 +72,17 @@ class EngineNode(NodeService):
                     Code.ALREADY_EXISTS,
                     f"volume {vol.volume_id} is staged at {path} with another capability",
                 )
-            staged = self.engine.backend.stage(vol, current or Staging(path=path, capability=cap))
-            if staged != current:
+            wanted = current or Staging(path=path, capability=cap)
+            if current is None:
+                # Recorded first: whatever the backend makes is then known to be ours.
+                self.engine.put_volume(attrs.evolve(vol, staging=wanted))
+            try:
+                staged = self.engine.backend.stage(vol, wanted, repeat=current is not None)
+            except BaseException:
+                if current is None and not self.engine.backend.stage_leftover(vol, wanted):
+                    self.engine.put_volume(vol)
+                raise
+            if staged != wanted:
                 self.engine.put_volume(attrs.evolve(vol, staging=staged))
         return csi_pb2.NodeStageVolumeResponse()
 
@@ -122,13 +131,22 @@ class EngineNode(NodeService):
                     f"volume {vol.volume_id} is published at {target} with another "
                     "capability, read-only flag or staging path",
                 )
+            # What is at the target before a first publish is not ours, even if it stays.
+            foreign = current is None and os.path.lexists(target)
             if current is None:
                 self._check_second_target(vol, cap)
-            self.engine.backend.publish(vol, wanted, staging)
-            if current is None:
+                # Recorded first: the target the backend creates is then known to be ours.
                 self.engine.put_volume(
                     attrs.evolve(vol, publications={**vol.publications, target: wanted})
                 )
+            try:
+                self.engine.backend.publish(vol, wanted, staging, repeat=current is not None)
+            except BaseException:
+                if current is None and (
+                    foreign or not self.engine.backend.publish_leftover(vol, wanted)
+                ):
+                    self.engine.put_volume(vol)
+                raise
         return csi_pb2.NodePublishVolumeResponse()
 
     def _staging_for_publish(self, vol: VolumeRecord, staging_path: str) -> Staging | None:

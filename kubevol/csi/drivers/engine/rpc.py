@@ -43,7 +43,13 @@ def absolute_path(value: str, field: str) -> str:
     require(value, field)
     if not value.startswith("/") or "\0" in value:
         fail(Code.INVALID_ARGUMENT, f"{field} {value!r} must be an absolute path")
-    return os.path.normpath(value)
+    path = os.path.normpath(value)
+    if path.startswith("//"):
+        path = "/" + path.lstrip("/")
+    if path == "/":
+        # Staging or publishing at the root would mount over (or bind out) the host's root.
+        fail(Code.INVALID_ARGUMENT, f"{field} {value!r} is the root directory")
+    return path
 
 
 def capability(request: Message, field: str = "volume_capability") -> t.VolumeCapability:

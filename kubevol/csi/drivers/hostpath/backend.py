@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import subprocess
 
@@ -32,6 +33,7 @@ from kubevol.csi.drivers.engine.records import (
 )
 from kubevol.csi.drivers.engine.rpc import Code, fail
 from kubevol.csi.drivers.hostpath import loop
+from kubevol.csi.errors import CSIRPCError
 from kubevol.errors import MetricsError, MountError
 from kubevol.metrics import MetricsBlock, MetricsDu
 from kubevol.mount import LinuxMounter, cleanup_mount_point, is_corrupted_mount
@@ -49,7 +51,8 @@ def mounted(mounter: LinuxMounter, path: str) -> bool:
 
 
 def unmount_all(mounter: LinuxMounter, path: str) -> None:
-    """Unmount ``path`` until it is no longer a mount point (stacked mounts included)."""
+    """Unmount ``path`` until it is no longer a mount point (stacked mounts included).
+    Only for mounts the driver made privately (its controller's work mounts)."""
     for _ in range(MAX_STACKED_MOUNTS):
         if not mounted(mounter, path):
             return
@@ -58,10 +61,42 @@ def unmount_all(mounter: LinuxMounter, path: str) -> None:
         raise MountError(f"{path} is still mounted after {MAX_STACKED_MOUNTS} unmounts")
 
 
-def remove_target(mounter: LinuxMounter, path: str) -> None:
-    """Unmount ``path`` and remove it (an empty directory or a file). Never recursive: a
-    directory that is not empty after unmounting stays and the call raises."""
-    unmount_all(mounter, path)
+def shows(path: str, source: str) -> bool:
+    """Whether ``path`` shows the same file as ``source`` (same device and inode): a bind of
+    ``source`` (or of a bind of it) is mounted there. False when either cannot be read."""
+    try:
+        a, b = os.stat(path), os.stat(source)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def unmount_own(mounter: LinuxMounter, path: str, source: str) -> None:
+    """Unmount the driver's own binds of ``source`` at ``path`` (repeated binds included).
+
+    A mount at ``path`` that does not show ``source`` was made by someone else (mounted
+    over the driver's): it is left alone and the call fails with FAILED_PRECONDITION. A
+    corrupted mount cannot be compared and is unmounted: the state says the path is ours.
+    """
+    for _ in range(MAX_STACKED_MOUNTS):
+        if not mounted(mounter, path):
+            return
+        if not is_corrupted_mount(path) and not shows(path, source):
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"{path} has a mount this driver did not make (it does not show {source}); "
+                "left in place",
+            )
+        mounter.unmount(path)
+    if mounted(mounter, path):
+        raise MountError(f"{path} is still mounted after {MAX_STACKED_MOUNTS} unmounts")
+
+
+def remove_target(mounter: LinuxMounter, path: str, source: str) -> None:
+    """Unmount the driver's binds of ``source`` at ``path`` and remove it (an empty
+    directory or a file). Never recursive: a directory that is not empty after unmounting
+    stays and the call raises."""
+    unmount_own(mounter, path, source)
     if os.path.isdir(path) and not os.path.islink(path):
         cleanup_mount_point(path, mounter, extensive_check=True)
     else:
@@ -151,8 +186,43 @@ def bound_device(target: str) -> str:
     return "/dev" + entries[-1].root
 
 
+#: What a volume or snapshot id must look like to name a file under the state directory
+#: (ids are uuids this driver made; anything else came from an edited state file).
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+def storage_name(record_id: str, what: str) -> str:
+    """``record_id`` when it is safe as a file name under the state directory; INTERNAL for
+    anything else (``..``, ``/``, a leading dot), so that a state file edited to name a
+    path outside the state directory makes the driver refuse, not delete it."""
+    if not _SAFE_ID.fullmatch(record_id):
+        fail(
+            Code.INTERNAL,
+            f"the driver state names {what} {record_id!r}, which is not an id this driver "
+            "makes; refusing to touch storage for it",
+        )
+    return record_id
+
+
+def check_staging_dir(path: str) -> None:
+    """FAILED_PRECONDITION unless ``path`` is a real directory (the CO creates it) that is
+    not the root and not a symbolic link (a link would take the mount elsewhere)."""
+    if os.path.islink(path) or os.path.realpath(path) == "/":
+        fail(Code.FAILED_PRECONDITION, f"staging path {path} is a link or the root directory")
+    if not os.path.isdir(path):
+        fail(
+            Code.FAILED_PRECONDITION,
+            f"staging path {path} is not a directory (the CO creates it)",
+        )
+
+
 class HostPathBackend(VolumeBackend):
-    """Directories and loop-backed images under ``root``; see the module docstring."""
+    """Directories and loop-backed images under ``root``; see the module docstring.
+
+    It acts only on mounts its state says it made: a staging path that is already a mount
+    point, or a target that already exists, is refused unless the engine's record of the
+    staging or publication existed before the call (a repeat, or a retry after a crash).
+    """
 
     def __init__(self, root: str, mounter: LinuxMounter | None = None) -> None:
         self.root = root
@@ -167,12 +237,13 @@ class HostPathBackend(VolumeBackend):
     def volume_path(self, vol: VolumeRecord) -> str:
         """The volume's directory or image file."""
         suffix = ".img" if vol.kind is AccessKind.BLOCK else ""
-        return os.path.join(self.volumes_dir, vol.volume_id + suffix)
+        return os.path.join(self.volumes_dir, storage_name(vol.volume_id, "volume") + suffix)
 
     def snapshot_path(self, snap: SnapshotRecord) -> str:
         """The snapshot's directory or image file."""
         suffix = ".img" if snap.kind is AccessKind.BLOCK else ""
-        return os.path.join(self.snapshots_dir, snap.snapshot_id + suffix)
+        name = storage_name(snap.snapshot_id, "snapshot")
+        return os.path.join(self.snapshots_dir, name + suffix)
 
     def _source_path(self, source: Source) -> str | None:
         if isinstance(source, SnapshotRecord):
@@ -275,16 +346,11 @@ class HostPathBackend(VolumeBackend):
 
     # --- node -----------------------------------------------------------------------
 
-    def _check_staging_dir(self, path: str) -> None:
-        if not os.path.isdir(path):
-            fail(
-                Code.FAILED_PRECONDITION,
-                f"staging path {path} is not a directory (the CO creates it)",
-            )
-
-    def stage(self, volume: VolumeRecord, staging: Staging) -> Staging:
-        """Bind the directory at the staging path, or attach the image to a loop device."""
-        self._check_staging_dir(staging.path)
+    def stage(self, volume: VolumeRecord, staging: Staging, *, repeat: bool) -> Staging:
+        """Bind the directory at the staging path, or attach the image to a loop device.
+        A staging path that is already a mount point is refused unless this is a repeat
+        and the mount there is the driver's own bind of the volume."""
+        check_staging_dir(staging.path)
         source = self.volume_path(volume)
         if not os.path.exists(source):
             fail(Code.FAILED_PRECONDITION, f"the storage of volume {volume.volume_id} is missing")
@@ -295,18 +361,32 @@ class HostPathBackend(VolumeBackend):
             # A writable device nobody recorded is the one an interrupted stage attached.
             device = writable[0] if writable else loop.attach(source)
             return Staging(path=staging.path, capability=staging.capability, device=device)
-        if not mounted(self.mounter, staging.path):
-            self.mounter.mount(source, staging.path, "", bind_options(staging, False))
+        if mounted(self.mounter, staging.path):
+            if repeat and shows(staging.path, source):
+                return staging
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"staging path {staging.path} is already a mount point this driver did not "
+                "make; left alone",
+            )
+        self.mounter.mount(source, staging.path, "", bind_options(staging, False))
         return staging
 
+    def stage_leftover(self, volume: VolumeRecord, staging: Staging) -> bool:
+        """A bind of the volume still at the staging path."""
+        if volume.kind is AccessKind.BLOCK:
+            return False
+        return mounted(self.mounter, staging.path) and shows(staging.path, self.volume_path(volume))
+
     def unstage(self, volume: VolumeRecord, staging: Staging) -> None:
-        """Unmount the staging path, or detach the loop device."""
+        """Unmount the staging path (the driver's own bind only), or detach the loop
+        device."""
         if volume.kind is AccessKind.BLOCK:
             image = self.volume_path(volume)
             if os.path.exists(image) and staging.device in loop.devices_for(image):
                 loop.detach(staging.device)
             return
-        unmount_all(self.mounter, staging.path)
+        unmount_own(self.mounter, staging.path, self.volume_path(volume))
 
     def _publish_source(self, volume: VolumeRecord, staging: Staging | None) -> str:
         if staging is None:
@@ -321,7 +401,12 @@ class HostPathBackend(VolumeBackend):
         return staging.path
 
     def publish(
-        self, volume: VolumeRecord, publication: Publication, staging: Staging | None
+        self,
+        volume: VolumeRecord,
+        publication: Publication,
+        staging: Staging | None,
+        *,
+        repeat: bool,
     ) -> None:
         """Bind the staging path (mount) or the loop device (block, onto a file) at the
         target, read-only when asked.
@@ -331,49 +416,89 @@ class HostPathBackend(VolumeBackend):
         """
         source = self._publish_source(volume, staging)
         if volume.kind is AccessKind.BLOCK and publication.readonly:
-            if mounted(self.mounter, publication.target_path):
+            own = self._own_device(volume, publication)
+            if repeat and own:
+                self.bind_at_target(own, publication, volume.kind, repeat=True)
                 return
+            self._check_fresh_target(publication, repeat)
             device = loop.attach(self.volume_path(volume), read_only=True)
             try:
-                self.bind_at_target(device, publication, volume.kind)
+                self.bind_at_target(device, publication, volume.kind, repeat=repeat)
             except BaseException:
                 loop.detach(device)
                 raise
             return
-        self.bind_at_target(source, publication, volume.kind)
+        self.bind_at_target(source, publication, volume.kind, repeat=repeat)
 
-    def bind_at_target(self, source: str, publication: Publication, kind: AccessKind) -> None:
-        """Create the target (directory or file) and bind ``source`` there, unless mounted."""
+    @staticmethod
+    def _check_fresh_target(publication: Publication, repeat: bool) -> None:
         target = publication.target_path
+        if not repeat and os.path.lexists(target):
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"target {target} already exists and this driver did not create it; "
+                "left alone (the SP creates the target path)",
+            )
+
+    def bind_at_target(
+        self, source: str, publication: Publication, kind: AccessKind, *, repeat: bool
+    ) -> None:
+        """Create the target (directory or file) and bind ``source`` there. An existing
+        target is the driver's own only on a ``repeat``; otherwise it is refused."""
+        target = publication.target_path
+        self._check_fresh_target(publication, repeat)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        if kind is AccessKind.BLOCK:
-            if os.path.isdir(target):
-                fail(Code.FAILED_PRECONDITION, f"block target {target} is a directory")
-            with open(target, "a"):
-                pass
-        else:
-            if os.path.lexists(target) and not os.path.isdir(target):
-                fail(Code.FAILED_PRECONDITION, f"mount target {target} is not a directory")
-            os.makedirs(target, exist_ok=True)
         if mounted(self.mounter, target):
-            return
+            if shows(target, source):
+                return
+            fail(
+                Code.FAILED_PRECONDITION,
+                f"target {target} has a mount this driver did not make; left alone",
+            )
+        if kind is AccessKind.BLOCK:
+            if os.path.isdir(target) or os.path.islink(target):
+                fail(Code.FAILED_PRECONDITION, f"block target {target} is not a file")
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        else:
+            if os.path.lexists(target) and (os.path.islink(target) or not os.path.isdir(target)):
+                fail(Code.FAILED_PRECONDITION, f"mount target {target} is not a directory")
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(target, 0o750)
         try:
             self.mounter.mount(source, target, "", bind_options(publication, publication.readonly))
         except MountError:
-            with contextlib.suppress(OSError):
-                remove_target(self.mounter, target)
+            with contextlib.suppress(OSError, CSIRPCError):
+                remove_target(self.mounter, target, source)
             raise
 
+    def _own_device(self, volume: VolumeRecord, publication: Publication) -> str:
+        """The read-only loop device of the volume's image bound at a read-only block
+        publication's target, or ""."""
+        device = bound_device(publication.target_path)
+        image = self.volume_path(volume)
+        if not device or not os.path.exists(image) or device not in loop.devices_for(image):
+            return ""
+        return device if loop.is_read_only(device) else ""
+
+    def _target_source(self, volume: VolumeRecord, publication: Publication) -> str:
+        """What the driver bound at a publication's target."""
+        if volume.kind is AccessKind.BLOCK:
+            if publication.readonly:
+                return self._own_device(volume, publication) or publication.target_path
+            return volume.staging.device if volume.staging else publication.target_path
+        if volume.staging is not None:
+            return volume.staging.path
+        return self.volume_path(volume)
+
     def unpublish(self, volume: VolumeRecord, publication: Publication) -> None:
-        """Unmount the target and remove it; detach a read-only block publication's own
-        loop device."""
+        """Unmount the driver's bind at the target and remove the target; detach a
+        read-only block publication's own loop device."""
         own_device = ""
         if volume.kind is AccessKind.BLOCK and publication.readonly:
-            own_device = bound_device(publication.target_path)
-        remove_target(self.mounter, publication.target_path)
-        image = self.volume_path(volume)
-        attached = loop.devices_for(image) if own_device and os.path.exists(image) else []
-        if own_device in attached and loop.is_read_only(own_device):
+            own_device = self._own_device(volume, publication)
+        source = self._target_source(volume, publication)
+        remove_target(self.mounter, publication.target_path, source)
+        if own_device:
             loop.detach(own_device)
 
     def volume_stats(self, volume: VolumeRecord, path: str) -> t.VolumeStats:

@@ -35,8 +35,10 @@ from kubevol.csi.drivers.hostpath import loop
 from kubevol.csi.drivers.hostpath.backend import (
     HEALTHY,
     HostPathBackend,
+    check_staging_dir,
     copy_tree,
     mounted,
+    storage_name,
     unmount_all,
 )
 from kubevol.errors import MountError
@@ -128,8 +130,9 @@ class SharedFilesystemBackend(HostPathBackend):
     @staticmethod
     def _in_fs(root: str, record: VolumeRecord | SnapshotRecord) -> str:
         if isinstance(record, SnapshotRecord):
-            return os.path.join(root, SNAPSHOTS_DIR, record.snapshot_id)
-        return os.path.join(root, record.volume_id)
+            name = storage_name(record.snapshot_id, "snapshot")
+            return os.path.join(root, SNAPSHOTS_DIR, name)
+        return os.path.join(root, storage_name(record.volume_id, "volume"))
 
     def create_volume(self, volume: VolumeRecord, source: Source) -> None:
         """Make ``/<id>`` (mode 0777), filled from a snapshot or volume when given."""
@@ -199,11 +202,19 @@ class SharedFilesystemBackend(HostPathBackend):
             return f"shared filesystem image {self.fs.image} is missing"
         return super().health_problem()
 
-    def stage(self, volume: VolumeRecord, staging: Staging) -> Staging:
-        """Mount the shared device at the staging path (root ``/``, one device for all)."""
-        self._check_staging_dir(staging.path)
+    def stage(self, volume: VolumeRecord, staging: Staging, *, repeat: bool) -> Staging:
+        """Mount the shared device at the staging path (root ``/``, one device for all).
+        A mount already there is reused only on a repeat, and only if it is the device's."""
+        check_staging_dir(staging.path)
         with self.fs.device() as dev:
-            if not mounted(self.mounter, staging.path):
+            if mounted(self.mounter, staging.path):
+                if not (repeat and self._shows_device(staging.path, dev)):
+                    fail(
+                        Code.FAILED_PRECONDITION,
+                        f"staging path {staging.path} is already a mount point this driver "
+                        "did not make; left alone",
+                    )
+            else:
                 access = staging.capability.access_type
                 flags = access.mount_flags if isinstance(access, t.MountAccess) else ()
                 self.mounter.mount(dev, staging.path, FS_TYPE, flags)
@@ -211,20 +222,55 @@ class SharedFilesystemBackend(HostPathBackend):
             return staging
         return Staging(path=staging.path, capability=staging.capability, device=dev)
 
+    @staticmethod
+    def _shows_device(path: str, device: str) -> bool:
+        """Whether the filesystem mounted at ``path`` is the one on ``device``."""
+        try:
+            return os.stat(path).st_dev == os.stat(device).st_rdev
+        except OSError:
+            return False
+
+    def stage_leftover(self, volume: VolumeRecord, staging: Staging) -> bool:
+        """The shared device still mounted at the staging path."""
+        devices = loop.devices_for(self.fs.image)
+        return mounted(self.mounter, staging.path) and any(
+            self._shows_device(staging.path, d) for d in devices
+        )
+
     def unstage(self, volume: VolumeRecord, staging: Staging) -> None:
-        """Unmount the staging path; detach the device when nothing uses it any more."""
-        unmount_all(self.mounter, staging.path)
+        """Unmount the device from the staging path (never another mount found there);
+        detach the device when nothing uses it any more."""
+        for _ in range(8):
+            if not mounted(self.mounter, staging.path):
+                break
+            if staging.device and not self._shows_device(staging.path, staging.device):
+                fail(
+                    Code.FAILED_PRECONDITION,
+                    f"{staging.path} has a mount this driver did not make; left in place",
+                )
+            self.mounter.unmount(staging.path)
         self.fs.release_if_unused()
 
     def publish(
-        self, volume: VolumeRecord, publication: Publication, staging: Staging | None
+        self,
+        volume: VolumeRecord,
+        publication: Publication,
+        staging: Staging | None,
+        *,
+        repeat: bool,
     ) -> None:
         """Bind ``<staging>/<volume id>`` at the target."""
         staged = self._publish_source(volume, staging)
-        source = os.path.join(staged, volume.volume_id)
+        source = os.path.join(staged, storage_name(volume.volume_id, "volume"))
         if not os.path.isdir(source):
             fail(Code.FAILED_PRECONDITION, f"{source} is missing from the shared filesystem")
-        self.bind_at_target(source, publication, volume.kind)
+        self.bind_at_target(source, publication, volume.kind, repeat=repeat)
+
+    def _target_source(self, volume: VolumeRecord, publication: Publication) -> str:
+        """``<staging>/<volume id>``, bound at every target."""
+        if volume.staging is None:
+            return publication.target_path
+        return os.path.join(volume.staging.path, storage_name(volume.volume_id, "volume"))
 
     def measure(self, volume: VolumeRecord, path: str) -> tuple[t.VolumeUsage, ...]:
         """du of the volume's directory (through the staging mount for a staging path)."""
