@@ -23,6 +23,7 @@ from kubevol.csi.drivers.common import DEFAULT_NODE_ID, version_info, version_ya
 from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.server import StoragePlugin, serve
+from kubevol.csi.server.config import describe_environment
 
 DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
 DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME}
@@ -139,10 +140,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     verbs = parser.add_subparsers(dest="driver_command", metavar="COMMAND", required=True)
-    serve_parser = verbs.add_parser("serve", help="serve a driver until SIGTERM")
+    env_help = "environment (gocsi's; the defaults apply when unset):\n" + describe_environment()
+    serve_parser = verbs.add_parser(
+        "serve",
+        help="serve a driver until SIGTERM",
+        epilog=env_help,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     drivers = serve_parser.add_subparsers(dest="driver", metavar="DRIVER", required=True)
 
-    hostpath = drivers.add_parser("hostpath", help="real volumes under --state-dir, real mounts")
+    hostpath = drivers.add_parser(
+        "hostpath",
+        help="real volumes under --state-dir, real mounts",
+        epilog=env_help,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(hostpath)
     hostpath.add_argument(
         "--max-volume-size", type=SIZE, default=0, help="largest volume (default: --capacity)"
@@ -164,7 +176,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     hostpath.set_defaults(func=serve_hostpath)
 
-    mock_parser = drivers.add_parser("mock", help="every RPC, in memory")
+    mock_parser = drivers.add_parser(
+        "mock",
+        help="every RPC, in memory",
+        epilog=env_help,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(mock_parser)
     mock_parser.add_argument(
         "--mock-mount",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 
 import attrs
 
@@ -34,18 +35,21 @@ class Endpoint:
         return f"{self.scheme.value}://{self.address}"
 
 
-def parse_endpoint(value: str) -> Endpoint:
+def parse_endpoint(value: str, *, relative_to: str | None = None) -> Endpoint:
     """Parse ``value`` (gocsi's ``ParseProtoAddr`` forms).
 
-    Raises :class:`CSIEndpointError` for an empty value, a relative unix path, an unknown
-    scheme or a TCP address without a port.
+    A relative unix path (``csi.sock``, ``unix://run/csi.sock``) is resolved against
+    ``relative_to`` when given (a server resolves it against its working directory, as
+    gocsi does); without it a relative path is refused. Raises :class:`CSIEndpointError`
+    for an empty value, a refused relative path, an unknown scheme or a TCP address
+    without a port.
     """
     text = value.strip()
     if not text:
         raise CSIEndpointError("CSI endpoint is empty")
     if text.startswith("unix://"):
         path = text[len("unix://") :]
-        return Endpoint(scheme=Scheme.UNIX, address=_absolute(path, value))
+        return Endpoint(scheme=Scheme.UNIX, address=_absolute(path, value, relative_to))
     if text.startswith("tcp://"):
         address = text[len("tcp://") :]
         host, sep, port = address.rpartition(":")
@@ -54,12 +58,14 @@ def parse_endpoint(value: str) -> Endpoint:
         return Endpoint(scheme=Scheme.TCP, address=address)
     if "://" in text:
         raise CSIEndpointError(f"CSI endpoint {value!r}: scheme must be unix:// or tcp://")
-    return Endpoint(scheme=Scheme.UNIX, address=_absolute(text, value))
+    return Endpoint(scheme=Scheme.UNIX, address=_absolute(text, value, relative_to))
 
 
-def _absolute(path: str, original: str) -> str:
-    if not path.startswith("/"):
-        raise CSIEndpointError(f"CSI endpoint {original!r}: socket path must be absolute")
+def _absolute(path: str, original: str, relative_to: str | None) -> str:
     if "\0" in path:
         raise CSIEndpointError(f"CSI endpoint {original!r}: socket path contains NUL")
+    if not path.startswith("/"):
+        if relative_to is None or not path:
+            raise CSIEndpointError(f"CSI endpoint {original!r}: socket path must be absolute")
+        return os.path.normpath(os.path.join(relative_to, path))
     return path

@@ -8,10 +8,8 @@ socket in ``<root>/plugins_registry/``, asks ``GetInfo`` and answers with
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import stat
 import threading
 from collections.abc import Sequence
 from concurrent import futures
@@ -22,7 +20,7 @@ import grpc
 
 from kubevol.csi._pb import registration_pb2
 from kubevol.csi.endpoint import Scheme, parse_endpoint
-from kubevol.csi.errors import CSIServeError
+from kubevol.csi.server.unixsocket import UnixSocket, serve_on_unix_socket
 from kubevol.layout import validate_path_segment
 from kubevol.lifecycle import RunsWhileEntered
 
@@ -78,6 +76,7 @@ class RegistrationServer(RunsWhileEntered):
         self.versions = tuple(versions)
         self.plugin_type = plugin_type
         self._server: Any = None
+        self._socket: UnixSocket | None = None
         self._statuses: list[RegistrationStatus] = []
         self._changed = threading.Condition()
 
@@ -119,11 +118,11 @@ class RegistrationServer(RunsWhileEntered):
     # --- life cycle -------------------------------------------------------------------
 
     def start(self) -> RegistrationServer:
-        """Create the socket (mode 0600) and serve. Raises :class:`CSIServeError` when a
-        live socket or another file is in the way."""
+        """Create the socket (mode 0600, appearing only once it serves) and serve. Raises
+        :class:`~kubevol.csi.errors.CSIServeError` when a live socket or another file is in
+        the way."""
         if self._server is not None:
             return self
-        _remove_stale(self.socket_path)
         os.makedirs(os.path.dirname(self.socket_path), mode=0o750, exist_ok=True)
         handlers = {
             "GetInfo": grpc.unary_unary_rpc_method_handler(
@@ -141,53 +140,19 @@ class RegistrationServer(RunsWhileEntered):
         server.add_generic_rpc_handlers(
             [grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, handlers)]
         )
-        try:
-            bound = server.add_insecure_port(f"unix://{self.socket_path}")
-        except RuntimeError as exc:
-            bound = 0
-            cause: Exception | None = exc
-        else:
-            cause = None
-        if not bound:
-            # The usual cause: unix socket paths are limited to 107 bytes.
-            raise CSIServeError(
-                f"cannot listen on registration socket {self.socket_path} "
-                f"({len(self.socket_path.encode())} bytes long)"
-            ) from cause
-        os.chmod(self.socket_path, 0o600)
-        server.start()
+        self._socket = serve_on_unix_socket(server, self.socket_path, mode=0o600)
         self._server = server
         return self
 
     def stop(self, grace: float | None = 1.0) -> None:
-        """Stop serving and remove the socket. Idempotent."""
+        """Stop serving and remove the socket (only while it is still this server's).
+        Idempotent."""
         server, self._server = self._server, None
         if server is not None:
             server.stop(grace).wait()
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
-                os.unlink(self.socket_path)
-
-
-def _remove_stale(path: str) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(info.st_mode):
-        raise CSIServeError(f"cannot serve on {path!r}: it exists and is not a socket")
-    import socket
-
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # nobody listens: left by a dead process
-        return
-    finally:
-        probe.close()
-    raise CSIServeError(f"cannot serve on {path!r}: another process is listening on it")
+        if self._socket is not None:
+            self._socket.remove()
+            self._socket = None
 
 
 def serve_registration(

@@ -7,16 +7,16 @@ tests, demos and agents that embed a driver.
 
 from __future__ import annotations
 
-import contextlib
 import grp
 import logging
 import os
 import pwd
+import shutil
 import signal
 import socket
-import stat
+import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from types import FrameType, TracebackType
 from typing import Any
@@ -30,6 +30,8 @@ from kubevol.csi.errors import CSIEndpointError, CSIServeError, status_for_excep
 from kubevol.csi.locks import LockConfigError, VolumeLockProvider, lock_provider_from_env
 from kubevol.csi.server.config import Mode, ServerConfig, ServerConfigError
 from kubevol.csi.server.middleware import build_chain
+from kubevol.csi.server.middleware.logging import LOGGER_NAME as CALL_LOGGER
+from kubevol.csi.server.relay import ListenerRelay
 from kubevol.csi.server.services import (
     ControllerService,
     CSIService,
@@ -39,6 +41,7 @@ from kubevol.csi.server.services import (
     SnapshotMetadataService,
     method_name,
 )
+from kubevol.csi.server.unixsocket import UnixSocket, serve_on_unix_socket
 
 _log = logging.getLogger("kubevol.csi.server")
 
@@ -54,6 +57,8 @@ class StoragePlugin:
     runs after the configuration is read and before the socket is created; raising there
     stops serving. ``interceptors`` are extra gRPC server interceptors (or kubevol
     :class:`~kubevol.csi.server.middleware.Middleware`) placed outside kubevol's own.
+    ``server_options`` are gRPC server options (``("grpc.max_receive_message_length", n)``,
+    keepalive settings, ...), gocsi's ``ServerOpts``.
     """
 
     identity: IdentityService
@@ -65,6 +70,7 @@ class StoragePlugin:
     before_serve: Callable[[StoragePlugin, ServerConfig], None] | None = None
     env_defaults: Mapping[str, str] = attrs.field(factory=dict)
     max_workers: int = 16
+    server_options: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=tuple)
 
     def services_for(self, mode: Mode) -> list[CSIService]:
         """The services to register in ``mode`` (Identity always)."""
@@ -114,31 +120,7 @@ def _generic_handler(service: CSIService) -> Any:
     return grpc.method_handlers_generic_handler(f"csi.v1.{service.SERVICE}", handlers)
 
 
-# --- unix socket handling -----------------------------------------------------------
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Remove a socket file nobody answers on; refuse a live socket or any other file."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(info.st_mode):
-        raise CSIServeError(f"cannot serve on {path!r}: it exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        _log.info("removing stale socket %s left by an earlier process", path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    except OSError as exc:
-        raise CSIServeError(f"cannot tell whether socket {path!r} is in use: {exc}") from exc
-    finally:
-        probe.close()
-    raise CSIServeError(f"cannot serve on {path!r}: another process is listening on it")
+# --- sockets ------------------------------------------------------------------------
 
 
 def _resolve_id(kind: str, value: str) -> int:
@@ -155,20 +137,14 @@ def _resolve_id(kind: str, value: str) -> int:
         raise CSIServeError(f"{name}={value!r}: no such {kind}") from None
 
 
-def _secure_socket(path: str, perms: int, uid: int, gid: int) -> None:
-    try:
-        os.chmod(path, perms)
-        if uid != -1 or gid != -1:
-            os.chown(path, uid, gid)
-    except OSError as exc:
-        raise CSIServeError(f"cannot set owner or mode of socket {path!r}: {exc}") from exc
-
-
-def _remove_own_socket(path: str) -> None:
-    """Remove the socket this server created (never anything that is not a socket)."""
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
+def listener_endpoint(listener: socket.socket) -> Endpoint:
+    """The endpoint a listening socket answers on (unix path or TCP host:port)."""
+    name = listener.getsockname()
+    if listener.family == socket.AF_UNIX:
+        path = name.decode() if isinstance(name, bytes) else str(name)
+        return Endpoint(scheme=Scheme.UNIX, address=path)
+    host, port = name[0], name[1]
+    return Endpoint(scheme=Scheme.TCP, address=f"{host}:{port}")
 
 
 # --- the server ---------------------------------------------------------------------
@@ -184,12 +160,19 @@ class ServerHandle:
         config: ServerConfig,
         lock_provider: VolumeLockProvider | None,
         owns_lock_provider: bool,
+        *,
+        unix_socket: UnixSocket | None = None,
+        relay: ListenerRelay | None = None,
+        private_dir: str | None = None,
     ) -> None:
         self.server = server
         self.endpoint = endpoint
         self.config = config
         self._lock_provider = lock_provider
         self._owns_lock_provider = owns_lock_provider
+        self._unix_socket = unix_socket
+        self._relay = relay
+        self._private_dir = private_dir
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
@@ -201,14 +184,20 @@ class ServerHandle:
     def stop(self, grace: float | None = DEFAULT_GRACE) -> None:
         """Refuse new calls, wait up to ``grace`` seconds for in-flight ones, clean up.
 
-        Idempotent. The unix socket is removed (only if it is still a socket).
+        Idempotent. The unix socket is removed only while it is still this server's (a
+        driver restarted on the same path keeps its socket). A listener handed to
+        :func:`serve_in_background` is closed.
         """
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            if self._relay is not None:
+                self._relay.stop()
             self.server.stop(grace).wait()
-            if self.endpoint.scheme is Scheme.UNIX:
-                _remove_own_socket(self.endpoint.address)
+            if self._unix_socket is not None:
+                self._unix_socket.remove()
+            if self._private_dir is not None:
+                shutil.rmtree(self._private_dir, ignore_errors=True)
             if self._lock_provider is not None and self._owns_lock_provider:
                 self._lock_provider.close()
             self._stopped.set()
@@ -242,21 +231,30 @@ def serve_in_background(
     *,
     env: Mapping[str, str] | None = None,
     lock_provider: VolumeLockProvider | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+    listener: socket.socket | None = None,
 ) -> ServerHandle:
     """Start serving ``plugin`` on worker threads and return at once.
 
     ``endpoint`` overrides ``CSI_ENDPOINT``; ``env`` replaces the process environment;
     ``lock_provider`` replaces the one ``X_CSI_SERIAL_VOL_ACCESS*`` would build (the caller
-    then owns it). Raises :class:`~kubevol.csi.server.config.ServerConfigError` for a bad
-    variable, :class:`~kubevol.csi.errors.CSIEndpointError` for a bad or missing endpoint
-    and :class:`~kubevol.csi.errors.CSIServeError` when the socket cannot be served.
+    then owns it). ``options`` are gRPC server options added to the plugin's
+    ``server_options``. ``listener`` is an already-open, listening socket to serve on
+    instead of an endpoint (it is closed when the server stops). Raises
+    :class:`~kubevol.csi.server.config.ServerConfigError` for a bad variable,
+    :class:`~kubevol.csi.errors.CSIEndpointError` for a bad or missing endpoint and
+    :class:`~kubevol.csi.errors.CSIServeError` when the socket cannot be served.
     """
     variables = effective_env(plugin, env)
     config = ServerConfig.from_env(variables)
-    address = endpoint if endpoint is not None else config.endpoint
-    if not address:
-        raise CSIEndpointError("no endpoint: set CSI_ENDPOINT (e.g. unix:///run/csi/csi.sock)")
-    parsed = parse_endpoint(address)
+    parsed: Endpoint | None = None
+    if listener is None:
+        address = endpoint if endpoint is not None else config.endpoint
+        if not address:
+            raise CSIEndpointError(
+                "no endpoint: set CSI_ENDPOINT (e.g. unix:///run/csi/csi.sock)"
+            )
+        parsed = parse_endpoint(address, relative_to=os.getcwd())
     # Resolve the socket's owner before creating anything, so a typo leaves no socket.
     uid = _resolve_id("user", config.endpoint_user)
     gid = _resolve_id("group", config.endpoint_group)
@@ -273,35 +271,94 @@ def serve_in_background(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=plugin.max_workers, thread_name_prefix="csi"),
         interceptors=interceptors,
-        options=[("grpc.so_reuseport", 0)],
+        options=[("grpc.so_reuseport", 0), *plugin.server_options, *options],
     )
     server.add_generic_rpc_handlers([_generic_handler(s) for s in plugin.services_for(config.mode)])
-    bound = False
     try:
-        if parsed.scheme is Scheme.UNIX:
-            _remove_stale_socket(parsed.address)
-        try:
-            port = server.add_insecure_port(parsed.grpc_target)
-        except RuntimeError as exc:
-            raise CSIServeError(f"cannot listen on {parsed}: {exc}") from exc
-        if not port:
-            raise CSIServeError(f"cannot listen on {parsed}")
-        bound = True
-        if parsed.scheme is Scheme.UNIX:
-            _secure_socket(parsed.address, config.endpoint_perms, uid, gid)
-        elif parsed.address.endswith(":0"):
-            host = parsed.address.rpartition(":")[0]
-            parsed = Endpoint(scheme=Scheme.TCP, address=f"{host}:{port}")
-        server.start()
+        if listener is not None:
+            handle = _serve_on_listener(
+                server, listener, config=config, provider=provider, owns=owns
+            )
+        else:
+            assert parsed is not None
+            handle = _serve_on_endpoint(
+                server, parsed, config=config, provider=provider, owns=owns, uid=uid, gid=gid
+            )
     except BaseException:
-        server.stop(None)
-        if bound and parsed.scheme is Scheme.UNIX:
-            _remove_own_socket(parsed.address)
         if provider is not None and owns:
             provider.close()
         raise
-    _log.info("serving CSI (%s) on %s", config.mode.value, parsed)
+    _log.info("serving CSI (%s) on %s", config.mode.value, handle.endpoint)
+    return handle
+
+
+def _serve_on_endpoint(
+    server: Any,
+    parsed: Endpoint,
+    *,
+    config: ServerConfig,
+    provider: VolumeLockProvider | None,
+    owns: bool,
+    uid: int,
+    gid: int,
+) -> ServerHandle:
+    if parsed.scheme is Scheme.UNIX:
+        unix = serve_on_unix_socket(
+            server, parsed.address, mode=config.endpoint_perms, uid=uid, gid=gid
+        )
+        return ServerHandle(server, parsed, config, provider, owns, unix_socket=unix)
+    try:
+        port = server.add_insecure_port(parsed.grpc_target)
+    except RuntimeError as exc:
+        raise CSIServeError(f"cannot listen on {parsed}: {exc}") from exc
+    if not port:
+        raise CSIServeError(f"cannot listen on {parsed}")
+    if parsed.address.endswith(":0"):
+        host = parsed.address.rpartition(":")[0]
+        parsed = Endpoint(scheme=Scheme.TCP, address=f"{host}:{port}")
+    try:
+        server.start()
+    except BaseException:
+        server.stop(None)
+        raise
     return ServerHandle(server, parsed, config, provider, owns)
+
+
+def _serve_on_listener(
+    server: Any,
+    listener: socket.socket,
+    *,
+    config: ServerConfig,
+    provider: VolumeLockProvider | None,
+    owns: bool,
+) -> ServerHandle:
+    private = tempfile.mkdtemp(prefix="kubevol-csi-relay-")
+    try:
+        backend = os.path.join(private, "csi.sock")
+        unix = serve_on_unix_socket(server, backend, mode=0o600)
+        relay = ListenerRelay(listener, backend)
+        relay.start()
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return ServerHandle(
+        server,
+        listener_endpoint(listener),
+        config,
+        provider,
+        owns,
+        unix_socket=unix,
+        relay=relay,
+        private_dir=private,
+    )
+
+
+def _apply_log_levels(config: ServerConfig) -> None:
+    """``X_CSI_LOG_LEVEL`` for kubevol's loggers; request and response logging, when on,
+    shows whatever the level (as gocsi's does)."""
+    logging.getLogger("kubevol").setLevel(config.log_level)
+    if config.req_logging or config.rep_logging:
+        logging.getLogger(CALL_LOGGER).setLevel(min(config.log_level, logging.INFO))
 
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -313,11 +370,14 @@ def serve(
     *,
     env: Mapping[str, str] | None = None,
     grace: float = DEFAULT_GRACE,
+    options: Sequence[tuple[str, Any]] = (),
+    listener: socket.socket | None = None,
 ) -> int:
     """Serve ``plugin`` until a stop signal, then drain and clean up; returns the exit code.
 
-    Must run in the main thread (it installs signal handlers, restored on return). Raises
-    like :func:`serve_in_background`.
+    ``options`` (gRPC server options) and ``listener`` (an already-open listening socket)
+    are as for :func:`serve_in_background`. Must run in the main thread (it installs signal
+    handlers, restored on return). Raises like :func:`serve_in_background`.
     """
     stop = threading.Event()
 
@@ -325,9 +385,13 @@ def serve(
         _log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
 
+    config = ServerConfig.from_env(effective_env(plugin, env))
+    _apply_log_levels(config)
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
-        handle = serve_in_background(plugin, endpoint, env=env)
+        handle = serve_in_background(
+            plugin, endpoint, env=env, options=options, listener=listener
+        )
         try:
             while not stop.wait(1.0):
                 pass
