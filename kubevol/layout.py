@@ -458,13 +458,14 @@ def is_below(path: str, base: str) -> bool:
 
 def write_file_atomically(
     path: str, data: bytes, *, mode: int = 0o600, temp_prefix: str = ".tmp-"
-) -> None:
+) -> os.stat_result:
     """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one,
     never a part: a temporary file in the same directory (named ``temp_prefix...``) is
     written, fsynced, given ``mode``, renamed over ``path``, and the directory is fsynced so
     that the rename itself survives a power loss.
 
-    The directory must exist. Raises ``OSError``; the temporary file is then removed and
+    Returns the written file's status (the rename keeps its inode, size and times). The
+    directory must exist. Raises ``OSError``; the temporary file is then removed and
     ``path`` is untouched.
     """
     directory = os.path.dirname(path) or "."
@@ -478,6 +479,7 @@ def write_file_atomically(
         os.fsync(fd)
         if mode != 0o600:
             os.fchmod(fd, mode)
+        written = os.fstat(fd)
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
@@ -489,6 +491,7 @@ def write_file_atomically(
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     fsync_dir(directory)
+    return written
 
 
 def _create_temp(directory: str, prefix: str) -> tuple[int, str]:
@@ -512,9 +515,9 @@ def fsync_dir(directory: str) -> None:
         os.close(dir_fd)
 
 
-def write_json_atomically(path: str, document: Any, *, mode: int = 0o600) -> None:
+def write_json_atomically(path: str, document: Any, *, mode: int = 0o600) -> os.stat_result:
     """:func:`write_file_atomically` of ``document`` as JSON (keys sorted, indented one space,
     a final newline). Raises ``OSError``, or ``TypeError``/``ValueError`` when ``document``
     is not JSON-serialisable (before anything is written)."""
     text = json.dumps(document, indent=1, sort_keys=True) + "\n"
-    write_file_atomically(path, text.encode(), mode=mode)
+    return write_file_atomically(path, text.encode(), mode=mode)

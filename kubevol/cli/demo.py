@@ -32,6 +32,7 @@ from kubevol.cli.node_common import USAGE_COLUMNS, add_metrics, report_sync, vol
 from kubevol.cli.output import write_table
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
+from kubevol.layout import is_below, is_within
 from kubevol.node.desired import new_pods
 from kubevol.node.manifests import Manifests, parse_manifests
 from kubevol.node.privileges import require_privileges
@@ -112,7 +113,7 @@ def leftovers(directory: str) -> list[str]:
     found = [
         f"mount {e.mount_point}"
         for e in parse_mountinfo()
-        if e.mount_point == base or e.mount_point.startswith(base + "/")
+        if is_within(e.mount_point, base)
     ]
     for backing in sorted(glob.glob("/sys/block/loop*/loop/backing_file")):
         try:
@@ -120,7 +121,7 @@ def leftovers(directory: str) -> list[str]:
                 target = f.read().strip()
         except OSError:
             continue
-        if target.startswith(base + "/"):
+        if is_below(target, base):
             found.append(f"loop device /dev/{backing.split('/')[3]} on {target}")
     return found
 

@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from kubevol.errors import DeviceStillMountedError, MountError
+from kubevol.layout import relative_to
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.mount.attribution import VolumeIdentity, attribute
 from kubevol.mount.helpers import is_corrupted_error, path_exists
@@ -245,7 +246,7 @@ class _Context:
         root = posixpath.normpath(
             posixpath.join(entry.root, posixpath.relpath(real, entry.mount_point))
         )
-        rel = _relative_to(real, root_dir)
+        rel = relative_to(real, root_dir)
         volume, problem = None, "the device mount path is not under the kubelet root"
         if rel is not None:
             described = attribute(root_dir, rel)
@@ -365,13 +366,13 @@ def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
     """Attribute ``entry`` to this volume, another volume, a root alias, or someone else."""
     point = entry.mount_point
     sub = "" if entry.root == ctx.root else f" (sub-directory {entry.root})"
-    if _relative_to(point, ctx.path) is not None:
+    if relative_to(point, ctx.path) is not None:
         return RefKind.SAME_VOLUME, f"inside the device mount path{sub}"
-    rel = _relative_to(point, ctx.root_dir)
+    rel = relative_to(point, ctx.root_dir)
     via = ""
     if rel is None:
         for alias in ctx.aliases:
-            rel = _relative_to(point, alias)
+            rel = relative_to(point, alias)
             if rel is not None:
                 via = f" through {alias}, a bind mount of the kubelet root"
                 break
@@ -400,14 +401,6 @@ def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
     return RefKind.OTHER_VOLUME, f"{where} of {described.volume.description}{sub}"
 
 
-def _relative_to(path: str, base: str) -> str | None:
-    """``path`` relative to ``base`` ("" when equal), or None when it is not under it."""
-    if path == base:
-        return ""
-    prefix = base.rstrip("/") + "/"
-    return path[len(prefix) :] if path.startswith(prefix) else None
-
-
 def _root_aliases(table: MountTable, root_dir: str) -> list[str]:
     """Other places where the directory ``root_dir`` is visible through a bind mount."""
     entry = table.find_containing(root_dir)
@@ -418,11 +411,11 @@ def _root_aliases(table: MountTable, root_dir: str) -> list[str]:
     )
     aliases = []
     for other in table.with_device(entry.major, entry.minor):
-        inner = _relative_to(fs_path, other.root)
+        inner = relative_to(fs_path, other.root)
         if inner is None:
             continue
         alias = posixpath.normpath(posixpath.join(other.mount_point, inner))
-        if _relative_to(alias, root_dir) is None and _relative_to(root_dir, alias) is None:
+        if relative_to(alias, root_dir) is None and relative_to(root_dir, alias) is None:
             aliases.append(alias)
     return aliases
 

@@ -38,6 +38,7 @@ import time
 import weakref
 
 from kubevol.errors import MountError, MountInfoError
+from kubevol.layout import is_within
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.mount.mountinfo import (
     PROC_MOUNTINFO,
@@ -129,7 +130,7 @@ class MountTable:
         for entry in self._lines_with(needle):
             if entry.device != (major, minor):
                 continue
-            if root is None or entry.root == root or (under and _is_under(entry.root, root)):
+            if root is None or entry.root == root or (under and is_within(entry.root, root)):
                 out.append(entry)
         return out
 
@@ -196,13 +197,6 @@ def _self_and_ancestors(path: str) -> list[str]:
         path = posixpath.dirname(path)
         out.append(path)
     return out
-
-
-def _is_under(path: str, base: str) -> bool:
-    """True when ``path`` equals ``base`` or lies below it (by path segments)."""
-    if base == "/":
-        return path.startswith("/")
-    return path == base or path.startswith(base + "/")
 
 
 def read_mountinfo_bytes(path: str = PROC_MOUNTINFO) -> bytes:

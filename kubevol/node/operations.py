@@ -29,6 +29,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from kubevol import layout
 from kubevol.errors import (
     DeviceStillMountedError,
     KubevolError,
@@ -352,7 +353,7 @@ class OperationGenerator:
     def _finish_tear_down(self, path: str) -> None:
         """Unmount what a plugin's tear-down left mounted (a dead mount it did not see)."""
         pods_dir = os.path.realpath(self.host.get_pods_dir())
-        if not path or not os.path.realpath(path).startswith(pods_dir + "/"):
+        if not path or not layout.is_below(os.path.realpath(path), pods_dir):
             return  # not the pod's own path (hostPath): nothing of ours to check
         mounter = self.host.get_mounter()
         if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ import attrs
 
 from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
-from kubevol.layout import validate_path_segment
+from kubevol.layout import validate_path_segment, write_json_atomically
 from kubevol.node.manifests import Manifests, manifests_from_objects, namespace_of, pod_uid
 
 #: kubevol's own directory under the kubelet root.
@@ -80,25 +79,8 @@ class PodRecords:
         written (what :class:`RecordWatcher` compares)."""
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         data = {"uid": record.uid, "state": record.state.value, "objects": list(record.objects)}
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-                # The renamed file keeps its inode, size and modification time.
-                stamp = _stamp(os.fstat(f.fileno()))
-            os.rename(tmp, self._path(record.uid))
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        return stamp
+        # The renamed file keeps its inode, size and modification time.
+        return _stamp(write_json_atomically(self._path(record.uid), data))
 
     def read(self, uid: str) -> PodRecord | None:
         """The record of pod ``uid``, or None."""

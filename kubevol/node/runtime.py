@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
+from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.guard import GuardPolicy
@@ -72,12 +72,7 @@ class DriverEndpoints:
     def save(self, drivers: Mapping[str, str]) -> None:
         """Replace the known drivers."""
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(dict(sorted(drivers.items())), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, self.path)
+        write_json_atomically(self.path, dict(drivers))
 
 
 def parse_driver_flag(value: str) -> tuple[str, str]:

@@ -3,12 +3,11 @@ through them, so a crash mid-write leaves either the old state or the new, never
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from typing import Any
 
+from kubevol.layout import write_json_atomically
 from kubevol.nomad.errors import ManagerStateError
 
 #: Bumped when the layout of a state file changes incompatibly.
@@ -27,22 +26,7 @@ def write_state(path: str, kind: str, payload: Any) -> None:
     document = {"kind": kind, "version": STATE_VERSION, "data": payload}
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(document, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_json_atomically(path, document)
     except OSError as exc:
         raise ManagerStateError(f"cannot write {kind} state to {path!r}: {exc}") from exc
 

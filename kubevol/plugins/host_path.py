@@ -15,7 +15,7 @@ from typing import Any
 
 from kubevol.errors import HostPathTypeError, KubevolError, OperationError, SpecError
 from kubevol.host import VolumeHost
-from kubevol.layout import validate_path_segment
+from kubevol.layout import is_below, validate_path_segment
 from kubevol.metrics import MetricsNil
 from kubevol.mount import remove_tree_on_one_device
 from kubevol.plugin import (
@@ -155,7 +155,7 @@ class HostPathPlugin(
         if base is None:
             raise KubevolError(f"cannot {action}: hostPath provisioning_dir is not configured")
         real = os.path.realpath(path)
-        if os.path.commonpath([base, real]) != base or real == base:
+        if not is_below(real, base):
             raise OperationError(
                 f"refusing to {action} {path!r}: it is not inside the provisioning directory "
                 f"{base!r}"

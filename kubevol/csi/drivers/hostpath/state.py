@@ -3,13 +3,12 @@ keeps two driver processes off the same state directory."""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import tempfile
 
 from kubevol.csi.drivers.engine.state import DriverState, DriverStateError, StateStore
+from kubevol.layout import write_json_atomically
 
 STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
@@ -47,23 +46,7 @@ class FileStore(StateStore):
 
     def save(self, state: DriverState) -> None:
         """Replace the file atomically with ``state`` (see the class docstring)."""
-        payload = json.dumps(state.to_json(), indent=1, sort_keys=True).encode()
-        fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_json_atomically(self.path, state.to_json())
 
 
 class StateDirLock:
