@@ -183,8 +183,9 @@ def test_atomic_write_replaces_with_the_mode_asked(tmp_path: Path) -> None:
     temporary file is left behind."""
     target = tmp_path / "state.json"
     target.write_text("old")
-    layout.write_file_atomically(str(target), b"new", mode=0o644, temp_prefix=".t.")
+    written = layout.write_file_atomically(str(target), b"new", mode=0o644, temp_prefix=".t.")
     assert target.read_bytes() == b"new"
+    assert (written.st_ino, written.st_size) == (os.stat(target).st_ino, 3)
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
     layout.write_json_atomically(str(target), {"b": 1, "a": [2]})
     assert target.read_text() == '{\n "a": [\n  2\n ],\n "b": 1\n}\n'
