@@ -9,6 +9,10 @@ may catch either::
     ├── AmbiguousPluginError (LookupError)     several plugins matched; .names
     ├── PluginValidationError (ValueError)     InitPlugins problems, all of them; .problems
     ├── InvalidPathSegmentError (ValueError)   a name/id/UID that would escape the root
+    ├── UnsafePathError (OSError)              a link or non-directory where a directory was
+    │                                          expected under the root; nothing changed through it
+    ├── UntrustedDataError (ValueError)        a file or manifest too big, too deep, too aliased,
+    │                                          not a regular file or malformed; names its source
     ├── ProbeError                             a dynamic prober failed; .events still apply
     ├── SpecError (ValueError)                 a Spec or manifest that cannot describe a volume
     │   └── InvalidPayloadPathError            a configMap/secret/... file path the writer refuses
@@ -85,6 +89,16 @@ class PluginValidationError(KubevolError, ValueError):
 
 class InvalidPathSegmentError(KubevolError, ValueError):
     """A value that becomes one path segment is empty, too long or escapes its root."""
+
+
+class UnsafePathError(KubevolError, OSError):
+    """A directory kubevol walks, removes or re-owns is a symbolic link or not a directory
+    (or changed under the walk); nothing was changed through it."""
+
+
+class UntrustedDataError(KubevolError, ValueError):
+    """Data read from disk or from a manifest was refused before it was used: not a regular
+    file, over the size or nesting limit, excessively aliased, or malformed."""
 
 
 class ProbeError(KubevolError):

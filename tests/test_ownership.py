@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from kubevol import FSGroupChangePolicy, set_volume_ownership
+from kubevol.errors import UnsafePathError
+from tests.hostile import LinkFlipper, snapshot
 
 GROUP = 4321
 
@@ -65,3 +68,39 @@ def test_on_root_mismatch_skips_walk_when_root_matches(tree: Path) -> None:
     os.chmod(tree, 0o755)  # mismatch now: the walk runs
     assert set_volume_ownership(str(tree), GROUP, FSGroupChangePolicy.ON_ROOT_MISMATCH) is True
     assert os.stat(tree / "top").st_gid == GROUP
+
+
+def test_a_link_at_the_volume_directory_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    """The volume directory itself a link to a directory outside: UnsafePathError, the
+    target keeps its group (issue 20, point 2)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("x")
+    before = {p: os.lstat(p) for p in (outside, outside / "f")}
+    link = tmp_path / "vol"
+    link.symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        set_volume_ownership(str(link), GROUP)
+    assert {p: os.lstat(p) for p in before} == before
+
+
+def test_racing_symlink_swaps_never_reown_files_outside(tmp_path: Path) -> None:
+    """A workload flipping sub-directories between directory and link to a directory
+    outside while the walk runs: nothing outside changes group or mode (issue 20, point 1)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for i in range(10):
+        (outside / f"f{i}").write_text("x")
+        os.chmod(outside / f"f{i}", 0o600)
+    before = snapshot(outside)
+    for attempt in range(3):
+        vol = tmp_path / f"vol-{attempt}"
+        names = [f"d{d}" for d in range(30)]
+        for name in names:
+            (vol / name).mkdir(parents=True)
+            for f in range(10):  # the target's names: re-owned through a link if followed
+                (vol / name / f"f{f}").write_text("y")
+        # The tree changing under the walk is fine: what matters is outside.
+        with LinkFlipper(vol, outside, names), contextlib.suppress(OSError):
+            set_volume_ownership(str(vol), GROUP)
+        assert snapshot(outside) == before, f"attempt {attempt} re-owned files outside"

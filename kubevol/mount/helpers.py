@@ -9,6 +9,7 @@ import os
 import posixpath
 from typing import TYPE_CHECKING
 
+from kubevol import fdtree
 from kubevol.errors import CorruptedMountError, MountError
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
@@ -157,25 +158,37 @@ def _is_mounted(path: str, mounter: Mounter, extensive_check: bool) -> bool:
         raise MountError(exc.errno, f"cannot check mount point {path!r}: {exc}") from exc
 
 
-def remove_tree_on_one_device(path: str) -> None:
-    """Delete ``path`` recursively, refusing (before deleting anything) if a mount is inside.
+def remove_tree_on_one_device(path: str, *, beneath: str | None = None) -> None:
+    """Delete directory ``path`` and everything under it, never through a link or a mount.
 
-    A volume's directory may have something mounted below it; deleting through that
-    mount would destroy data that is not the volume's.
+    A volume's directory may be written by a workload while it is deleted, and may have
+    something mounted below it. The tree is walked and changed through directory
+    descriptors (:mod:`kubevol.fdtree`): a sub-directory swapped for a symbolic link during
+    the removal loses the link, never the link's target. A mount point inside makes the call
+    raise :class:`~kubevol.errors.MountError` before anything is deleted (one that appears
+    during the removal stops it there). ``path`` itself (and, with ``beneath``, every
+    component of it below ``beneath``) must be a directory, not a link to one:
+    :class:`~kubevol.errors.UnsafePathError`, nothing deleted. ``FileNotFoundError`` when
+    ``path`` does not exist.
     """
-    root_dev = os.lstat(path).st_dev
-    for dirpath, dirnames, _ in os.walk(path):
-        for name in dirnames:
-            sub = os.path.join(dirpath, name)
-            if os.lstat(sub).st_dev != root_dev or os.path.ismount(sub):
-                raise MountError(f"refusing to delete {path!r}: {sub!r} is a mount point")
-    for dirpath, dirnames, filenames in os.walk(path, topdown=False):
-        for name in filenames:
-            os.unlink(os.path.join(dirpath, name))
-        for name in dirnames:
-            sub = os.path.join(dirpath, name)
-            if os.path.islink(sub):
-                os.unlink(sub)
-            else:
-                os.rmdir(sub)
-    os.rmdir(path)
+    parent_fd, name = fdtree.open_parent(path, beneath=beneath)
+    try:
+        top_fd = fdtree.open_dir_at(parent_fd, name, path)
+        try:
+            for _ in fdtree.walk(top_fd, path):  # refuses at a mount before deleting anything
+                pass
+            for entry in fdtree.walk(top_fd, path):
+                if entry.parent_fd < 0:
+                    continue  # the top: removed through its parent below
+                try:
+                    if entry.is_dir:
+                        os.rmdir(entry.name, dir_fd=entry.parent_fd)
+                    else:
+                        os.unlink(entry.name, dir_fd=entry.parent_fd)
+                except FileNotFoundError:
+                    continue  # removed meanwhile by whoever writes the tree
+        finally:
+            os.close(top_fd)
+        os.rmdir(name, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)

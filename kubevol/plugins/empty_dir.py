@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kubevol import fdtree
 from kubevol.errors import MountError, SpecError
 from kubevol.host import VolumeHost
 from kubevol.layout import validate_path_segment
@@ -127,7 +128,9 @@ class EmptyDir(Mounter, Unmounter):
         return not self._host.get_mounter().is_likely_not_mount_point(directory)
 
     def set_up_at(self, directory: str, args: MounterArgs) -> None:
-        """Create the directory (and mount tmpfs for Memory). Idempotent."""
+        """Create the directory (and mount tmpfs for Memory). Idempotent. A link where the
+        directory belongs raises UnsafePathError (nothing is made or changed through it)."""
+        fdtree.refuse_links(directory, beneath=self._host.get_pods_dir())
         already_set_up = os.path.exists(self._ready_path()) and os.path.isdir(directory)
         if already_set_up and (self._medium != MEDIUM_MEMORY or self._is_mounted(directory)):
             return
@@ -146,8 +149,12 @@ class EmptyDir(Mounter, Unmounter):
     def tear_down_at(self, directory: str) -> None:
         """Unmount tmpfs or delete the directory, then drop the ready marker. Idempotent.
 
-        A failed unmount raises MountError and deletes nothing.
+        A failed unmount raises MountError and deletes nothing. A link where the directory
+        (or the pod's directories above it) belongs raises UnsafePathError: nothing is
+        unmounted or deleted through it.
         """
+        pods_dir = self._host.get_pods_dir()
+        fdtree.refuse_links(directory, beneath=pods_dir)
         if is_corrupted_mount(directory):
             # A dead mount (e.g. a FUSE daemon that died) looks absent to lexists(); it
             # must still be unmounted, and its directory removed, like a live one.
@@ -160,8 +167,9 @@ class EmptyDir(Mounter, Unmounter):
                     raise MountError(f"{directory!r} is still mounted after unmount")
                 os.rmdir(directory)
             else:
-                remove_tree_on_one_device(directory)
+                remove_tree_on_one_device(directory, beneath=pods_dir)
         ready = self._ready_path()
+        fdtree.refuse_links(os.path.dirname(ready), beneath=pods_dir)
         if os.path.exists(ready):
             os.unlink(ready)
             os.rmdir(os.path.dirname(ready))

@@ -21,8 +21,10 @@ from kubevol import (
     VolumePluginMgr,
     is_not_supported,
 )
+from kubevol.errors import UnsafePathError
 from kubevol.mount import parse_mountinfo
 from kubevol.plugins import EmptyDirPlugin
+from tests.hostile import snapshot
 
 UID = "pod-uid-1"
 
@@ -212,3 +214,29 @@ def test_tear_down_unmounts_a_dead_fuse_mount(plugin: EmptyDirPlugin, tmp_path: 
     finally:
         if mount_of(path):
             subprocess.run(["umount", "-l", path], check=False)
+
+
+@pytest.mark.parametrize("where", ["volume", "pod"])
+def test_tear_down_refuses_a_link_at_the_volume_or_pod_directory(
+    plugin: EmptyDirPlugin, node_root: Path, tmp_path: Path, where: str
+) -> None:
+    """The volume's directory (or the pod's) a link to a directory outside the root: tear-down
+    raises UnsafePathError and nothing outside changes (issue 20, point 2)."""
+    victim = tmp_path / "victim"
+    (victim / "volumes" / "kubernetes.io~empty-dir" / "scratch").mkdir(parents=True)
+    (victim / "precious").write_text("keep")
+    (victim / "volumes" / "kubernetes.io~empty-dir" / "scratch" / "data").write_text("keep")
+    before = snapshot(victim)
+    pod_dir = node_root / "pods" / UID
+    if where == "pod":
+        pod_dir.parent.mkdir(parents=True)
+        pod_dir.symlink_to(victim)
+    else:
+        (pod_dir / "volumes" / "kubernetes.io~empty-dir").mkdir(parents=True)
+        (pod_dir / "volumes" / "kubernetes.io~empty-dir" / "scratch").symlink_to(victim)
+    unmounter = plugin.new_unmounter("scratch", UID)
+    with pytest.raises(UnsafePathError):
+        unmounter.tear_down()
+    with pytest.raises(UnsafePathError):
+        plugin.new_mounter(ed_spec(), pod(), VolumeOptions()).set_up(MounterArgs())
+    assert snapshot(victim) == before
