@@ -12,10 +12,9 @@ from inspect import signature
 from typing import Any
 
 import attrs
-import yaml
 
-from kubevol import units
-from kubevol.errors import SpecError
+from kubevol import safeyaml, units
+from kubevol.errors import SpecError, UntrustedDataError
 from kubevol.layout import validate_path_segment
 from kubevol.units import UnitError
 
@@ -91,9 +90,9 @@ class Spec:
 def _load_mapping(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
     if isinstance(manifest, str):
         try:
-            loaded = yaml.safe_load(manifest)
-        except yaml.YAMLError as exc:
-            raise SpecError(f"the manifest is not valid YAML: {exc}") from exc
+            loaded = safeyaml.load(manifest, "the manifest")
+        except UntrustedDataError as exc:
+            raise SpecError(str(exc)) from exc
     else:
         loaded = manifest
     if not isinstance(loaded, Mapping):

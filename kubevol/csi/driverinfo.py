@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-import yaml
 
-from kubevol.errors import KubevolError
+from kubevol import safeyaml
+from kubevol.errors import KubevolError, UntrustedDataError
 
 #: ``name -> V1CSIDriver | None``: the one shape every CSIDriver source has.
 CSIDriverLookup = Callable[[str], Any]
@@ -160,9 +160,9 @@ class LocalCSIDrivers:
     def from_yaml(cls, text: str) -> LocalCSIDrivers:
         """Objects from YAML text; raises :class:`CSIDriverInfoError` naming what is wrong."""
         try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as exc:
-            raise CSIDriverInfoError(f"the CSIDriver YAML is not valid: {exc}") from exc
+            docs = [d for d in safeyaml.load_all(text, "the CSIDriver YAML") if d is not None]
+        except UntrustedDataError as exc:
+            raise CSIDriverInfoError(str(exc)) from exc
         objects: list[Mapping[str, Any]] = []
         for doc in docs:
             if not isinstance(doc, Mapping):
@@ -177,9 +177,8 @@ class LocalCSIDrivers:
     def from_file(cls, path: str | os.PathLike[str]) -> LocalCSIDrivers:
         """Objects from a YAML file."""
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
+            text = safeyaml.read_manifest(os.fspath(path))
+        except (OSError, UntrustedDataError) as exc:
             raise CSIDriverInfoError(
                 f"cannot read CSIDriver file {os.fspath(path)!r}: {exc}"
             ) from exc

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
-import yaml
 
-from kubevol.errors import SpecError
+from kubevol import safeyaml
+from kubevol.errors import SpecError, UntrustedDataError
 from kubevol.layout import validate_path_segment
 from kubevol.spec import deserialize
 
@@ -94,9 +94,9 @@ def parse_manifests(text: str, where: str = "<manifest>") -> Manifests:
     unsupported kind or an object without a name.
     """
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{where} is not valid YAML: {exc}") from exc
+        docs = [d for d in safeyaml.load_all(text, where) if d is not None]
+    except UntrustedDataError as exc:
+        raise SpecError(str(exc)) from exc
     return manifests_from_objects(docs, where)
 
 
@@ -135,10 +135,11 @@ def load_manifest_files(paths: Iterable[str]) -> Manifests:
     out = Manifests()
     for path in paths:
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            text = safeyaml.read_manifest(path)
         except OSError as exc:
             raise SpecError(f"cannot read manifest {path!r}: {exc.strerror}") from exc
+        except UntrustedDataError as exc:
+            raise SpecError(str(exc)) from exc
         out = out.merged(parse_manifests(text, path))
     return out
 
