@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import attrs
 
+from kubevol.backoff import Backoff
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 
 log = logging.getLogger(__name__)
@@ -75,17 +76,21 @@ class OperationKey:
 
 
 @attrs.define
-class _Backoff:
+class _KeyBackoff:
     """Exponential backoff of one key (the kubelet's ``ExponentialBackoff``)."""
 
-    initial: float
-    cap: float
-    duration: float = 0.0
+    policy: Backoff
+    failures: int = 0
     last_error: BaseException | None = None
     last_error_time: float | None = None
 
+    @property
+    def duration(self) -> float:
+        """How long the key waits after its last failure (0 before any)."""
+        return self.policy.delay(self.failures - 1) if self.failures else 0.0
+
     def update(self, err: BaseException, now: float) -> None:
-        self.duration = self.initial if self.duration == 0 else min(self.duration * 2, self.cap)
+        self.failures += 1
         self.last_error = err
         self.last_error_time = now
 
@@ -101,7 +106,7 @@ class _Record:
     key: OperationKey
     kind: OperationKind
     pending: bool
-    backoff: _Backoff
+    backoff: _KeyBackoff
 
 
 @attrs.frozen(kw_only=True)
@@ -130,8 +135,7 @@ class OperationExecutor:
         max_backoff: float = MAX_BACKOFF,
     ) -> None:
         self._clock = clock
-        self._initial = initial_backoff
-        self._cap = max_backoff
+        self._backoff = Backoff(initial=initial_backoff, maximum=max_backoff)
         self._records: list[_Record] = []
         self._cond = threading.Condition()
         self._pool = (
@@ -169,13 +173,13 @@ class OperationExecutor:
                     )
                 if record.kind != kind:
                     # Another operation on the key: the old backoff says nothing about it.
-                    record.backoff = _Backoff(self._initial, self._cap)
+                    record.backoff = _KeyBackoff(self._backoff)
                     record.kind = kind
                 record.pending = True
                 record.key = key
             else:
                 record = _Record(
-                    key=key, kind=kind, pending=True, backoff=_Backoff(self._initial, self._cap)
+                    key=key, kind=kind, pending=True, backoff=_KeyBackoff(self._backoff)
                 )
                 self._records.append(record)
         if self._pool is None:

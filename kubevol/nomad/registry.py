@@ -23,9 +23,9 @@ from typing import Any
 
 import attrs
 
+from kubevol.backoff import Backoff
 from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
 from kubevol.layout import validate_path_segment
-from kubevol.nomad._backoff import Backoff
 from kubevol.nomad._state import read_state, write_state
 from kubevol.nomad.errors import ManagerStateError, PluginWaitTimeoutError
 

@@ -16,24 +16,25 @@ the plugin's instance was shut down.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 import attrs
 
+from kubevol.backoff import Backoff
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import RETRYABLE_CODES, CSIRPCError, StatusCode
 from kubevol.errors import MountError, UncertainProgressError
+from kubevol.keyedlocks import KeyedLocks
 from kubevol.layout import validate_path_segment
 from kubevol.mount.helpers import is_corrupted_mount
 from kubevol.mount.interface import Mounter
-from kubevol.nomad._backoff import Backoff
-from kubevol.nomad._serial import VolumeSerializer
 from kubevol.nomad.claims import (
     ALLOC_DIR_NAME,
     DEFAULT_NAMESPACE,
@@ -76,7 +77,8 @@ class PluginVolumeState:
     plugin name, shared by every :class:`VolumeManager` of that plugin."""
 
     tracker: UsageTracker
-    serializer: VolumeSerializer = attrs.field(factory=VolumeSerializer)
+    #: One operation at a time per ``(namespace, volume id)`` (Nomad's ``serializedOp``).
+    serializer: KeyedLocks[tuple[str, str]] = attrs.field(factory=KeyedLocks)
 
 
 def volume_key(namespace: str, volume_id: str, usage: UsageOptions) -> VolumeKey:
@@ -162,7 +164,7 @@ class VolumeManager:
         key = volume_key(volume.namespace, volume.id, usage_options)
         validate_path_segment(alloc_id, "allocation id")
         try:
-            with self.state.serializer.hold((key.namespace, key.volume_id), self._cancel):
+            with self._alone(key):
                 new_claim = self.state.tracker.claim(alloc_id, key, volume.external_id)
                 try:
                     if self.requires_staging:
@@ -265,7 +267,7 @@ class VolumeManager:
         validate_path_segment(alloc_id, "allocation id")
         external = remote_id or volume_id
         try:
-            with self.state.serializer.hold((key.namespace, key.volume_id), self._cancel):
+            with self._alone(key):
                 self._unpublish(external, key, alloc_id)
                 last = self.state.tracker.free(alloc_id, key)
                 if last and self.requires_staging:
@@ -359,6 +361,19 @@ class VolumeManager:
                     raise ManagerShutdownError(
                         f"{name} abandoned: plugin instance shut down while retrying"
                     ) from exc
+
+    @contextlib.contextmanager
+    def _alone(self, key: VolumeKey) -> Iterator[None]:
+        """Run the ``with`` body as the only operation on the volume of ``key``; raises
+        :class:`ManagerShutdownError`, without running it, when the instance shuts down
+        before the volume is free."""
+        volume = (key.namespace, key.volume_id)
+        if not self.state.serializer.acquire(volume, cancel=self._cancel):
+            raise ManagerShutdownError(f"operation on volume {volume!r} cancelled")
+        try:
+            yield
+        finally:
+            self.state.serializer.release(volume)
 
     def _call_ignoring_not_found(
         self, name: str, call: Callable[[float], None]

@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from kubevol.backoff import Backoff
 from kubevol.csi import types as t
 from kubevol.errors import PluginNotFoundError
 from kubevol.nomad import (
@@ -26,7 +27,6 @@ from kubevol.nomad import (
     UsageOptions,
     VolumeManager,
 )
-from kubevol.nomad._backoff import Backoff
 from tests.nomad.conftest import PluginFactory, wait_until
 from tests.nomad.recorder import CallWatch, Recorder
 

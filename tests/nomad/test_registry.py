@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kubevol.backoff import Backoff
 from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
 from kubevol.nomad import (
     ManagerStateError,
@@ -19,7 +20,6 @@ from kubevol.nomad import (
     RegisteredPlugin,
     RegistryEventType,
 )
-from kubevol.nomad._backoff import Backoff
 
 NODE = PluginType.CSI_NODE
 CONTROLLER = PluginType.CSI_CONTROLLER

@@ -15,6 +15,7 @@ import attrs
 import grpc
 import pytest
 
+from kubevol.backoff import Backoff
 from kubevol.csi.errors import CSIRPCError
 from kubevol.errors import InvalidPathSegmentError, UncertainProgressError
 from kubevol.nomad import (
@@ -28,7 +29,6 @@ from kubevol.nomad import (
     VolumeKey,
     VolumeManager,
 )
-from kubevol.nomad._backoff import Backoff
 from tests.nomad.conftest import PluginFactory, PluginProcess, mounts_under
 
 RW = UsageOptions(

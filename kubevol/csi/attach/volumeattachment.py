@@ -10,12 +10,14 @@ a ``detachError``. The publish context is ``status.attachmentMetadata``.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from kubevol.backoff import Backoff
 from kubevol.csi.attach.base import AttachBackend, AttachRequest, attachment_name
 from kubevol.errors import KubevolError, OperationError
 
@@ -35,13 +37,6 @@ class APIError(KubevolError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _backoff_delays(initial: float, factor: float, cap: float, jitter: float) -> Any:
-    delay = initial
-    while True:
-        yield delay * (1 + jitter * random.random())
-        delay = min(delay * factor, cap)
 
 
 class VolumeAttachmentBackend(AttachBackend):
@@ -193,8 +188,11 @@ class VolumeAttachmentBackend(AttachBackend):
         operation: str,
     ) -> None:
         deadline = time.monotonic() + timeout
-        delays = _backoff_delays(self.initial_backoff, BACKOFF_FACTOR, self.max_backoff, JITTER)
-        for delay in delays:
+        backoff = Backoff(
+            initial=self.initial_backoff, maximum=self.max_backoff, factor=BACKOFF_FACTOR
+        )
+        for attempt in itertools.count():
+            delay = backoff.delay(attempt) * (1 + JITTER * random.random())
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

@@ -38,6 +38,7 @@ import requests
 from etcd3gw import exceptions as etcd_exc
 from etcd3gw.client import Etcd3Client
 
+from kubevol.backoff import Backoff
 from kubevol.csi.locks.base import (
     HeldLock,
     LockConfigError,
@@ -59,8 +60,7 @@ DEFAULT_REQUEST_TIMEOUT = 10.0
 
 # Waiting for a busy lock polls with exponential backoff between these bounds; the upper
 # bound keeps the wake-up latency after a release small without hammering etcd.
-_FIRST_RETRY_DELAY = 0.01
-_MAX_RETRY_DELAY = 0.2
+_WAIT_BACKOFF = Backoff(initial=0.01, maximum=0.2)
 
 
 @attrs.frozen(kw_only=True)
@@ -483,7 +483,7 @@ class EtcdLockProvider(VolumeLockProvider):
         return lock
 
     def _wait_for(self, key: bytes, lease_id: int, deadline: float) -> EtcdHeldLock | None:
-        delay = _FIRST_RETRY_DELAY
+        polls = 0
         while True:
             if self._cluster.call(
                 "lock create", lambda c: _create_with_lease(c, key, self._holder, lease_id)
@@ -500,8 +500,9 @@ class EtcdLockProvider(VolumeLockProvider):
                 if remaining <= 0:
                     return None
                 # Jitter so that waiters released together do not retry in lockstep.
+                delay = _WAIT_BACKOFF.delay(polls)
+                polls += 1
                 time.sleep(min(delay * random.uniform(0.5, 1.0), remaining))
-                delay = min(delay * 2, _MAX_RETRY_DELAY)
                 if not self._cluster.call("lock poll", lambda c: _key_exists(c, key)):
                     break
 

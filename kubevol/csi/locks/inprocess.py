@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from kubevol.csi.locks.base import (
     HeldLock,
@@ -12,6 +11,7 @@ from kubevol.csi.locks.base import (
     check_lock_key,
     check_timeout,
 )
+from kubevol.keyedlocks import KeyedLocks
 
 
 class _InProcessHeldLock(HeldLock):
@@ -37,31 +37,19 @@ class InProcessLockProvider(VolumeLockProvider):
     """
 
     def __init__(self) -> None:
-        # One condition for every key: waiters re-check their own key when woken. Simple and
-        # correct; the extra wake-ups cost little at the call rates CSI drivers see.
-        self._cond = threading.Condition()
-        self._held: set[tuple[LockKind, str]] = set()
+        self._locks: KeyedLocks[tuple[LockKind, str]] = KeyedLocks()
 
     def acquire(self, kind: LockKind, key: str, timeout: float) -> HeldLock | None:
         """See :meth:`VolumeLockProvider.acquire`; never raises :class:`LockProviderError`."""
         check_lock_key(kind, key)
-        deadline = time.monotonic() + check_timeout(timeout)
         name = (kind, key)
-        with self._cond:
-            while name in self._held:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
-            self._held.add(name)
+        if not self._locks.acquire(name, timeout=check_timeout(timeout)):
+            return None
         return _InProcessHeldLock(self, name)
 
     def held_count(self) -> int:
         """How many locks are held right now (for tests and diagnostics)."""
-        with self._cond:
-            return len(self._held)
+        return self._locks.held()
 
     def _release(self, name: tuple[LockKind, str]) -> None:
-        with self._cond:
-            self._held.discard(name)
-            self._cond.notify_all()
+        self._locks.release(name)

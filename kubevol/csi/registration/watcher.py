@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import grpc
 
+from kubevol.backoff import Backoff
 from kubevol.csi._pb import registration_pb2
 from kubevol.csi.registration.registry import DriverRegistry
 from kubevol.csi.registration.server import CSI_PLUGIN_TYPE, REGISTRATION_SERVICE
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 RPC_TIMEOUT = 10.0
 INITIAL_RETRY = 0.5
 MAX_RETRY = 122.0
+#: Registering a socket that failed is retried after these delays.
+RETRY_BACKOFF = Backoff(initial=INITIAL_RETRY, maximum=MAX_RETRY)
 
 
 class PluginHandler(abc.ABC):
@@ -117,7 +120,8 @@ class PluginWatcher(RunsWhileEntered):
         self.poll_interval = poll_interval
         self.rpc_timeout = rpc_timeout
         self._known: dict[str, tuple[_Socket, KnownPlugin]] = {}
-        self._retry: dict[_Socket, tuple[float, float]] = {}
+        # Per socket that failed to register: when to retry, and how many failures so far.
+        self._retry: dict[_Socket, tuple[float, int]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -150,7 +154,7 @@ class PluginWatcher(RunsWhileEntered):
             pending = [s for p, s in present.items() if p not in self._known]
         for sock in pending:
             with self._lock:
-                when, _ = self._retry.get(sock, (0.0, 0.0))
+                when, _ = self._retry.get(sock, (0.0, 0))
             if when <= now:
                 self._register(sock)
 
@@ -191,9 +195,9 @@ class PluginWatcher(RunsWhileEntered):
             self._register_once(sock)
         except Exception as exc:
             with self._lock:
-                _, delay = self._retry.get(sock, (0.0, INITIAL_RETRY / 2))
-                delay = min(delay * 2, MAX_RETRY)
-                self._retry[sock] = (time.monotonic() + delay, delay)
+                _, failures = self._retry.get(sock, (0.0, 0))
+                delay = RETRY_BACKOFF.delay(failures)
+                self._retry[sock] = (time.monotonic() + delay, failures + 1)
             log.error("RegisterPlugin error at socket %s (retrying in %.1fs): %s",
                       sock.path, delay, exc)
         else:

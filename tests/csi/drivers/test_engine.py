@@ -76,7 +76,7 @@ def test_concurrent_commits_share_saves() -> None:
 
 def test_keyed_locks_serialise_one_key_only() -> None:
     """Holders of one key run one at a time; another key is not blocked; entries go away."""
-    locks = KeyedLocks()
+    locks: KeyedLocks[str] = KeyedLocks()
     inside = 0
     peak = 0
     guard = threading.Lock()

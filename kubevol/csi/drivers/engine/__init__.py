@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kubevol.csi.drivers.engine.backend import Source, VolumeBackend
 from kubevol.csi.drivers.engine.controller import EngineController
-from kubevol.csi.drivers.engine.core import Engine, KeyedLocks
+from kubevol.csi.drivers.engine.core import Engine
 from kubevol.csi.drivers.engine.identity import EngineGroupController, EngineIdentity
 from kubevol.csi.drivers.engine.node import EngineNode
 from kubevol.csi.drivers.engine.records import (
@@ -32,6 +32,7 @@ from kubevol.csi.drivers.engine.state import (
     StateStore,
 )
 from kubevol.csi.server import StoragePlugin
+from kubevol.keyedlocks import KeyedLocks
 
 __all__ = [
     "AccessKind",

@@ -13,51 +13,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-import attrs
-
 from kubevol.csi.drivers.engine.backend import VolumeBackend
 from kubevol.csi.drivers.engine.records import GroupSnapshotRecord, SnapshotRecord, VolumeRecord
 from kubevol.csi.drivers.engine.settings import DriverSettings
 from kubevol.csi.drivers.engine.state import DriverState, StateStore
+from kubevol.keyedlocks import KeyedLocks
 
 T = TypeVar("T")
-
-
-@attrs.define
-class _Entry:
-    lock: threading.Lock = attrs.field(factory=threading.Lock)
-    users: int = 0
-
-
-class KeyedLocks:
-    """One lock per key, created on first use and dropped when nobody holds or waits."""
-
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
-
-    @contextlib.contextmanager
-    def hold(self, *keys: str) -> Iterator[None]:
-        """Hold the locks of ``keys`` (taken in sorted order, so callers cannot deadlock)."""
-        ordered = sorted(set(keys))
-        with self._mutex:
-            entries = [self._entries.setdefault(k, _Entry()) for k in ordered]
-            for entry in entries:
-                entry.users += 1
-        taken: list[_Entry] = []
-        try:
-            for entry in entries:
-                entry.lock.acquire()
-                taken.append(entry)
-            yield
-        finally:
-            for entry in reversed(taken):
-                entry.lock.release()
-            with self._mutex:
-                for key, entry in zip(ordered, entries, strict=True):
-                    entry.users -= 1
-                    if entry.users == 0:
-                        del self._entries[key]
 
 
 class Engine:
@@ -73,7 +35,7 @@ class Engine:
         self._version = 0
         self._saved_version = 0
         #: Per volume id, snapshot id ("snap:" prefix) or name being created ("name:").
-        self.locks = KeyedLocks()
+        self.locks: KeyedLocks[str] = KeyedLocks()
         self._reserved = 0
 
     # --- reads ----------------------------------------------------------------------

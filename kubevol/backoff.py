@@ -1,4 +1,8 @@
-"""Exponential backoff shared by the registry wait and the mount retries."""
+"""Exponential backoff, for every caller that waits longer after each failure.
+
+The node layer's operation executor (the kubelet's ``ExponentialBackoff``: 500 ms doubling
+to 2 min 2 s) and the Nomad-style manager's registry waits and mount retries use it.
+"""
 
 from __future__ import annotations
 
