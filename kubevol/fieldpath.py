@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubevol.errors import SpecError
+from kubevol.units import UnitError, quantity_value
 
 _SUBSCRIPTED = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
 
@@ -121,12 +122,10 @@ def _ips(status: Any, whose: str) -> list[str]:
 
 
 def _quantity(value: Any, what: str) -> Decimal:
-    from kubernetes.utils import parse_quantity  # imported lazily: ~0.3 s
-
     try:
-        return Decimal(parse_quantity(value))
-    except (ValueError, TypeError) as exc:
-        raise SpecError(f"{what} {value!r} is not a valid quantity") from exc
+        return quantity_value(value)
+    except UnitError as exc:
+        raise SpecError(f"{what}: {exc}") from exc
 
 
 def _ceil_int(value: Decimal) -> int:

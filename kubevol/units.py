@@ -31,18 +31,27 @@ class UnitError(KubevolError, ValueError):
     """A size or duration that cannot be read; the message names the text."""
 
 
+def quantity_value(quantity: Any) -> Decimal:
+    """A Kubernetes quantity (text or number) exactly (``250m`` → ``0.25``), for callers
+    that round their own way (CPU in millicores); refuses what is not a quantity."""
+    text = str(quantity).strip()
+    if _DIGITS.fullmatch(text):
+        return Decimal(text)
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return Decimal(parse_quantity(text))
+    except (ValueError, ArithmeticError) as exc:
+        raise UnitError(f"{text!r} is not a quantity (like {QUANTITY_EXAMPLES})") from exc
+
+
 def quantity_bytes(quantity: Any) -> int:
     """A Kubernetes quantity (text or number) as whole bytes, rounded up; refuses negative,
     infinite and not-a-number values."""
     text = str(quantity).strip()
     if _DIGITS.fullmatch(text):
         return int(text)
-    from kubernetes.utils import parse_quantity
-
-    try:
-        value = Decimal(parse_quantity(text))
-    except (ValueError, ArithmeticError) as exc:
-        raise UnitError(f"{text!r} is not a quantity (like {QUANTITY_EXAMPLES})") from exc
+    value = quantity_value(text)
     if not value.is_finite() or value < 0:
         raise UnitError(f"{text!r} is not a quantity of bytes (it must be finite, >= 0)")
     return int(value.to_integral_value(rounding=ROUND_CEILING))
