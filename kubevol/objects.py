@@ -124,7 +124,8 @@ def config_map_from_dict(obj: Mapping[str, Any], where: str = "<manifest>") -> C
         if key in data:
             raise SpecError(f"{where}: ConfigMap {namespace}/{name} has key {key!r} in both "
                             "data and binaryData")
-        _b64(binary[key], "configmap", namespace, str(name), key)
+        _b64_in(where, binary[key], kind="configmap", namespace=namespace, name=str(name),
+                key=key)
     return ConfigMap(namespace=namespace, name=str(name), data=data, binary_data=binary)
 
 
@@ -137,12 +138,19 @@ def secret_from_dict(obj: Mapping[str, Any], where: str = "<manifest>") -> Secre
         raise SpecError(f"a Secret in {where} has no metadata.name")
     data = _string_map(obj.get("data"), f"Secret {namespace}/{name} data", where)
     for key, value in data.items():
-        _b64(value, "secret", namespace, str(name), key)
+        _b64_in(where, value, kind="secret", namespace=namespace, name=str(name), key=key)
     plain = _string_map(obj.get("stringData"), f"Secret {namespace}/{name} stringData", where)
     for key, value in plain.items():
         data[key] = base64.b64encode(value.encode("utf-8")).decode("ascii")
     return Secret(namespace=namespace, name=str(name), data=data,
                   type=str(obj.get("type") or "Opaque"))
+
+
+def _b64_in(where: str, value: str, *, kind: str, namespace: str, name: str, key: str) -> None:
+    try:
+        _b64(value, kind, namespace, name, key)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from exc
 
 
 def _string_map(value: Any, what: str, where: str) -> dict[str, str]:
@@ -233,6 +241,30 @@ class KubeAPIObjects(APIObjectSource):
         secret = self._read("secret", namespace, name)
         return Secret(namespace=namespace, name=name, data=copy.copy(secret.data) or {},
                       type=secret.type or "Opaque")
+
+
+class ChainedObjects(APIObjectSource):
+    """Asks each source in turn: the first that has the object answers. A source that
+    fails for another reason than "not found" stops the search (its error is raised)."""
+
+    def __init__(self, sources: Iterable[APIObjectSource]) -> None:
+        self.sources = tuple(sources)
+
+    def get_config_map(self, namespace: str, name: str) -> ConfigMap:
+        for source in self.sources[:-1]:
+            try:
+                return source.get_config_map(namespace, name)
+            except ObjectNotFoundError:
+                continue
+        return self.sources[-1].get_config_map(namespace, name)
+
+    def get_secret(self, namespace: str, name: str) -> Secret:
+        for source in self.sources[:-1]:
+            try:
+                return source.get_secret(namespace, name)
+            except ObjectNotFoundError:
+                continue
+        return self.sources[-1].get_secret(namespace, name)
 
 
 class NoObjects(APIObjectSource):

@@ -192,3 +192,20 @@ def test_command_provider_default_expiry_is_the_requested_lifetime(tmp_path: Pat
     now = datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC)
     issued = CommandTokenProvider(argv, clock=lambda: now).request_token(REQUEST)
     assert issued.expiration == now + datetime.timedelta(seconds=1000)
+
+
+def test_stand_in_issuer_as_a_command() -> None:
+    """``python3 -m kubevol.testing.token_provider`` answers with an unsigned JWT bound to
+    the pod, for the service account and audience asked."""
+    import base64
+
+    provider = CommandTokenProvider([sys.executable, "-m", "kubevol.testing.token_provider"])
+    issued = provider.request_token(REQUEST)
+    _header, claims, signature = issued.token.split(".")
+    assert signature == ""
+    decoded = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+    assert decoded["sub"] == "system:serviceaccount:ns:app"
+    assert decoded["aud"] == ["vault"]
+    assert decoded["exp"] - decoded["iat"] == 1000
+    assert decoded["kubernetes.io"]["pod"] == {"name": "web", "uid": "uid-1"}
+    assert issued.expiration_seconds == 1000

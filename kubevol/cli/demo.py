@@ -4,7 +4,9 @@ It serves the bundled hostpath CSI driver in-process on a temporary socket (twic
 plain, once in shared-filesystem mode), registers both, mounts the volumes of the example
 pods in ``examples/`` (a CSI volume staged once and published into two pods, a CSI block
 volume, an emptyDir on disk and one in memory, a hostPath, two volumes of one shared
-filesystem), shows them, drops every in-memory state as a crash would, rebuilds the state
+filesystem, and a pod with a configMap, a secret, a downwardAPI volume, a projected volume
+with a service-account token from a stand-in issuer, a local PV and two subPath mounts of a
+CSI volume), shows them, drops every in-memory state as a crash would, rebuilds the state
 from disk, checks no file was lost, tears everything down and checks that no mount and no
 loop device is left. Every check that fails is reported, and the exit status is then 1.
 
@@ -102,7 +104,17 @@ def create_demo_volumes(
         )
         created.append((driver, volume.volume_id))
         pvs[name] = {**pv, "spec": {**spec, "csi": {**csi, "volumeHandle": volume.volume_id}}}
-    return Manifests(pods=manifests.pods, pvs=pvs, pvcs=manifests.pvcs), created
+    return attrs.evolve(manifests, pvs=pvs), created
+
+
+def local_paths(manifests: Manifests, under: str) -> list[str]:
+    """The paths of local PersistentVolumes that lie under ``under`` (made by the demo)."""
+    out = []
+    for pv in manifests.pvs.values():
+        path = ((pv.get("spec") or {}).get("local") or {}).get("path") or ""
+        if path.startswith(under.rstrip("/") + "/"):
+            out.append(path)
+    return sorted(out)
 
 
 def leftovers(directory: str) -> list[str]:
@@ -169,6 +181,8 @@ def _markers(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
                 dev.write(text.ljust(512, b"\0"))
             written[key] = "block:" + path
             continue
+        if os.path.lexists(os.path.join(path, "..data")):
+            continue  # written by kubevol (configMap, secret, ...): not the pod's to change
         try:
             Path(path, MARKER).write_bytes(text)
         except OSError:
@@ -252,10 +266,16 @@ class _Demo:
         return os.path.join(self.work, "root")
 
     def runtime(self) -> Any:
+        """A runtime on the demo's root. Tokens come from the stand-in issuer, ConfigMaps and
+        Secrets from the example manifests (as an API server would keep serving them)."""
         from kubevol.node.runtime import NodeRuntime
+        from kubevol.testing.token_provider import StandInTokenProvider
+        from kubevol.tokens import TokenManager
 
-        return NodeRuntime(self.root, node_name=self.node, csi_drivers=self.endpoints,
-                           csi_timeout=30)
+        runtime = NodeRuntime(self.root, node_name=self.node, csi_drivers=self.endpoints,
+                              csi_timeout=30, tokens=TokenManager(StandInTokenProvider()))
+        runtime.learn(self.manifests)
+        return runtime
 
 
 def tell(story: Story, stack: contextlib.ExitStack, work: str, args: argparse.Namespace) -> None:
@@ -308,6 +328,8 @@ def _load(demo: _Demo) -> None:
     with demo.story.step(f"loading the example pods from {demo.args.examples}"):
         manifests = load_examples(Path(demo.args.examples), demo.work)
         demo.manifests, created = create_demo_volumes(manifests, demo.clients)
+        for path in local_paths(demo.manifests, demo.work):
+            os.makedirs(path, exist_ok=True)  # the local "disks" of the example PVs
         for driver, volume_id in created:
             demo.stack.callback(_delete_quietly, demo.clients[driver], volume_id)
         demo.story.say(f"{len(manifests.pods)} pods, {len(manifests.pvs)} PersistentVolumes "
@@ -326,6 +348,7 @@ def _mount_and_crash(demo: _Demo) -> None:
         report_sync(result, story.out)
         story.check(result.converged, "every volume of every pod is set up")
         rows = _show(story, runtime, demo.desired, pods.manager.actual, demo.root)
+        _show_kinds(story, rows, demo.root)
         demo.written = _markers(rows)
         story.say(f"wrote a file into {len(demo.written)} volumes (the block device included)")
     with story.step("crash: dropping every in-memory state"):
@@ -333,6 +356,39 @@ def _mount_and_crash(demo: _Demo) -> None:
         pods.close()
         runtime.close()
         story.say(f"{len(mounted)} mounts stay on the node; nothing in memory knows them")
+
+
+def _show_kinds(story: Story, rows: list[dict[str, Any]], root: str) -> None:
+    """What the configMap, secret, downwardAPI, projected and subPath volumes hold."""
+    by_plugin = {r["plugin"]: r["path"] for r in rows}
+    config = by_plugin.get("kubernetes.io/configmap")
+    if config is None:
+        return  # the example with these kinds was not loaded
+    story.check(os.path.islink(os.path.join(config, "..data"))
+                and Path(config, "app.properties").is_file(),
+                "configMap: files behind ..data, linked at the top (the kubelet's layout)")
+    secret = by_plugin.get("kubernetes.io/secret", "")
+    story.check(_fs_type(secret) == "tmpfs" and Path(secret, "password").is_file(),
+                "secret: on tmpfs, never on disk")
+    projected = by_plugin.get("kubernetes.io/projected", "")
+    token = Path(projected, "token")
+    story.check(token.is_file() and token.read_text().count(".") == 2,
+                "projected: a service-account token from the token provider, with ca.crt "
+                "and namespace")
+    info = Path(by_plugin.get("kubernetes.io/downward-api", ""), "labels")
+    story.check(info.is_file() and 'app="demo"' in info.read_text(),
+                "downwardAPI: labels as key=\"value\" lines")
+    subpaths = sorted(glob.glob(os.path.join(root, "pods", "*", "volume-subpaths", "*", "*", "*")))
+    story.say("subPath binds: " + ", ".join(p.replace(root + "/", "<root>/") for p in subpaths))
+    story.check(len(subpaths) == 2 and all(_fs_type(p) for p in subpaths),
+                "both subPath mounts of the CSI volume are bound")
+
+
+def _fs_type(path: str) -> str:
+    from kubevol.mount.mountinfo import parse_mountinfo
+
+    found = [e.fs_type for e in parse_mountinfo() if e.mount_point == path]
+    return found[-1] if found else ""
 
 
 def _reconstruct(demo: _Demo, pods: Any) -> None:
@@ -350,6 +406,9 @@ def _reconstruct(demo: _Demo, pods: Any) -> None:
                     f"all {on_disk} pod volumes kept on disk were found ({len(rows)})")
         story.check(not rebuilt.failures and not rebuilt.orphans,
                     "no volume failed to rebuild and no device mount is orphaned")
+        bound = sum(len(r["subpaths"]) for r in rows)
+        if bound:
+            story.say(f"{bound} subPath binds found with their volumes")
         states = {p.state.value for p in pods.manager.actual.mounted_volumes()}
         story.check(states == {"uncertain"},
                     "every rebuilt mount is marked uncertain until confirmed")
@@ -399,8 +458,9 @@ def _delete_quietly(client: Any, volume_id: str) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Serve the bundled hostpath CSI driver in-process, mount the volumes of the "
-        "example pods (CSI filesystem and block, emptyDir, hostPath, two volumes of one "
-        "shared filesystem), drop the in-memory state as a crash would, rebuild it from "
+        "example pods (CSI filesystem and block with subPaths, emptyDir, hostPath, "
+        "configMap, secret, downwardAPI, projected with a token, a local PV, two volumes of "
+        "one shared filesystem), drop the in-memory state as a crash would, rebuild it from "
         "disk, tear everything down and check nothing is left. Needs root (mounts and "
         "loop devices). Exits 1 if any check fails."
     )

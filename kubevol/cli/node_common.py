@@ -42,6 +42,22 @@ def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> 
         "--guard-policy", choices=("safe", "kubelet"), default="safe",
         help="the unstage guard's rules for CSI device mounts (default: safe)",
     )
+    parser.add_argument(
+        "--kubeconfig", default=None, metavar="FILE",
+        help="read ConfigMaps and Secrets from this API server (after the manifests given) "
+        "and get service-account tokens through its TokenRequest API",
+    )
+    parser.add_argument(
+        "--token-provider", default=None, metavar="COMMAND",
+        help="a command that issues service-account tokens: it reads a TokenRequest (JSON) "
+        "on stdin and prints the answered TokenRequest (status.token, "
+        "status.expirationTimestamp); used instead of --kubeconfig's TokenRequest API",
+    )
+    parser.add_argument(
+        "--node-label", action="append", default=[], metavar="KEY=VALUE",
+        help="a label of this node, checked against local PersistentVolumes' nodeAffinity "
+        "(repeatable; kubernetes.io/hostname defaults to the node name)",
+    )
 
 
 def open_runtime(args: argparse.Namespace) -> NodeRuntime:
@@ -60,11 +76,47 @@ def open_runtime(args: argparse.Namespace) -> NodeRuntime:
     print(f"kubevol {args.command}: root {root}", file=sys.stderr)
     runtime = NodeRuntime(
         root, node_name=args.node_name, csi_drivers=drivers,
-        guard_policy=args.guard_policy,
+        guard_policy=args.guard_policy, **api_options(args),
     )
     for name, why in sorted(runtime.unregistered.items()):
         print(f"warning: CSI driver {name} is not available: {why}", file=sys.stderr)
     return runtime
+
+
+def api_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The API client, token manager and node labels that ``--kubeconfig``,
+    ``--token-provider`` and ``--node-label`` ask for (NodeRuntime keyword arguments)."""
+    import shlex
+
+    from kubevol.tokens import CommandTokenProvider, TokenManager
+
+    options: dict[str, Any] = {}
+    if getattr(args, "kubeconfig", None):
+        from kubernetes import config as kube_config
+
+        try:
+            options["kube_client"] = kube_config.new_client_from_config(
+                config_file=args.kubeconfig
+            )
+        except Exception as exc:  # the client raises its own ConfigException and OSErrors
+            raise KubevolError(
+                f"--kubeconfig {args.kubeconfig}: cannot load it: {type(exc).__name__}"
+            ) from exc
+    if getattr(args, "token_provider", None):
+        try:
+            argv = shlex.split(args.token_provider)
+            options["tokens"] = TokenManager(CommandTokenProvider(argv))
+        except ValueError as exc:
+            raise KubevolError(f"--token-provider: {exc}") from exc
+    labels: dict[str, str] = {}
+    for value in getattr(args, "node_label", None) or []:
+        key, sep, label = value.partition("=")
+        if not sep or not key:
+            raise KubevolError(f"--node-label: expected KEY=VALUE, got {value!r}")
+        labels[key] = label
+    if labels:
+        options["node_labels"] = labels
+    return options
 
 
 def state_of(found: FoundVolume) -> str:
@@ -165,10 +217,12 @@ USAGE_COLUMNS = (
 )
 
 
-def report_sync(result: SyncResult, out: TextIO = sys.stderr) -> None:
-    """Say what is left and why, when a sync did not converge."""
+def report_sync(result: SyncResult, out: TextIO | None = None) -> None:
+    """Say what is left and why, when a sync did not converge (on ``out``, else the
+    current standard error: looked up when called, not when this module was loaded)."""
     if result.converged:
         return
+    out = out if out is not None else sys.stderr
     why = "only final errors are left" if result.stuck else "the time ran out"
     print(f"not done ({why}):", file=out)
     for item in result.pending:

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     require_privileges("kubevol up")
     manifests = load_manifest_files(args.manifests)
     with open_runtime(args) as runtime:
+        runtime.learn(manifests)
         # Check every pod before recording any: bad input changes nothing.
         adding = new_pods(runtime.mgr, manifests)
         wanted = [p.desired for p in adding]
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Mount the volumes of the pods in MANIFEST files (YAML: Pods with the "
-        "PersistentVolumes and PersistentVolumeClaims they use) under --root, as the "
+        "PersistentVolumes, PersistentVolumeClaims, ConfigMaps and Secrets they use) "
+        "under --root, as the "
         "kubelet lays them out, and record the pods there. Volumes of pods recorded "
         "before are brought back if they went missing (after a crash). Without "
         "MANIFEST, only brings the recorded pods up to date."

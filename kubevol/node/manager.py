@@ -41,6 +41,10 @@ from kubevol.node.usage import VolumeUsage
 
 log = logging.getLogger(__name__)
 
+#: How often a running agent sets up again the volumes that ask for it (the kubelet's sync
+#: frequency is one minute).
+DEFAULT_REMOUNT_PERIOD = 60.0
+
 
 @attrs.frozen(kw_only=True)
 class SyncResult:
@@ -257,16 +261,23 @@ class NodeVolumeManager:
         *,
         period: float = 0.1,
         before_pass: Callable[[], None] | None = None,
+        remount_period: float = DEFAULT_REMOUNT_PERIOD,
     ) -> None:
         """Reconcile every ``period`` seconds until ``stop`` is set (a daemon's loop).
 
-        ``before_pass`` runs first in every pass, e.g. to refresh the desired pods.
+        ``before_pass`` runs first in every pass, e.g. to refresh the desired pods. Every
+        ``remount_period`` seconds, volumes whose plugin requires it are set up again
+        (ConfigMap and Secret updates, fresh service-account tokens).
         """
-        while not stop.is_set():
-            if before_pass is not None:
-                before_pass()
-            self.reconcile()
-            stop.wait(period)
+        self.reconciler.remount_period = remount_period
+        try:
+            while not stop.is_set():
+                if before_pass is not None:
+                    before_pass()
+                self.reconcile()
+                stop.wait(period)
+        finally:
+            self.reconciler.remount_period = None
 
     def close(self) -> None:
         """Wait for running operations and release resources. Idempotent."""

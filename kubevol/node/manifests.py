@@ -1,6 +1,7 @@
 """Manifests as the node volume manager reads them: YAML files (or recorded objects) of
-Pods, PersistentVolumes and PersistentVolumeClaims, checked, with claims resolved to their
-PersistentVolumes and pods given a stable UID.
+Pods, PersistentVolumes and PersistentVolumeClaims, and the ConfigMaps and Secrets that
+configMap, secret and projected volumes read (:mod:`kubevol.objects`), checked, with claims
+resolved to their PersistentVolumes and pods given a stable UID.
 
 A manifest file is YAML with one or more documents (or a ``kind: List``). A claim is
 resolved to its PersistentVolume through ``spec.volumeName``, else the PV whose ``claimRef``
@@ -19,6 +20,7 @@ import attrs
 from kubevol import safeyaml
 from kubevol.errors import SpecError, UntrustedDataError
 from kubevol.layout import validate_path_segment
+from kubevol.objects import config_map_from_dict, secret_from_dict
 from kubevol.spec import deserialize
 
 #: Namespace for UIDs derived from ``namespace/name`` when a manifest has none.
@@ -33,6 +35,9 @@ class Manifests:
     pods: tuple[dict[str, Any], ...] = ()
     pvs: Mapping[str, dict[str, Any]] = attrs.field(factory=dict)
     pvcs: Mapping[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    #: ConfigMaps and Secrets by ``(namespace, name)``.
+    config_maps: Mapping[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    secrets: Mapping[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
 
     def merged(self, other: Manifests) -> Manifests:
         """Both sets of objects; ``other`` wins on a name clash."""
@@ -40,12 +45,25 @@ class Manifests:
             pods=self.pods + other.pods,
             pvs={**self.pvs, **other.pvs},
             pvcs={**self.pvcs, **other.pvcs},
+            config_maps={**self.config_maps, **other.config_maps},
+            secrets={**self.secrets, **other.secrets},
         )
 
+    def api_objects(self) -> list[dict[str, Any]]:
+        """The ConfigMaps and Secrets, for a :class:`~kubevol.objects.ManifestObjects`."""
+        return [*self.config_maps.values(), *self.secrets.values()]
+
     def objects_for(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The pod, then the claims and volumes it refers to (what a record keeps)."""
+        """The pod, then the claims, volumes and ConfigMaps it refers to (what a record
+        keeps). Never a Secret: secret data stays in memory (tmpfs volumes), as on a
+        kubelet node, so after a restart a Secret comes from the manifests again or from the
+        API server."""
         out: list[dict[str, Any]] = [dict(pod)]
         namespace = namespace_of(pod)
+        for name in sorted(referenced_config_maps(pod)):
+            config_map = self.config_maps.get((namespace, name))
+            if config_map is not None:
+                out.append(config_map)
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             if not claim:
@@ -73,6 +91,25 @@ class Manifests:
         return None
 
 
+def referenced_config_maps(pod: Mapping[str, Any]) -> set[str]:
+    """Names of the ConfigMaps a pod reads: configMap volumes, projected configMap sources
+    and containers' ``configMapKeyRef`` variables (subPathExpr may use them)."""
+    spec = pod.get("spec") or {}
+    names: set[str] = set()
+    for volume in spec.get("volumes") or []:
+        if (volume.get("configMap") or {}).get("name"):
+            names.add(str(volume["configMap"]["name"]))
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if (source.get("configMap") or {}).get("name"):
+                names.add(str(source["configMap"]["name"]))
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for var in container.get("env") or []:
+            ref = (var.get("valueFrom") or {}).get("configMapKeyRef") or {}
+            if ref.get("name"):
+                names.add(str(ref["name"]))
+    return names
+
+
 def namespace_of(obj: Mapping[str, Any]) -> str:
     """An object's ``metadata.namespace``, ``default`` when unset."""
     return str((obj.get("metadata") or {}).get("namespace") or "default")
@@ -88,7 +125,8 @@ def name_of(obj: Mapping[str, Any], where: str) -> str:
 
 
 def parse_manifests(text: str, where: str = "<manifest>") -> Manifests:
-    """Pods, PVs and PVCs from YAML ``text`` (several documents or ``kind: List``).
+    """Pods, PVs, PVCs, ConfigMaps and Secrets from YAML ``text`` (several documents or
+    ``kind: List``).
 
     Raises :class:`~kubevol.errors.SpecError` naming ``where`` for invalid YAML, an
     unsupported kind or an object without a name.
@@ -107,6 +145,8 @@ def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
     pods: list[dict[str, Any]] = []
     pvs: dict[str, dict[str, Any]] = {}
     pvcs: dict[tuple[str, str], dict[str, Any]] = {}
+    config_maps: dict[tuple[str, str], dict[str, Any]] = {}
+    secrets: dict[tuple[str, str], dict[str, Any]] = {}
     queue = list(objects)
     while queue:
         doc = queue.pop(0)
@@ -122,12 +162,18 @@ def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
             pvs[name_of(doc, where)] = doc
         elif kind == "PersistentVolumeClaim":
             pvcs[(namespace_of(doc), name_of(doc, where))] = doc
+        elif kind in ("ConfigMap", "Secret"):
+            # Checked now (shapes, base64), so a bad object fails before anything is done.
+            (config_map_from_dict if kind == "ConfigMap" else secret_from_dict)(doc, where)
+            found = config_maps if kind == "ConfigMap" else secrets
+            found[(namespace_of(doc), name_of(doc, where))] = doc
         else:
             raise SpecError(
                 f"{where}: kind {kind!r} is not supported; expected Pod, PersistentVolume, "
-                "PersistentVolumeClaim or List"
+                "PersistentVolumeClaim, ConfigMap, Secret or List"
             )
-    return Manifests(pods=tuple(pods), pvs=pvs, pvcs=pvcs)
+    return Manifests(pods=tuple(pods), pvs=pvs, pvcs=pvcs, config_maps=config_maps,
+                     secrets=secrets)
 
 
 def load_manifest_files(paths: Iterable[str]) -> Manifests:

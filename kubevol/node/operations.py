@@ -59,6 +59,7 @@ from kubevol.node.state import (
     MountState,
     VolumeToMount,
 )
+from kubevol.node.subpaths import set_up_subpaths, tear_down_subpaths, wanted_subpaths
 from kubevol.node.usage import VolumeUsage
 from kubevol.plugin import DeviceMountableVolumePlugin
 from kubevol.spec import Spec
@@ -315,6 +316,19 @@ class OperationGenerator:
             except Exception as exc:
                 self._pod_error(v, exc, path)
                 raise
+            try:
+                set_up_subpaths(self.host, wanted_subpaths(
+                    self.host, v.pod, pod_uid=v.pod_uid, outer_name=v.outer_name,
+                    spec_name=v.spec_name, volume_path=path,
+                ))
+            except Exception:
+                # Set up, but its containers cannot use it yet: uncertain, so it is set up
+                # again (and its subPaths retried), or torn down if the pod goes.
+                self.actual.set_pod_state(
+                    v.unique_name, v.pod_uid, MountState.UNCERTAIN,
+                    spec_name=v.spec_name, outer_name=v.outer_name, path=path,
+                )
+                raise
             self.actual.set_pod_state(
                 v.unique_name,
                 v.pod_uid,
@@ -334,6 +348,8 @@ class OperationGenerator:
 
         def run() -> None:
             plugin = self.mgr.find_plugin_by_name(av.plugin_name)
+            # The kubelet removes the subPath binds of a volume before the volume itself.
+            tear_down_subpaths(self.host, m.pod_uid, m.spec_name)
             try:
                 plugin.new_unmounter(m.spec_name, m.pod_uid).tear_down()
             except Exception:

@@ -87,6 +87,11 @@ def _list_dirs(path: str, *, dirs_only: bool) -> list[tuple[str, str]]:
     return found
 
 
+def pod_dir_of(volume_dir: str) -> str:
+    """``pods/<uid>`` of a pod volume directory ``pods/<uid>/volumes/<plugin>/<volume>``."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(volume_dir)))
+
+
 def list_entries(path: str) -> list[str]:
     """The names in directory ``path``; ``[]`` when it is missing or not a directory."""
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from kubevol.errors import KubevolError
@@ -66,6 +67,11 @@ class Reconciler:
         self.generator = generator
         self.attach_by_node = attach_by_node
         self.managed = managed
+        #: Seconds between set-ups of mounted volumes whose plugin requires a remount
+        #: (configMap, secret, downwardAPI, projected: updates and token refreshes reach
+        #: the pod so); None: never (one-shot syncs).
+        self.remount_period: float | None = None
+        self._set_up_at: dict[tuple[str, str], float] = {}
         self._pods_to_clean: set[str] = set()
         #: Pod UID -> how many operations that create or remove its directories run now.
         self._busy: dict[str, int] = {}
@@ -151,11 +157,15 @@ class Reconciler:
 
     def _mount_desired(self) -> int:
         started = 0
-        for v in self.desired.volumes_to_mount():
+        wanted = self.desired.volumes_to_mount()
+        for v in wanted:
             try:
                 started += self._mount_one(v)
             except KubevolError as exc:  # e.g. the plugin went away: report, keep going
                 log.warning("cannot reconcile %s for pod %s: %s", v.unique_name, v.pod_uid, exc)
+        if self._set_up_at:
+            keep = {(v.unique_name, v.pod_uid) for v in wanted}
+            self._set_up_at = {k: t for k, t in self._set_up_at.items() if k in keep}
         return started
 
     def _mount_one(self, v: VolumeToMount) -> int:
@@ -197,7 +207,7 @@ class Reconciler:
             return self._start(
                 OperationKind.MOUNT_DEVICE, v.unique_name, "", self.generator.mount_device(v)
             )
-        if pod is None or pod.state is not MountState.MOUNTED:
+        if pod is None or pod.state is not MountState.MOUNTED or self._remount_due(v):
             return self._start(
                 OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v),
                 pod=v.pod_uid,
@@ -209,6 +219,21 @@ class Reconciler:
                 OperationKind.EXPAND, v.unique_name, "", self.generator.expand(v, v.size)
             )
         return 0
+
+    def _remount_due(self, v: VolumeToMount) -> bool:
+        """Whether a mounted volume is due for its periodic set-up (the kubelet's remount
+        of volumes whose plugin ``requires_remount``); counts from the first time seen."""
+        if self.remount_period is None:
+            return False
+        key, now = (v.unique_name, v.pod_uid), time.monotonic()
+        last = self._set_up_at.setdefault(key, now)
+        if now - last < self.remount_period:
+            return False
+        plugin = self.generator.mgr.find_plugin_by_name(v.plugin_name)
+        if not plugin.requires_remount(v.spec):
+            return False
+        self._set_up_at[key] = now
+        return True
 
     # 3 ------------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from kubevol.errors import KubevolError
 from kubevol.host import NodeVolumeHost
 from kubevol.manager import PluginRoles, VolumePluginMgr
 from kubevol.mount.interface import Mounter as MountInterface
+from kubevol.mount.subpath import list_subpaths
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.mountcheck import (
@@ -49,7 +50,7 @@ from kubevol.node.mountcheck import (
     stat_problem,
 )
 from kubevol.node.orphans import OrphanDeviceMount, find_orphan_device_mounts
-from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs
+from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs, pod_dir_of
 from kubevol.node.state import (
     AttachedVolume,
     MountedVolume,
@@ -83,6 +84,8 @@ class FoundVolume:
     device_mount_path: str
     device: MountCheck | None
     selinux_mount_context: str = ""
+    #: The volume's subPath binds under ``volume-subpaths`` (its own references).
+    subpaths: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -167,6 +170,7 @@ class Reconstruction:
                     "mount": f.mount.value,
                     "device_mount_path": f.device_mount_path,
                     "device": f.device.value if f.device is not None else None,
+                    "subpaths": list(f.subpaths),
                 }
                 for f in self.volumes
             ],
@@ -321,6 +325,10 @@ class _Scan:
             device_mount_path=device_mount_path,
             device=device,
             selinux_mount_context=selinux,
+            subpaths=(
+                tuple(list_subpaths(pod_dir_of(d.path), d.spec_name))
+                if d.mode is VolumeMode.FILESYSTEM else ()
+            ),
         )
 
 

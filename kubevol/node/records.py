@@ -2,7 +2,8 @@
 run (``running``) or to stop (``terminating``), holding the manifests it came from.
 
 The file is written before anything is mounted and removed only after everything is torn
-down, so a crash at any point leaves enough on disk to finish the job.
+down, so a crash at any point leaves enough on disk to finish the job. A record keeps the
+ConfigMaps its pod reads but never a Secret (see :meth:`Manifests.objects_for`).
 :class:`RecordWatcher` re-reads only the records that changed, for agents that poll them.
 """
 

@@ -10,7 +10,13 @@ from kubevol.layout import PodVolumeEntry
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.mount.interface import Mounter as MountInterface
-from kubevol.node.poddirs import entry_kind, list_entries, remove_volume_dir_leftovers
+from kubevol.mount.subpath import clean_subpaths
+from kubevol.node.poddirs import (
+    entry_kind,
+    list_entries,
+    pod_dir_of,
+    remove_volume_dir_leftovers,
+)
 from kubevol.node.reconstruct import FailedVolume
 from kubevol.node.state import VolumeMode
 from kubevol.plugin import VolumePlugin
@@ -34,6 +40,11 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
             return f"failed: cannot remove the device link {d.path}: {exc.strerror}"
     first_error = ""
     plugin: VolumePlugin | None = None
+    try:
+        # subPath binds go first, as before any tear-down.
+        clean_subpaths(mounter, pod_dir_of(d.path), d.spec_name)
+    except OSError as exc:
+        return f"failed: cannot remove its subPath binds: {exc}"
     try:
         plugin = mgr.find_plugin_by_name(d.plugin_name)
         plugin.new_unmounter(d.spec_name, d.pod_uid).tear_down()

@@ -33,9 +33,12 @@ from kubevol.manager import VolumePluginMgr
 from kubevol.mount.guard import GuardPolicy
 from kubevol.node.desired import NewPod, desired_pod
 from kubevol.node.manager import NodeVolumeManager, SyncResult
+from kubevol.node.manifests import Manifests
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
+from kubevol.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
 from kubevol.plugins import builtin_plugins
+from kubevol.tokens import TokenManager
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +104,20 @@ class NodeRuntime(ClosesOnExit):
         guard_policy: GuardPolicy | str = GuardPolicy.SAFE,
         csi_timeout: float = 60.0,
         registration_timeout: float = REGISTRATION_TIMEOUT,
+        kube_client: Any = None,
+        tokens: TokenManager | None = None,
+        node_labels: Mapping[str, str] | None = None,
     ) -> None:
+        #: ConfigMaps and Secrets of the manifests given (:meth:`learn`) and of the records;
+        #: then the API server's, when ``kube_client`` is given.
+        self.objects = ManifestObjects()
+        source: APIObjectSource = self.objects
+        if kube_client is not None:
+            source = ChainedObjects([self.objects, KubeAPIObjects(kube_client)])
         self.host = NodeVolumeHost(
-            root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0]
+            root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0],
+            kube_client=kube_client, objects=source, tokens=tokens,
+            node_labels=dict(node_labels or {}),
         )
         self.registry = DriverRegistry(
             node_info_timeout=registration_timeout, client_timeout=csi_timeout
@@ -147,6 +161,11 @@ class NodeRuntime(ClosesOnExit):
         with self._lock:
             self.unregistered = problems
         return dict(problems)
+
+    def learn(self, manifests: Manifests) -> None:
+        """Make the ConfigMaps and Secrets of ``manifests`` readable by the volumes."""
+        for obj in manifests.api_objects():
+            self.objects.add(obj)
 
     def volume_manager(self, *, adding: Sequence[NewPod] = (), **kwargs: Any) -> RecordedPods:
         """A volume manager on this root that runs the recorded pods and, recorded first,
@@ -203,6 +222,7 @@ class RecordedPods:
                 continue
             try:
                 manifests = record.manifests()
+                self.node.learn(manifests)
                 for pod in manifests.pods:
                     self.manager.set_pod(desired_pod(self.node.mgr, pod, manifests))
                 self.invalid.pop(uid, None)

@@ -206,5 +206,5 @@ def test_new_pods_pair_records_with_desired_pods_built_once(
         v.outer_name for v in desired_pod(mgr, m.pods[0], m).volumes
     ]
     assert record.manifests() == m
-    with pytest.raises(SpecError, match="record of pod x: kind 'Secret' is not supported"):
-        PodRecord(uid="x", state=PodState.RUNNING, objects=({"kind": "Secret"},)).manifests()
+    with pytest.raises(SpecError, match="record of pod x: kind 'Deployment' is not supported"):
+        PodRecord(uid="x", state=PodState.RUNNING, objects=({"kind": "Deployment"},)).manifests()
