@@ -12,19 +12,10 @@ from typing import Any
 
 import pytest
 
-# The CSI test helpers are imported as ``tests.csi.*`` (as mypy names them).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from kubevol.csi.client import CSIClient
 from kubevol.csi.server import StoragePlugin, serve_in_background
-from tests.csi.driver import Behaviour, make_plugin
-from tests.csi.support import (
-    DRIVER_SCRIPT,
-    ProcessFactory,
-    Served,
-    ServeFactory,
-    wait_for_socket,
-)
+from kubevol.testing.csi_driver import FakeCSIDriver
+from tests.csi.support import ProcessFactory, Served, ServeFactory, wait_for_socket
 
 
 @pytest.fixture
@@ -36,15 +27,16 @@ def serve_driver(tmp_path: Path) -> Iterator[ServeFactory]:
         env: Mapping[str, str] | None = None,
         *,
         plugin: StoragePlugin | None = None,
-        behaviour: Behaviour | None = None,
+        driver: FakeCSIDriver | None = None,
         socket_name: str = "csi.sock",
         **kwargs: Any,
     ) -> Served:
+        driver = driver or FakeCSIDriver()
         if plugin is None:
-            plugin, behaviour = make_plugin(behaviour)
+            plugin = driver.plugin()
         endpoint = f"unix://{tmp_path / socket_name}"
         handle = serve_in_background(plugin, endpoint, env=dict(env or {}), **kwargs)
-        served = Served(handle, behaviour or Behaviour(), CSIClient(handle.address, timeout=20))
+        served = Served(handle, driver, CSIClient(handle.address, timeout=20))
         started.append(served)
         return served
 
@@ -62,17 +54,19 @@ def served(serve_driver: ServeFactory) -> Served:
 
 @pytest.fixture
 def driver_process(tmp_path: Path) -> Iterator[ProcessFactory]:
-    """Start the test driver as a separate process; killed by PID afterwards."""
+    """Start the test driver as a separate process (``python -m kubevol.testing.csi_driver``
+    with ``args``, its server configured by ``env``); killed by PID afterwards."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(socket_path: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def start(
+        socket_path: Path, env: Mapping[str, str], *args: str
+    ) -> subprocess.Popen[bytes]:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("X_CSI", "CSI_"))}
         full_env.update(env)
         full_env["CSI_ENDPOINT"] = f"unix://{socket_path}"
+        command = [sys.executable, "-m", "kubevol.testing.csi_driver", *args]
         with open(tmp_path / f"{socket_path.name}.log", "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, str(DRIVER_SCRIPT)], env=full_env, stdout=log, stderr=log
-            )
+            proc = subprocess.Popen(command, env=full_env, stdout=log, stderr=log)
         procs.append(proc)
         wait_for_socket(socket_path, proc)
         return proc

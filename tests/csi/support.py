@@ -1,8 +1,4 @@
-"""Helpers shared by the CSI tests (types of the fixtures, waiting for sockets and files).
-
-Importable as ``tests.csi.support``: ``tests/csi/conftest.py`` puts the repository root on
-``sys.path``.
-"""
+"""Helpers shared by the CSI tests (types of the fixtures, waiting for sockets and files)."""
 
 from __future__ import annotations
 
@@ -10,22 +6,27 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kubevol.csi.client import CSIClient
-from kubevol.csi.server import ServerHandle
-from tests.csi.driver import Behaviour
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DRIVER_SCRIPT = Path(__file__).with_name("driver_process.py")
+from kubevol.csi.server import ServerHandle, StoragePlugin
+from kubevol.testing.csi_driver import FakeCSIDriver
 
 
 class Served:
-    """A served test driver: its handle, behaviour knobs and a client."""
+    """A served test driver: its handle, the driver (knobs and records) and a client."""
 
-    def __init__(self, handle: ServerHandle, behaviour: Behaviour, client: CSIClient) -> None:
+    def __init__(self, handle: ServerHandle, driver: FakeCSIDriver, client: CSIClient) -> None:
         self.handle = handle
-        self.behaviour = behaviour
+        self.driver = driver
         self.client = client
+
+
+def make_plugin(**kwargs: Any) -> tuple[StoragePlugin, FakeCSIDriver]:
+    """A fresh test driver and its servable plugin (``kwargs`` go to
+    :meth:`FakeCSIDriver.plugin`)."""
+    driver = FakeCSIDriver()
+    return driver.plugin(**kwargs), driver
 
 
 ServeFactory = Callable[..., Served]

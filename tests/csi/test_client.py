@@ -16,8 +16,8 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, CSIRPCUncertainError
 from kubevol.csi.server import serve_in_background
 from kubevol.errors import UncertainProgressError, is_operation_finished
-from tests.csi.driver import NODE_ID, make_plugin
-from tests.csi.support import Served, ServeFactory
+from kubevol.testing.csi_driver import NODE_ID
+from tests.csi.support import Served, ServeFactory, make_plugin
 
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER, fs_type="ext4")
 ALL_FAILURE_CODES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
@@ -168,7 +168,7 @@ def test_publish_error_is_uncertain_exactly_for_non_final_codes(
     served: Served, tmp_path: Path, code: grpc.StatusCode
 ) -> None:
     """NodePublish failures are uncertain for the kubelet's non-final codes, final otherwise."""
-    served.behaviour.fail["NodePublishVolume"] = (code, "boom")
+    served.driver.fail["NodePublishVolume"] = (code, "boom")
     with pytest.raises(CSIRPCError) as err:
         served.client.node_publish_volume("v1", str(tmp_path / "t"), CAP)
     assert err.value.code is code
@@ -182,8 +182,8 @@ def test_non_final_error_of_a_non_progressing_call_stays_plain(
     served: Served, tmp_path: Path, code: grpc.StatusCode
 ) -> None:
     """NodeUnpublish and Create/Delete failures are never uncertain, whatever the code."""
-    served.behaviour.fail["NodeUnpublishVolume"] = (code, "busy")
-    served.behaviour.fail["DeleteVolume"] = (code, "busy")
+    served.driver.fail["NodeUnpublishVolume"] = (code, "busy")
+    served.driver.fail["DeleteVolume"] = (code, "busy")
     with pytest.raises(CSIRPCError) as err:
         served.client.node_unpublish_volume("v1", str(tmp_path / "t"))
     assert err.value.code is code
@@ -197,7 +197,7 @@ def test_stage_expand_and_controller_publish_are_uncertain_on_aborted(
     served: Served, tmp_path: Path
 ) -> None:
     """Every stage, publish and expand call maps ABORTED to the uncertain variant."""
-    b, c = served.behaviour, served.client
+    b, c = served.driver, served.client
     for rpc in (
         "NodeStageVolume",
         "NodeExpandVolume",
@@ -219,7 +219,7 @@ def test_stage_expand_and_controller_publish_are_uncertain_on_aborted(
 
 def test_deadline_exceeded_is_uncertain_for_stage(served: Served, tmp_path: Path) -> None:
     """A per-call timeout that expires during NodeStage raises the uncertain variant."""
-    served.behaviour.sleep["NodeStageVolume"] = 2.0
+    served.driver.sleep["NodeStageVolume"] = 2.0
     with pytest.raises(CSIRPCUncertainError) as err:
         served.client.node_stage_volume("v", str(tmp_path), CAP, timeout=0.2)
     assert err.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
@@ -254,7 +254,7 @@ def test_transport_failure_outside_grpc_is_uncertain_for_publish(
 
 def test_node_capabilities_are_cached_until_refresh(served: Served) -> None:
     """node_get_capabilities asks once; refresh=True asks again and updates the cache."""
-    b, c = served.behaviour, served.client
+    b, c = served.driver, served.client
     assert c.node_get_capabilities() == {t.NodeCapability.STAGE_UNSTAGE_VOLUME}
     b.node_caps = {t.NodeCapability.GET_VOLUME_STATS}
     assert c.node_get_capabilities() == {t.NodeCapability.STAGE_UNSTAGE_VOLUME}
@@ -271,7 +271,7 @@ def test_metadata_and_user_agent_reach_the_driver(serve_driver: ServeFactory) ->
         served.handle.address, metadata={"x-agent": "node-a"}, user_agent="agent/1"
     ) as c:
         c.node_get_info(metadata={"csi.requestid": "req-42"})
-    seen = served.behaviour.seen_metadata[-1]
+    seen = served.driver.seen_metadata[-1]
     assert seen["csi.requestid"] == "req-42"
     assert seen["x-agent"] == "node-a"
     assert seen["user-agent"].startswith("agent/1")

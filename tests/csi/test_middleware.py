@@ -37,7 +37,7 @@ def _code(call: Callable[[], object]) -> grpc.StatusCode:
 def test_request_id_comes_from_metadata_else_a_counter(serve_driver: ServeFactory) -> None:
     """With logging on, csi.requestid metadata is the id; without it ids count up."""
     served = serve_driver({"X_CSI_REQ_LOGGING": "true"})
-    c, b = served.client, served.behaviour
+    c, b = served.client, served.driver
     c.node_get_info(metadata={"csi.requestid": "co-7"})
     c.node_get_info()
     c.node_get_info()
@@ -47,7 +47,7 @@ def test_request_id_comes_from_metadata_else_a_counter(serve_driver: ServeFactor
 def test_request_id_is_off_without_logging(served: Served) -> None:
     """As in gocsi, no request id is assigned when logging is off."""
     served.client.node_get_info(metadata={"csi.requestid": "co-7"})
-    assert served.behaviour.seen_request_ids == [""]
+    assert served.driver.seen_request_ids == [""]
 
 
 # --- logging and redaction --------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_canary_secret_never_reaches_any_log(
     """At debug level, with request and response logging, no secret value is ever logged."""
     caplog.set_level(logging.DEBUG)
     served = serve_driver({"X_CSI_DEBUG": "true"})
-    c, b = served.client, served.behaviour
+    c, b = served.client, served.driver
     target = str(tmp_path / "t")
     c.create_volume("pvc-1", [CAP], secrets=SECRETS)
     c.delete_volume("v1", secrets=SECRETS)
@@ -276,7 +276,7 @@ def test_malformed_request_is_invalid_argument(
     with pytest.raises(CSIRPCError) as err:
         served.client.call(rpc, request_msg)
     assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert rpc not in served.behaviour.calls
+    assert rpc not in served.driver.calls
 
 
 def test_values_at_the_limits_are_accepted(serve_driver: ServeFactory, tmp_path: Path) -> None:
@@ -287,7 +287,7 @@ def test_values_at_the_limits_are_accepted(serve_driver: ServeFactory, tmp_path:
     c.node_publish_volume("v" * 128, str(deep), CAP, volume_context={"k": "v" * 4095})
     c.controller_publish_volume("v1", "n" * 256, CAP, secrets={"user.name_2-x": "v"})
     c.create_volume("pvc \u00e9t\u00e9\ttab", [CAP])  # Unicode and common whitespace are fine
-    assert served.behaviour.calls == [
+    assert served.driver.calls == [
         "NodePublishVolume",
         "ControllerPublishVolume",
         "CreateVolume",
@@ -352,7 +352,7 @@ def test_bad_response_is_internal_with_empty_details(
     """A response breaking the spec becomes INTERNAL, with no status details attached."""
     served = serve_driver({"X_CSI_SPEC_REP_VALIDATION": "true"})
     for key, value in change.items():
-        setattr(served.behaviour, key, value)
+        setattr(served.driver, key, value)
     err = _raw_call(served, rpc, request_msg)
     assert err.code() is grpc.StatusCode.INTERNAL
     trailers = dict(err.trailing_metadata() or ())
@@ -363,7 +363,7 @@ def test_bad_response_is_internal_with_empty_details(
 def test_request_validation_alone_lets_bad_responses_through(serve_driver: ServeFactory) -> None:
     """With only X_CSI_SPEC_REQ_VALIDATION, responses are not checked."""
     served = serve_driver({"X_CSI_SPEC_REQ_VALIDATION": "true"})
-    served.behaviour.node_id = ""
+    served.driver.node_id = ""
     assert served.client.node_get_info().node_id == ""
 
 
@@ -377,7 +377,7 @@ def test_plugin_info_override_answers_without_the_driver(serve_driver: ServeFact
     assert info == t.PluginInfo(
         name="override.example.com", vendor_version="9.9.9", manifest={"a": "b", "c": "d"}
     )
-    assert "GetPluginInfo" not in served.behaviour.calls
+    assert "GetPluginInfo" not in served.driver.calls
 
 
 @pytest.mark.parametrize("value", ["only-a-name", ", 1.0", "n, 1.0, novalue"])
@@ -398,8 +398,8 @@ def _hold(
 ) -> tuple[threading.Event, threading.Thread, list[object]]:
     """Start ``call`` in a thread and wait until the driver is blocked inside ``rpc``."""
     gate, entered = threading.Event(), threading.Event()
-    served.behaviour.block[rpc] = gate
-    served.behaviour.entered[rpc] = entered
+    served.driver.block[rpc] = gate
+    served.driver.entered[rpc] = entered
     outcome: list[object] = []
 
     def run() -> None:
@@ -443,7 +443,7 @@ def test_create_volume_is_serialised_by_name(serve_driver: ServeFactory) -> None
     c = served.client
     gate, thread, outcome = _hold(served, "CreateVolume", lambda: c.create_volume("n1", [CAP]))
     assert _code(lambda: c.create_volume("n1", [CAP])) is grpc.StatusCode.ABORTED
-    served.behaviour.block.pop("CreateVolume")
+    served.driver.block.pop("CreateVolume")
     assert c.create_volume("n2", [CAP]).volume_id == "id-n2"
     gate.set()
     thread.join(10)
@@ -459,7 +459,7 @@ def test_waiting_caller_gets_the_lock_within_the_timeout(
     gate, thread, _ = _hold(
         served, "NodeStageVolume", lambda: c.node_stage_volume("v1", str(tmp_path), CAP)
     )
-    served.behaviour.block.pop("NodeStageVolume")
+    served.driver.block.pop("NodeStageVolume")
     threading.Timer(0.3, gate.set).start()
     started = time.monotonic()
     c.node_stage_volume("v1", str(tmp_path), CAP)
@@ -473,7 +473,7 @@ def test_serial_access_off_lets_calls_overlap(served: Served, tmp_path: Path) ->
     gate, thread, _ = _hold(
         served, "NodePublishVolume", lambda: c.node_publish_volume("v1", str(tmp_path / "a"), CAP)
     )
-    served.behaviour.block.pop("NodePublishVolume")
+    served.driver.block.pop("NodePublishVolume")
     c.node_publish_volume("v1", str(tmp_path / "b"), CAP)
     gate.set()
     thread.join(10)

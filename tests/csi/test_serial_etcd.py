@@ -29,13 +29,12 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
         yield server
 
 
-def _env(etcd: EtcdServer, domain: str, **extra: str) -> dict[str, str]:
+def _env(etcd: EtcdServer, domain: str) -> dict[str, str]:
     return {
         "X_CSI_SERIAL_VOL_ACCESS": "true",
         "X_CSI_SERIAL_VOL_ACCESS_ETCD_ENDPOINTS": etcd.endpoint,
         "X_CSI_SERIAL_VOL_ACCESS_ETCD_DOMAIN": domain,
         "X_CSI_SERIAL_VOL_ACCESS_ETCD_TTL": f"{TTL_SECONDS}s",
-        **extra,
     }
 
 
@@ -60,12 +59,8 @@ def test_two_driver_processes_serialise_on_one_volume(
     sock_a, sock_b = tmp_path / "a.sock", tmp_path / "b.sock"
     driver_process(
         sock_a,
-        _env(
-            etcd,
-            domain,
-            TEST_DRIVER_SLEEP_NodePublishVolume="2.0",
-            TEST_DRIVER_ENTERED_DIR=str(entered),
-        ),
+        _env(etcd, domain),
+        "--sleep", "NodePublishVolume=2.0", "--entered-dir", str(entered),
     )
     driver_process(sock_b, _env(etcd, domain))
     results: list[str] = []
@@ -96,12 +91,8 @@ def test_killed_holders_lock_expires_with_its_lease(
     sock_a, sock_b = tmp_path / "a.sock", tmp_path / "b.sock"
     holder = driver_process(
         sock_a,
-        _env(
-            etcd,
-            domain,
-            TEST_DRIVER_SLEEP_NodePublishVolume="60",
-            TEST_DRIVER_ENTERED_DIR=str(entered),
-        ),
+        _env(etcd, domain),
+        "--sleep", "NodePublishVolume=60", "--entered-dir", str(entered),
     )
     driver_process(sock_b, _env(etcd, domain))
     a = CSIClient(str(sock_a), timeout=5)

@@ -29,8 +29,7 @@ from kubevol.csi.server import (
     current_request_id,
     serve_in_background,
 )
-from tests.csi.driver import make_plugin
-from tests.csi.support import ProcessFactory, ServeFactory, wait_for_file
+from tests.csi.support import ProcessFactory, ServeFactory, make_plugin, wait_for_file
 
 CAP = t.VolumeCapability.mount()
 
@@ -61,10 +60,10 @@ def test_unexpected_driver_exception_is_internal(serve_driver: ServeFactory) -> 
     def broken(request: Any, context: Any) -> Any:
         raise KeyError("lost")
 
-    plugin, behaviour = make_plugin()
+    plugin, driver = make_plugin()
     assert plugin.node is not None
     plugin.node.node_get_info = broken  # type: ignore[method-assign]  # patch one instance
-    broken_served = serve_driver(plugin=plugin, behaviour=behaviour, socket_name="b.sock")
+    broken_served = serve_driver(plugin=plugin, driver=driver, socket_name="b.sock")
     with pytest.raises(CSIRPCError) as err:
         broken_served.client.node_get_info()
     assert err.value.code is grpc.StatusCode.INTERNAL
@@ -77,10 +76,10 @@ def test_not_implemented_error_is_unimplemented(serve_driver: ServeFactory) -> N
     def later(request: Any, context: Any) -> Any:
         raise NotImplementedError("coming soon")
 
-    plugin, behaviour = make_plugin()
+    plugin, driver = make_plugin()
     assert plugin.node is not None
     plugin.node.node_get_info = later  # type: ignore[method-assign]  # patch one instance
-    served = serve_driver(plugin=plugin, behaviour=behaviour)
+    served = serve_driver(plugin=plugin, driver=driver)
     with pytest.raises(CSIRPCError) as err:
         served.client.node_get_info()
     assert (err.value.code, err.value.message) == (grpc.StatusCode.UNIMPLEMENTED, "coming soon")
@@ -94,10 +93,10 @@ def test_driver_calling_context_abort_keeps_its_status(
     def gone(request: Any, context: Any) -> Any:
         context.abort(grpc.StatusCode.NOT_FOUND, "volume gone")
 
-    plugin, behaviour = make_plugin()
+    plugin, driver = make_plugin()
     assert plugin.node is not None
     plugin.node.node_unstage_volume = gone  # type: ignore[method-assign]  # patch one instance
-    served = serve_driver({"X_CSI_REP_LOGGING": "1"}, plugin=plugin, behaviour=behaviour)
+    served = serve_driver({"X_CSI_REP_LOGGING": "1"}, plugin=plugin, driver=driver)
     caplog.set_level(logging.INFO)
     with pytest.raises(CSIRPCError) as err:
         served.client.node_unstage_volume("v1", "/staging")
@@ -163,7 +162,7 @@ def test_socket_owner_from_user_and_group(serve_driver: ServeFactory, tmp_path: 
 def test_stop_drains_and_removes_the_socket(serve_driver: ServeFactory, tmp_path: Path) -> None:
     """stop() lets an in-flight call finish, then removes the socket; it is idempotent."""
     served = serve_driver()
-    served.behaviour.sleep["NodeStageVolume"] = 0.5
+    served.driver.sleep["NodeStageVolume"] = 0.5
     results: list[str] = []
 
     def stage() -> None:
@@ -216,9 +215,9 @@ class Recorder(Middleware):
 def test_plugin_interceptors_sit_outside_kubevol_middleware(serve_driver: ServeFactory) -> None:
     """Extra interceptors run before request ids and see validation failures as exceptions."""
     recorder = Recorder()
-    plugin, behaviour = make_plugin(interceptors=(recorder,))
+    plugin, driver = make_plugin(interceptors=(recorder,))
     served = serve_driver(
-        {"X_CSI_REQ_LOGGING": "1", "X_CSI_SPEC_VALIDATION": "1"}, plugin=plugin, behaviour=behaviour
+        {"X_CSI_REQ_LOGGING": "1", "X_CSI_SPEC_VALIDATION": "1"}, plugin=plugin, driver=driver
     )
     c = served.client
     c.node_get_info()
@@ -232,19 +231,19 @@ def test_plugin_interceptors_sit_outside_kubevol_middleware(serve_driver: ServeF
         ("NodeGetInfo", "", "OK"),
         ("NodeUnstageVolume", "", "INVALID_ARGUMENT"),
     ]
-    assert behaviour.seen_request_ids == ["0001"]
+    assert driver.seen_request_ids == ["0001"]
 
 
 def test_env_defaults_apply_unless_the_environment_overrides(serve_driver: ServeFactory) -> None:
     """StoragePlugin.env_defaults fill in variables the environment leaves unset."""
-    plugin, behaviour = make_plugin(env_defaults={"X_CSI_PLUGIN_INFO": "default.example.com, 1"})
-    served = serve_driver({}, plugin=plugin, behaviour=behaviour)
+    plugin, driver = make_plugin(env_defaults={"X_CSI_PLUGIN_INFO": "default.example.com, 1"})
+    served = serve_driver({}, plugin=plugin, driver=driver)
     assert served.client.get_plugin_info().name == "default.example.com"
-    plugin2, behaviour2 = make_plugin(env_defaults={"X_CSI_PLUGIN_INFO": "default.example.com, 1"})
+    plugin2, driver2 = make_plugin(env_defaults={"X_CSI_PLUGIN_INFO": "default.example.com, 1"})
     served2 = serve_driver(
         {"X_CSI_PLUGIN_INFO": "env.example.com, 2"},
         plugin=plugin2,
-        behaviour=behaviour2,
+        driver=driver2,
         socket_name="2.sock",
     )
     assert served2.client.get_plugin_info().name == "env.example.com"
@@ -293,8 +292,7 @@ def test_sigterm_drains_in_flight_calls_then_removes_socket(
     entered = tmp_path / "entered"
     entered.mkdir()
     proc = driver_process(
-        sock,
-        {"TEST_DRIVER_SLEEP_NodePublishVolume": "1.0", "TEST_DRIVER_ENTERED_DIR": str(entered)},
+        sock, {}, "--sleep", "NodePublishVolume=1.0", "--entered-dir", str(entered)
     )
     results: list[str] = []
     with CSIClient(str(sock), timeout=20) as client:

@@ -25,7 +25,7 @@ from kubevol.csi.server import (
     serve_in_background,
 )
 from kubevol.csi.server.config import ENVIRONMENT, Mode
-from tests.csi.driver import make_plugin
+from tests.csi.support import make_plugin
 
 REQUIRES = [
     "X_CSI_REQUIRE_STAGING_TARGET_PATH",

@@ -18,7 +18,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError, CSIServeError
 from kubevol.csi.server import serve_in_background
 from kubevol.csi.server.unixsocket import serve_on_unix_socket
-from tests.csi.driver import make_plugin
+from tests.csi.support import make_plugin
 
 
 class WatchedServer:
