@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from kubevol.testing.kube_api import KubeAPIServer
 from tests.csi.plugin.rig import RigFactory, RigMaker

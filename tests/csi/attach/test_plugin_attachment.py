@@ -53,8 +53,8 @@ def test_kubernetes_host_attaches_with_volume_attachments(
     dmp = attacher.get_device_mount_path(spec)
     attacher.mount_device(spec, "", dmp, DeviceMounterArgs())
     rig.plugin.new_mounter(spec, make_pod(), VolumeOptions()).set_up(MounterArgs())
-    assert rig.driver.calls("NodeStageVolume")[0]["publish_context"] == {"lun": "7"}
-    publish = rig.driver.calls("NodePublishVolume")[0]
+    assert rig.driver.requests("NodeStageVolume")[0]["publish_context"] == {"lun": "7"}
+    publish = rig.driver.requests("NodePublishVolume")[0]
     assert publish["publish_context"] == {"lun": "7"}
     assert publish["secrets"] == {"password": "s3cret"}
     rig.plugin.new_unmounter("pv-9", POD_UID).tear_down()
@@ -95,7 +95,7 @@ def test_attach_not_required_skips_volume_attachments(
     attacher.mount_device(spec, "", dmp, DeviceMounterArgs())
     rig.plugin.new_mounter(spec, make_pod(), VolumeOptions()).set_up(MounterArgs())
     assert api.names("volumeattachments") == []
-    context = rig.driver.calls("NodePublishVolume")[0]["volume_context"]
+    context = rig.driver.requests("NodePublishVolume")[0]["volume_context"]
     assert context["csi.storage.k8s.io/pod.uid"] == POD_UID
     assert context["csi.storage.k8s.io/ephemeral"] == "false"
     assert rig.plugin.new_attacher().volumes_are_attached([spec], NODE_NAME) == {spec: True}

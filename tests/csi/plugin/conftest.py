@@ -8,15 +8,11 @@ still mounted under the test's directory, stops the driver and closes the client
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-# Test helpers are imported as ``tests.csi.plugin.*`` (as mypy names them).
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_DRIVER

@@ -17,9 +17,10 @@ from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.host import NodeVolumeHost
 from kubevol.spec import Spec
+from kubevol.testing.csi_driver import FakeCSIDriver
 from tests.csi.plugin.csiplugin_driver import (
     DRIVER_NAME,
-    DirDriver,
+    dir_driver,
     serve_dir_driver,
     unmount_all_under,
 )
@@ -34,7 +35,8 @@ class Rig:
     """One test's CSI world: kubelet root, driver, registry, plugin."""
 
     def __init__(
-        self, base: Path, driver: DirDriver, plugin: CSIPlugin, host: NodeVolumeHost, handle: Any
+        self, base: Path, driver: FakeCSIDriver, plugin: CSIPlugin, host: NodeVolumeHost,
+        handle: Any,
     ) -> None:
         self.base = base
         self.root = base / "kubelet"
@@ -176,7 +178,7 @@ class RigMaker:
         base = self.base / f"rig{len(self.made)}"
         (base / "kubelet").mkdir(parents=True)
         (base / "state").mkdir()
-        driver = DirDriver(
+        driver = dir_driver(
             base / "state", node_caps=node_caps, controller_caps=controller_caps,
             max_volumes=max_volumes, shared_device=shared_device,
         )

@@ -69,10 +69,10 @@ def test_block_lifecycle_stages_publishes_maps_and_cleans_up(
     with open(device, "rb") as f:
         assert f.read(13) == b"kubevol-block"
     if staged:
-        assert "block" in rig.driver.calls("NodeStageVolume")[0]["volume_capability"]
-        assert rig.driver.calls("NodePublishVolume")[0]["staging_target_path"] == staging
+        assert "block" in rig.driver.requests("NodeStageVolume")[0]["volume_capability"]
+        assert rig.driver.requests("NodePublishVolume")[0]["staging_target_path"] == staging
     else:
-        assert "staging_target_path" not in rig.driver.calls("NodePublishVolume")[0]
+        assert "staging_target_path" not in rig.driver.requests("NodePublishVolume")[0]
 
     unmap_block_volume(mounter, global_map_path=global_map, pod_device_dir=pod_dir,
                        volume_map_name=name, pod_uid=POD_UID)
@@ -129,7 +129,7 @@ def test_shared_superblock_unstage_safe_allows_kubelet_refuses(
         assert dmp_a not in mounts_under(rig.root)
         with open(os.path.join(pod_b, "still-there"), "w") as f:
             f.write("yes")
-        assert rig.driver.calls("NodeUnstageVolume")[0]["staging_target_path"] == dmp_a
+        assert rig.driver.requests("NodeUnstageVolume")[0]["staging_target_path"] == dmp_a
     else:
         with pytest.raises(DeviceStillMountedError) as err:
             detacher.unmount_device(dmp_a)
@@ -138,7 +138,7 @@ def test_shared_superblock_unstage_safe_allows_kubelet_refuses(
         )
         assert err.value.refs == (dmp_b,)
         assert dmp_a in mounts_under(rig.root)
-        assert rig.driver.calls("NodeUnstageVolume") == []
+        assert rig.driver.requests("NodeUnstageVolume") == []
     rig.plugin.new_unmounter("pv-b", "pod-b-uid").tear_down()
     if policy == "safe":
         detacher.unmount_device(dmp_b)
@@ -171,7 +171,7 @@ def test_device_mount_refs_count_this_volumes_pod_mounts(rig: Rig) -> None:
         attacher.unmount_device(dmp)
     with pytest.raises(DeviceStillMountedError):
         attacher.unmount_device(dmp, verdict=verdict)
-    assert rig.driver.calls("NodeUnstageVolume") == []
+    assert rig.driver.requests("NodeUnstageVolume") == []
     mounter.tear_down()
     attacher.unmount_device(dmp, verdict=rig.plugin.device_unmount_verdict(dmp))
     assert mounts_under(rig.root) == []
@@ -189,7 +189,7 @@ def test_unmount_device_refuses_a_verdict_about_another_path(rig: Rig) -> None:
         dmps.append(dmp)
     with pytest.raises(ValueError, match="verdict is about"):
         attacher.unmount_device(dmps[0], verdict=rig.plugin.device_unmount_verdict(dmps[1]))
-    assert rig.driver.calls("NodeUnstageVolume") == []
+    assert rig.driver.requests("NodeUnstageVolume") == []
     for dmp in dmps:
         attacher.unmount_device(dmp)
     assert mounts_under(rig.root) == []

@@ -82,7 +82,7 @@ def test_staged_filesystem_lifecycle_leaves_the_kubelet_layout(rig: Rig) -> None
     # The data really flows: written through the pod's mount, seen in the volume.
     Path(pod_path, "hello").write_text("world")
     assert (rig.driver.volume_dir(HANDLE) / "hello").read_text() == "world"
-    publish = rig.driver.calls("NodePublishVolume")[0]
+    publish = rig.driver.requests("NodePublishVolume")[0]
     assert publish["staging_target_path"] == dmp
     assert publish["volume_capability"]["access_mode"]["mode"] == "SINGLE_NODE_WRITER"
     assert publish["volume_capability"]["mount"]["fs_type"] == "ext4"
@@ -103,7 +103,7 @@ def test_lifecycle_without_staging_only_publishes(make_rig: RigFactory) -> None:
     assert mounts_under(rig.root) == [pod_path]
     assert (rig.root / CSI_DIR / SHA / "vol_data.json").exists()
     assert os.path.isdir(dmp) and not os.path.ismount(dmp)
-    assert "staging_target_path" not in rig.driver.calls("NodePublishVolume")[0]
+    assert "staging_target_path" not in rig.driver.requests("NodePublishVolume")[0]
     _tear_down(rig, dmp)
     assert mounts_under(rig.root) == []
     assert tree(rig.root) == LEFTOVERS
@@ -116,14 +116,14 @@ def test_direct_attachment_publishes_context_into_stage_and_publish(make_rig: Ri
     ControllerUnpublishVolume."""
     rig = make_rig(controller_caps={t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME})
     dmp, _ = _set_up(rig, read_only=True)
-    published = rig.driver.calls("ControllerPublishVolume")
+    published = rig.driver.requests("ControllerPublishVolume")
     assert len(published) == 1
     assert published[0]["node_id"] == NODE_ID
     assert published[0]["readonly"] is True
     context = {"devicePath": f"/dev/fake/{HANDLE}", "attachedTo": NODE_ID}
-    assert rig.driver.calls("NodeStageVolume")[0]["publish_context"] == context
-    assert rig.driver.calls("NodePublishVolume")[0]["publish_context"] == context
-    assert rig.driver.calls("NodePublishVolume")[0]["readonly"] is True
+    assert rig.driver.requests("NodeStageVolume")[0]["publish_context"] == context
+    assert rig.driver.requests("NodePublishVolume")[0]["publish_context"] == context
+    assert rig.driver.requests("NodePublishVolume")[0]["readonly"] is True
     _tear_down(rig, dmp)
     assert rig.driver.names() == [
         "ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume",
@@ -137,7 +137,7 @@ def test_direct_backend_skips_drivers_without_publish_unpublish(rig: Rig) -> Non
     """A driver that does not advertise PUBLISH_UNPUBLISH_VOLUME is never asked to attach,
     and NodeStage gets an empty publish context."""
     dmp, _ = _set_up(rig)
-    assert rig.driver.calls("ControllerPublishVolume") == []
-    assert "publish_context" not in rig.driver.calls("NodeStageVolume")[0]
+    assert rig.driver.requests("ControllerPublishVolume") == []
+    assert "publish_context" not in rig.driver.requests("NodeStageVolume")[0]
     _tear_down(rig, dmp)
-    assert rig.driver.calls("ControllerUnpublishVolume") == []
+    assert rig.driver.requests("ControllerUnpublishVolume") == []

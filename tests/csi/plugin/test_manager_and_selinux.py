@@ -49,7 +49,7 @@ def test_selinux_context_mount_when_the_csidriver_allows_it(make_rig: RigFactory
     mounter.set_up(MounterArgs(selinux_label=label))
     option = f'context="{label}"'
     for rpc in ("NodeStageVolume", "NodePublishVolume"):
-        assert rig.driver.calls(rpc)[0]["volume_capability"]["mount"]["mount_flags"] == [option]
+        assert rig.driver.requests(rpc)[0]["volume_capability"]["mount"]["mount_flags"] == [option]
     vol_dir = os.path.dirname(mounter.get_path())
     with open(os.path.join(vol_dir, "vol_data.json")) as f:
         assert json.load(f)["seLinuxMountContext"] == label

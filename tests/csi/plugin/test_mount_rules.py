@@ -41,7 +41,7 @@ def test_ephemeral_inline_volume_lifecycle(make_rig: RigFactory) -> None:
     mounter = rig.plugin.new_mounter(spec, make_pod(), VolumeOptions())
     mounter.set_up(MounterArgs())
     handle = ephemeral_volume_handle(POD_UID, "scratch")
-    publish = rig.driver.calls("NodePublishVolume")[0]
+    publish = rig.driver.requests("NodePublishVolume")[0]
     assert publish["volume_id"] == handle
     assert "staging_target_path" not in publish
     assert publish["volume_context"] == {
@@ -93,8 +93,8 @@ def test_pod_info_only_when_csidriver_asks(rig: Rig) -> None:
     dmp = attacher.get_device_mount_path(spec)
     attacher.mount_device(spec, "", dmp, DeviceMounterArgs())
     rig.plugin.new_mounter(spec, make_pod(), VolumeOptions()).set_up(MounterArgs())
-    assert rig.driver.calls("NodePublishVolume")[0]["volume_context"] == {"k": "v"}
-    assert rig.driver.calls("NodeStageVolume")[0]["volume_context"] == {"k": "v"}
+    assert rig.driver.requests("NodePublishVolume")[0]["volume_context"] == {"k": "v"}
+    assert rig.driver.requests("NodeStageVolume")[0]["volume_context"] == {"k": "v"}
 
 
 def _publish(rig: Rig, spec: Any, fs_group: int | None) -> str:
@@ -132,9 +132,9 @@ def test_volume_mount_group_delegates_fs_group_to_the_driver(make_rig: RigFactor
     rig = make_rig(node_caps={t.NodeCapability.STAGE_UNSTAGE_VOLUME,
                               t.NodeCapability.VOLUME_MOUNT_GROUP})
     path = _publish(rig, pv_spec("pv-a", "h-1"), 4321)
-    assert rig.driver.calls("NodeStageVolume")[0]["volume_capability"]["mount"][
+    assert rig.driver.requests("NodeStageVolume")[0]["volume_capability"]["mount"][
         "volume_mount_group"] == "4321"
-    assert rig.driver.calls("NodePublishVolume")[0]["volume_capability"]["mount"][
+    assert rig.driver.requests("NodePublishVolume")[0]["volume_capability"]["mount"][
         "volume_mount_group"] == "4321"
     assert os.stat(path).st_gid != 4321
 
@@ -172,7 +172,7 @@ def test_single_node_multi_writer_driver_gets_snmw_modes(make_rig: RigFactory) -
                               t.NodeCapability.SINGLE_NODE_MULTI_WRITER})
     _publish(rig, pv_spec("pv-a", "h-1", access_modes=("ReadWriteOncePod",)), None)
     for rpc in ("NodeStageVolume", "NodePublishVolume"):
-        mode = rig.driver.calls(rpc)[0]["volume_capability"]["access_mode"]["mode"]
+        mode = rig.driver.requests(rpc)[0]["volume_capability"]["access_mode"]["mode"]
         assert mode == "SINGLE_NODE_SINGLE_WRITER"
 
 

@@ -146,7 +146,7 @@ def test_metrics_from_node_get_volume_stats(make_rig: RigFactory) -> None:
     assert metrics.capacity == st.f_blocks * st.f_frsize
     assert metrics.inodes == st.f_files
     assert (metrics.abnormal, metrics.message) == (True, "disk on fire")
-    assert rig.driver.calls("NodeGetVolumeStats")[0]["volume_path"] == path
+    assert rig.driver.requests("NodeGetVolumeStats")[0]["volume_path"] == path
 
 
 def test_metrics_not_supported_without_get_volume_stats(make_rig: RigFactory) -> None:
@@ -169,13 +169,13 @@ def test_node_expand_and_controller_expand(make_rig: RigFactory) -> None:
     dmp, path = _publish(rig)
     spec = pv_spec("pv-a", "h-1")
     assert rig.plugin.expand_volume_device(spec, 2 << 30, 1 << 30) == 2 << 30
-    assert rig.driver.calls("ControllerExpandVolume")[0]["capacity_range"] == {
+    assert rig.driver.requests("ControllerExpandVolume")[0]["capacity_range"] == {
         "required_bytes": str(2 << 30)
     }
     options = NodeResizeOptions(volume_spec=spec, device_mount_path=path,
                                 device_stage_path=dmp, new_size=2 << 30, old_size=1 << 30)
     assert rig.plugin.node_expand(options) is True
-    call = rig.driver.calls("NodeExpandVolume")[0]
+    call = rig.driver.requests("NodeExpandVolume")[0]
     assert (call["volume_path"], call["staging_target_path"]) == (path, dmp)
     rig.driver.node_caps = {t.NodeCapability.STAGE_UNSTAGE_VOLUME}
     with pytest.raises(OperationError, match="NodeExpand is not supported by the CSI driver"):

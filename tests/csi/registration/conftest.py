@@ -3,7 +3,6 @@ a kubelet-style ``plugins_registry`` directory."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,18 +10,17 @@ from pathlib import Path
 import attrs
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
 from kubevol.csi.registration import DriverRegistry
 from kubevol.csi.server import ServerHandle
-from tests.csi.plugin.csiplugin_driver import DirDriver, serve_dir_driver
+from kubevol.testing.csi_driver import FakeCSIDriver
+from tests.csi.plugin.csiplugin_driver import dir_driver, serve_dir_driver
 
 
 @attrs.define
 class Node:
     """A served driver, a registry and the registration directory."""
 
-    driver: DirDriver
+    driver: FakeCSIDriver
     handle: ServerHandle
     registry: DriverRegistry
     registry_dir: Path
@@ -33,7 +31,7 @@ class Node:
 def node(tmp_path: Path) -> Iterator[Node]:
     """The test driver served at tmp/csi.sock, a fresh registry recording its events."""
     (tmp_path / "state").mkdir()
-    driver = DirDriver(tmp_path / "state", max_volumes=3)
+    driver = dir_driver(tmp_path / "state", max_volumes=3)
     handle = serve_dir_driver(driver, tmp_path / "csi.sock")
     registry = DriverRegistry(node_info_timeout=10, client_timeout=10)
     events: list[tuple[str, str]] = []

@@ -96,7 +96,7 @@ def test_registration_failure_is_reported_and_kept_until_the_socket_changes(node
         assert status is not None and not status.registered
         assert "plugin registration failed" in status.error and "NodeGetInfo" in status.error
         assert [k.registered for k in watcher.known()] == [False]
-        assert len(node.driver.calls("NodeGetInfo")) == 1
+        assert len(node.driver.requests("NodeGetInfo")) == 1
     finally:
         server.stop()
     del node.driver.fail["NodeGetInfo"]
