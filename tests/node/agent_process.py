@@ -15,8 +15,6 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from kubevol.node.runtime import NodeRuntime, parse_driver_flag
 
 

@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 
 

@@ -1,6 +1,6 @@
-"""Fixtures for the CSI plugin manager tests: real plugin processes (``plugin_driver.py``)
-on unix sockets, and a finalizer that unmounts whatever the tests or the plugins mounted
-under the test's tmp_path.
+"""Fixtures for the CSI plugin manager tests: real plugin processes (the test driver,
+``python -m kubevol.testing.csi_driver``, mounting for real) on unix sockets, and a finalizer
+that unmounts whatever the tests or the plugins mounted under the test's tmp_path.
 
 Run as root in a private mount namespace (``unshare -m --propagation private``): the
 plugins inherit it, so their bind mounts are visible to the test and vanish with it.
@@ -23,8 +23,6 @@ import pytest
 
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.nomad import PluginRegistry, PluginType, RegisteredPlugin
-
-DRIVER = Path(__file__).with_name("plugin_driver.py")
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
@@ -53,7 +51,7 @@ def accepts(path: str) -> bool:
 
 
 class PluginProcess:
-    """One ``plugin_driver.py`` process; restartable on the same socket and log."""
+    """One test driver process; restartable on the same socket, log and state."""
 
     def __init__(self, name: str, socket_path: str, log_path: Path, args: tuple[str, ...]) -> None:
         self.name = name
@@ -65,8 +63,13 @@ class PluginProcess:
     def start(self, *extra: str) -> PluginProcess:
         """Start the driver and wait until its socket accepts calls."""
         assert self.proc is None or self.proc.poll() is not None
-        cmd = [sys.executable, str(DRIVER), "--endpoint", self.socket_path, "--name", self.name]
-        cmd += ["--log", str(self.log_path), *self.args, *extra]
+        cmd = [sys.executable, "-m", "kubevol.testing.csi_driver", "--endpoint",
+               self.socket_path, "--name", self.name, "--log", str(self.log_path),
+               "--state-dir", str(self.log_path.with_suffix(".state"))]
+        args = (*self.args, *extra)
+        if "--mode" not in args:
+            cmd += ["--mode", "node"]
+        cmd += args
         self.proc = subprocess.Popen(cmd)
         # Wait for a connection, not the file: a killed driver leaves its socket behind.
         wait_until(lambda: accepts(self.socket_path), 20, f"socket {self.socket_path}")
