@@ -210,6 +210,11 @@ class FakeCSIDriver:
         with self.lock:
             return [r.request for r in self.records if r.rpc == rpc]
 
+    def metadata(self, rpc: str) -> list[dict[str, str]]:
+        """The gRPC metadata of one RPC's calls, in order."""
+        with self.lock:
+            return [r.metadata for r in self.records if r.rpc == rpc]
+
     def names(self) -> list[str]:
         """Every RPC entered, in order, without the :data:`QUERIES`."""
         return [rpc for rpc in self.calls if rpc not in QUERIES]

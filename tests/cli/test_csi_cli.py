@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,15 +15,13 @@ import yaml
 from kubevol.cli import exits
 from kubevol.cli.csi.inputs import parse_capability
 from kubevol.cli.main import main
-from kubevol.csi import convert
 from kubevol.csi import types as t
-from kubevol.csi._pb import csi_pb2
 from kubevol.csi.drivers.common import serve_plugin
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.drivers.mock import MockConfig, MockDriver
 from kubevol.csi.sanity.inputs import load_secrets
-from kubevol.csi.server import ControllerService, IdentityService, StoragePlugin
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.testing.csi_driver import FakeCSIDriver
 
 
 class CLI:
@@ -169,60 +166,26 @@ def test_endpoint_from_environment_and_flags_before_the_service(
     assert yaml.safe_load(capsys.readouterr().out) == {"ready": True}
 
 
-class Recorder:
-    """What a recording driver's calls arrived with."""
-
-    def __init__(self) -> None:
-        self.metadata: list[dict[str, str]] = []
-        self.secrets: list[dict[str, str]] = []
-        self.lock = threading.Lock()
-
-
-class RecordingIdentity(IdentityService):
-    """Records the metadata of GetPluginInfo calls."""
-
-    def __init__(self, rec: Recorder) -> None:
-        self.rec = rec
-
-    def get_plugin_info(self, request: Any, context: Any) -> Any:
-        with self.rec.lock:
-            self.rec.metadata.append(dict(context.invocation_metadata()))
-        return convert.plugin_info_to_pb(t.PluginInfo(name="rec.example.com", vendor_version="1"))
-
-
-class RecordingController(ControllerService):
-    """Records the secrets of CreateVolume calls."""
-
-    def __init__(self, rec: Recorder) -> None:
-        self.rec = rec
-
-    def create_volume(self, request: Any, context: Any) -> Any:
-        with self.rec.lock:
-            self.rec.secrets.append(dict(request.secrets))
-        return csi_pb2.CreateVolumeResponse(volume=csi_pb2.Volume(volume_id=request.name))
-
-
 @pytest.fixture
-def recorder(capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[Recorder, CLI]]:
-    """A recording driver and a CLI pointed at it."""
-    rec = Recorder()
-    plugin = StoragePlugin(identity=RecordingIdentity(rec), controller=RecordingController(rec))
-    with serve_plugin(plugin) as running:
-        yield rec, CLI(capsys, running.endpoint)
+def recorder(capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[FakeCSIDriver, CLI]]:
+    """The recording test driver and a CLI pointed at it."""
+    driver = FakeCSIDriver()
+    with serve_plugin(driver.plugin()) as running:
+        yield driver, CLI(capsys, running.endpoint)
 
 
-def test_metadata_and_user_agent_are_sent(recorder: tuple[Recorder, CLI]) -> None:
+def test_metadata_and_user_agent_are_sent(recorder: tuple[FakeCSIDriver, CLI]) -> None:
     """--metadata reaches the driver (csc drops it) and the user agent names kubevol-csi."""
     rec, cli = recorder
     code, _, err = cli.run("csi", "identity", "plugin-info", "-m", "tenant=a,trace=1", "-m", "x=y")
     assert code == 0, err
-    [seen] = rec.metadata
+    [seen] = rec.metadata("GetPluginInfo")
     assert (seen["tenant"], seen["trace"], seen["x"]) == ("a", "1", "y")
     assert seen["user-agent"].startswith("kubevol-csi/")
 
 
 def test_secrets_are_sent_never_printed(
-    recorder: tuple[Recorder, CLI], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    recorder: tuple[FakeCSIDriver, CLI], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Secrets from X_CSI_SECRETS or --secrets-file reach the driver and no output."""
     rec, cli = recorder
@@ -235,7 +198,8 @@ def test_secrets_are_sent_never_printed(
         "csi", "controller", "create-volume", "w", "--secrets-file", str(per_rpc)
     )
     assert code == 0 and "s3cr3t" not in out + err
-    assert rec.secrets == [{"user": "admin", "pass": "s3cr3t-env"}, {"token": "s3cr3t-file"}]
+    secrets = [request["secrets"] for request in rec.requests("CreateVolume")]
+    assert secrets == [{"user": "admin", "pass": "s3cr3t-env"}, {"token": "s3cr3t-file"}]
     assert "s3cr3t" not in repr(load_secrets(str(per_rpc)))
 
 
