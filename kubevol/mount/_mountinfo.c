@@ -17,6 +17,7 @@
  * Python line parser, which returns the entry or raises MountInfoError; so both paths give
  * the same answers and the same errors.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -230,9 +231,134 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* containing(data, paths) -> list: for each path (bytes, escaped as in mountinfo), the
+ * (start, stop) offsets of the last line whose mount point (the fifth field) is that path or
+ * one of its ancestors, or None. One pass over the text, comparing field five in place:
+ * Kubernetes' SearchMountPoints reverse scan without parsing any line. */
+static PyObject *containing(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    PyObject *paths;
+    if (!PyArg_ParseTuple(args, "y*O!:containing", &data, &PyTuple_Type, &paths)) {
+        return NULL;
+    }
+    Py_ssize_t npaths = PyTuple_GET_SIZE(paths);
+    const char **want = PyMem_Calloc((size_t)npaths + 1, sizeof(char *));
+    Py_ssize_t *want_len = PyMem_Calloc((size_t)npaths + 1, sizeof(Py_ssize_t));
+    Py_ssize_t *found = PyMem_Calloc((size_t)npaths + 1, 2 * sizeof(Py_ssize_t));
+    PyObject *out = NULL;
+    if (want == NULL || want_len == NULL || found == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < npaths; k++) {
+        PyObject *item = PyTuple_GET_ITEM(paths, k);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "paths must be bytes");
+            goto done;
+        }
+        want[k] = PyBytes_AS_STRING(item);
+        want_len[k] = PyBytes_GET_SIZE(item);
+        found[2 * k] = found[2 * k + 1] = -1;
+    }
+    const char *base = data.buf;
+    const char *pos = base;
+    const char *end = base + data.len;
+    while (pos < end) {
+        const char *nl = memchr(pos, '\n', (size_t)(end - pos));
+        const char *stop = nl ? nl : end;
+        const char *field = pos;
+        int skipped = 0;
+        while (skipped < 4 && field < stop) {
+            const char *space = memchr(field, ' ', (size_t)(stop - field));
+            if (space == NULL) {
+                break;
+            }
+            field = space + 1;
+            skipped++;
+        }
+        if (skipped == 4) {
+            const char *space = memchr(field, ' ', (size_t)(stop - field));
+            Py_ssize_t len = (space ? space : stop) - field;
+            for (Py_ssize_t k = 0; k < npaths; k++) {
+                /* The path itself, "/", or a prefix of the path ending at a "/" of it. */
+                int hit = len > 0 && len <= want_len[k] && memcmp(field, want[k], (size_t)len) == 0
+                          && (len == want_len[k] || want[k][len] == '/' || (len == 1 && field[0] == '/'));
+                if (hit) {
+                    found[2 * k] = pos - base;
+                    found[2 * k + 1] = stop - base;
+                }
+            }
+        }
+        pos = nl ? nl + 1 : end;
+    }
+    out = PyList_New(npaths);
+    if (out == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < npaths; k++) {
+        PyObject *span;
+        if (found[2 * k] < 0) {
+            span = Py_NewRef(Py_None);
+        } else {
+            span = Py_BuildValue("(nn)", found[2 * k], found[2 * k + 1]);
+            if (span == NULL) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(out, k, span);
+    }
+done:
+    PyMem_Free(want);
+    PyMem_Free(want_len);
+    PyMem_Free(found);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* lines_with(data, needle) -> list: the (start, stop) offsets of every line containing
+ * needle, in table order, each line once (memmem: the search runs at memory speed). */
+static PyObject *lines_with(PyObject *self, PyObject *args) {
+    Py_buffer data, needle;
+    if (!PyArg_ParseTuple(args, "y*y*:lines_with", &data, &needle)) {
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    const char *base = data.buf;
+    const char *pos = base;
+    const char *end = base + data.len;
+    while (out != NULL && needle.len > 0 && pos < end) {
+        const char *hit = memmem(pos, (size_t)(end - pos), needle.buf, (size_t)needle.len);
+        if (hit == NULL) {
+            break;
+        }
+        const char *start = hit;
+        while (start > base && start[-1] != '\n') {
+            start--;
+        }
+        const char *nl = memchr(hit, '\n', (size_t)(end - hit));
+        const char *stop = nl ? nl : end;
+        PyObject *span = Py_BuildValue("(nn)", start - base, stop - base);
+        if (span == NULL || PyList_Append(out, span) < 0) {
+            Py_XDECREF(span);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(span);
+        pos = nl ? nl + 1 : end;
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&needle);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"lines_with", lines_with, METH_VARARGS,
+     "lines_with(data, needle) -> list: the span of every line containing needle."},
     {"parse", parse, METH_VARARGS,
      "parse(data, cls, fallback) -> list: every entry of a mountinfo text (see the module)."},
+    {"containing", containing, METH_VARARGS,
+     "containing(data, paths) -> list: the span of the last line mounted over each path."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -222,7 +222,7 @@ def _allowed_empty(path: str, policy: GuardPolicy, why: str) -> UnmountVerdict:
     )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True, eq=False)
 class _Context:
     """Everything the policies need about the device mount and the kubelet root."""
 
@@ -234,13 +234,21 @@ class _Context:
     rel: str | None  # path relative to root_dir, if under it
     volume: VolumeIdentity | None
     volume_problem: str
-    aliases: tuple[str, ...]  # where else root_dir is visible
+    root_entry: MountInfo | None  # the mount containing root_dir
     detach_follows: bool
+    _aliases: tuple[str, ...] | None = None
+
+    def aliases(self) -> tuple[str, ...]:
+        """Where else root_dir is visible; looked up only for a reference outside the root,
+        so a check whose references all lie under the root never searches for them."""
+        if self._aliases is None:
+            self._aliases = tuple(_root_aliases(self.table, self.root_dir, self.root_entry))
+        return self._aliases
 
     @classmethod
     def build(cls, table: MountTable, path: str, root_dir: str, detach_follows: bool) -> _Context:
         real = os.path.realpath(path)
-        entry = table.find_containing(real)
+        entry, root_entry = table.find_containing_all((real, root_dir))
         if entry is None:
             raise MountError(f"failed to get root path and major:minor for {real}")
         root = posixpath.normpath(
@@ -263,17 +271,17 @@ class _Context:
             rel=rel,
             volume=volume,
             volume_problem=problem,
-            aliases=tuple(_root_aliases(table, root_dir)),
+            root_entry=root_entry,
             detach_follows=detach_follows,
         )
 
-    def candidates(self, *, under: bool) -> list[MountInfo]:
-        """Other mounts of the device with the same root (or, with ``under``, below it)."""
+    def candidates(self, *, under: bool, any_root: bool = False) -> list[MountInfo]:
+        """Other mounts of the device with the same root (or, with ``under``, below it; with
+        ``any_root``, whatever their root)."""
+        root = None if any_root else self.root
         return [
             e
-            for e in self.table.with_device(
-                self.entry.major, self.entry.minor, self.root, under=under
-            )
+            for e in self.table.with_device(self.entry.major, self.entry.minor, root, under=under)
             if e.id != self.entry.id
         ]
 
@@ -320,7 +328,10 @@ def _kubelet_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
 
 def _safe_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
     out = []
-    for entry in ctx.candidates(under=True):
+    # A detach takes the device away from every mount of it, whatever part of the
+    # filesystem each shows (a bind of a sub-directory staged here does not protect a
+    # mount of the whole filesystem elsewhere).
+    for entry in ctx.candidates(under=True, any_root=ctx.detach_follows):
         kind, why = _classify(ctx, entry)
         blocking, rule = _safe_rule(ctx, entry, kind)
         out.append(
@@ -365,13 +376,18 @@ def _safe_rule(ctx: _Context, entry: MountInfo, kind: RefKind) -> tuple[bool, st
 def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
     """Attribute ``entry`` to this volume, another volume, a root alias, or someone else."""
     point = entry.mount_point
-    sub = "" if entry.root == ctx.root else f" (sub-directory {entry.root})"
+    if entry.root == ctx.root:
+        sub = ""
+    elif relative_to(entry.root, ctx.root) is not None:
+        sub = f" (sub-directory {entry.root})"
+    else:
+        sub = f" (filesystem path {entry.root})"
     if relative_to(point, ctx.path) is not None:
         return RefKind.SAME_VOLUME, f"inside the device mount path{sub}"
     rel = relative_to(point, ctx.root_dir)
     via = ""
     if rel is None:
-        for alias in ctx.aliases:
+        for alias in ctx.aliases():
             rel = relative_to(point, alias)
             if rel is not None:
                 via = f" through {alias}, a bind mount of the kubelet root"
@@ -379,11 +395,8 @@ def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
     if rel is not None and rel == ctx.rel and entry.root == ctx.root:
         return RefKind.KUBELET_ROOT_ALIAS, f"the device mount path seen{via}"
     if rel is None:
-        if ctx.rel is not None and entry.root == ctx.root and point.endswith("/" + ctx.rel):
-            return RefKind.KUBELET_ROOT_ALIAS, (
-                "ends with the device mount path's place under the kubelet root: "
-                "a bind mount of the kubelet root"
-            )
+        # A path that merely ends like the device mount path (another kubelet-style root
+        # elsewhere) is someone else's mount: only a verified bind of the root is an alias.
         return RefKind.FOREIGN, f"mounted outside the kubelet root{sub}, source {entry.source}"
     described = attribute(ctx.root_dir, rel)
     if described is None:
@@ -401,23 +414,32 @@ def _classify(ctx: _Context, entry: MountInfo) -> tuple[RefKind, str]:
     return RefKind.OTHER_VOLUME, f"{where} of {described.volume.description}{sub}"
 
 
-def _root_aliases(table: MountTable, root_dir: str) -> list[str]:
-    """Other places where the directory ``root_dir`` is visible through a bind mount."""
-    entry = table.find_containing(root_dir)
+def _root_aliases(table: MountTable, root_dir: str, entry: MountInfo | None) -> list[str]:
+    """Other places where the directory ``root_dir`` is visible: binds of the root itself,
+    i.e. mounts of its device whose root is the root directory's own path in that
+    filesystem (``entry`` is the mount containing ``root_dir``), verified to show the same
+    directory. A bind of a parent (say the whole root filesystem at ``/host``) is not one:
+    what shows under it is not kubelet-managed from this root's point of view."""
     if entry is None:
         return []
     fs_path = posixpath.normpath(
         posixpath.join(entry.root, posixpath.relpath(root_dir, entry.mount_point))
     )
     aliases = []
-    for other in table.with_device(entry.major, entry.minor):
-        inner = relative_to(fs_path, other.root)
-        if inner is None:
-            continue
-        alias = posixpath.normpath(posixpath.join(other.mount_point, inner))
-        if relative_to(alias, root_dir) is None and relative_to(root_dir, alias) is None:
+    for other in table.with_device(entry.major, entry.minor, fs_path):
+        alias = other.mount_point
+        elsewhere = relative_to(alias, root_dir) is None and relative_to(root_dir, alias) is None
+        if elsewhere and _same_directory(alias, root_dir):
             aliases.append(alias)
     return aliases
+
+
+def _same_directory(a: str, b: str) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _is_local_block_device(source: str) -> bool:

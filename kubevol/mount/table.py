@@ -36,6 +36,7 @@ import select
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 
 from kubevol.errors import MountError, MountInfoError
 from kubevol.layout import is_within
@@ -47,6 +48,14 @@ from kubevol.mount.mountinfo import (
     parse_mountinfo_bytes,
     parse_mountinfo_line,
 )
+
+_native_containing: Callable[[bytes, tuple[bytes, ...]], list[tuple[int, int] | None]] | None
+_native_lines_with: Callable[[bytes, bytes], list[tuple[int, int]]] | None
+try:  # the C scans (_mountinfo.c); the substring and regex searches below are their twins
+    from kubevol.mount._mountinfo import containing as _native_containing
+    from kubevol.mount._mountinfo import lines_with as _native_lines_with
+except ImportError:  # not built
+    _native_containing = _native_lines_with = None
 
 _READ_CHUNK = 1 << 16
 #: Before Linux 5.8 only: how long to wait for a read during which the table did not change.
@@ -94,6 +103,22 @@ class MountTable:
         latest mount over the path wins, whatever its depth. ``path`` must be absolute and
         normalised.
         """
+        return self.find_containing_all((path,))[0]
+
+    def find_containing_all(self, paths: Sequence[str]) -> list[MountInfo | None]:
+        """:meth:`find_containing` for each of ``paths``, in one pass over the table."""
+        data = self._data
+        if _native_containing is not None:
+            spans = _native_containing(data, tuple(os.fsencode(escape(p)) for p in paths))
+            found = [None if span is None else _parse(data, *span) for span in spans]
+        else:
+            found = [self._find_containing_by_search(p) for p in paths]
+        return [
+            entry if entry is not None else self._find_containing_by_parse(path)
+            for path, entry in zip(paths, found, strict=True)
+        ]
+
+    def _find_containing_by_search(self, path: str) -> MountInfo | None:
         data = self._data
         found = self._last_at(path, 0)
         low, best = found if found else (0, None)
@@ -108,9 +133,11 @@ class MountTable:
                     last = (start, stop)
             if last is not None:
                 best = _parse(data, *last)
-        if best is not None:
-            return best
-        # Text not written by the kernel (options not starting with rw/ro): scan it all.
+        return best
+
+    def _find_containing_by_parse(self, path: str) -> MountInfo | None:
+        # Text not written by the kernel (options not starting with rw/ro, paths escaped
+        # where the kernel would not): scan it all.
         candidates = set(_self_and_ancestors(path))
         matches = [e for e in self.entries() if e.mount_point in candidates]
         return matches[-1] if matches else None
@@ -121,11 +148,14 @@ class MountTable:
         """Entries of device ``major:minor`` in table order.
 
         With ``root``, only entries whose root equals it, or, with ``under=True``, equals it
-        or lies below it (a bind mount of a sub-directory).
+        or lies below it (a bind mount of a sub-directory). The cost grows with the lines
+        that mention the device (and root), not with the table.
         """
         needle = f" {major}:{minor} ".encode()
         if root is not None:
             needle += os.fsencode(escape(root))
+            if not under:
+                needle += b" "
         out = []
         for entry in self._lines_with(needle):
             if entry.device != (major, minor):
@@ -153,8 +183,10 @@ class MountTable:
 
     def _lines_with(self, needle: bytes) -> list[MountInfo]:
         """Parsed lines containing ``needle``, each once, in table order."""
-        # rfind is markedly faster than find in CPython for short needles; collect backwards.
         data = self._data
+        if _native_lines_with is not None:
+            return [_parse(data, start, stop) for start, stop in _native_lines_with(data, needle)]
+        # rfind is markedly faster than find in CPython for short needles; collect backwards.
         found = []
         end = len(data)
         while (pos := data.rfind(needle, 0, end)) >= 0:

@@ -133,6 +133,55 @@ def test_kubelet_root_bind_mounted_elsewhere(
     assert not verdict.refs[0].blocking
 
 
+@pytest.mark.parametrize("detach_follows", [False, True])
+def test_same_device_under_a_second_kubelet_root_blocks(
+    rig: MountRig, kubelet: KubeletTree, tmp_path: Path, detach_follows: bool
+) -> None:
+    """Issue 20 point 7a: the loop device staged at the same place under another
+    kubelet-style root is another user of the device, not an alias of this root (its path
+    merely ends like ours): safe blocks, with a detach following or without (a local block
+    device)."""
+    dev = rig.loop()
+    staging = rig.mount(dev, kubelet.global_mount("vol-a"))
+    other = KubeletTree(tmp_path / "other-kubelet")
+    elsewhere = rig.mount(dev, other.global_mount("vol-a"))
+    verdict = check(staging, kubelet, GuardPolicy.SAFE, detach_follows=detach_follows)
+    assert not verdict.allowed
+    assert kinds(verdict) == {str(elsewhere): RefKind.FOREIGN}
+    assert verdict.blocking_refs[0].mount_point == str(elsewhere)
+
+
+def test_whole_filesystem_elsewhere_blocks_a_sub_directory_staging_when_detach_follows(
+    rig: MountRig, kubelet: KubeletTree, tmp_path: Path
+) -> None:
+    """Issue 20 point 7b: the staging mount is a bind of a sub-directory; the whole
+    filesystem is mounted elsewhere. A detach would take the device from that mount too,
+    so it blocks whatever its root; with no detach it is not a user of this volume."""
+    whole = rig.mount(rig.loop(), tmp_path / "whole")
+    (whole / "sub").mkdir()
+    staging = rig.bind(whole / "sub", kubelet.global_mount("vol-a"))
+    verdict = check(staging, kubelet, GuardPolicy.SAFE, detach_follows=True)
+    assert not verdict.allowed
+    assert kinds(verdict) == {str(whole): RefKind.FOREIGN}
+    assert "filesystem path /" in verdict.refs[0].reason
+    assert check(staging, kubelet, GuardPolicy.SAFE).allowed
+
+
+def test_a_bind_of_the_roots_parent_is_not_an_alias(
+    rig: MountRig, kubelet: KubeletTree, tmp_path: Path
+) -> None:
+    """A bind of the root's parent shows the staging path again under another path, but it
+    is not a bind of the root itself (test_kubelet_root_bind_mounted_elsewhere: that one
+    is an alias): the mount seen there is a user like any other, and a local block
+    device's user blocks."""
+    staging = rig.mount(rig.loop(), kubelet.global_mount("vol-a"))
+    parent_bind = rig.rbind(kubelet.root.parent, tmp_path.parent / f"{tmp_path.name}-parent")
+    seen = parent_bind / kubelet.root.name / staging.relative_to(kubelet.root)
+    verdict = check(staging, kubelet, GuardPolicy.SAFE)
+    assert kinds(verdict)[str(seen)] is RefKind.FOREIGN
+    assert not verdict.allowed
+
+
 @pytest.mark.parametrize("policy", BOTH)
 def test_foreign_mount_with_detach_blocks(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, tmp_path: Path

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +23,7 @@ from kubevol.mount import (
     search_mount_points,
 )
 from kubevol.mount import mountinfo as mountinfo_module
+from kubevol.mount import table as table_module
 from kubevol.mount.mountinfo import escape, parse_mountinfo_bytes, unescape
 from kubevol.testing.mount_rig import MountRig
 
@@ -194,17 +198,40 @@ def test_table_search_equals_full_parse(entries: list[MountInfo], path: str) -> 
     """On any table, the substring-search lookups give exactly the full-parse answers."""
     text = "\n".join(_render(e) for e in entries) + "\n"
     assert parse_mountinfo_text(text) == entries
-    table = MountTable.from_text(text)
-    assert search_mount_points(table, path) == naive_refs(entries, path)
-    exact = [e for e in entries if e.mount_point == path]
-    assert table.find_mount_point(path) == (exact[-1] if exact else None)
-    for dev in {(e.major, e.minor) for e in entries}:
-        for root in {e.root for e in entries}:
-            under = [
-                e for e in entries
-                if e.device == dev and (e.root == root or e.root.startswith(root.rstrip("/") + "/"))
+    for native in (True, False):
+        with _native_scans(native):
+            table = MountTable.from_text(text)
+            assert search_mount_points(table, path) == naive_refs(entries, path)
+            exact = [e for e in entries if e.mount_point == path]
+            assert table.find_mount_point(path) == (exact[-1] if exact else None)
+            assert table.find_containing_all([path, "/"]) == [
+                table.find_containing(path), table.find_containing("/")
             ]
-            assert table.with_device(*dev, root, under=True) == under
+            for dev in {(e.major, e.minor) for e in entries}:
+                assert table.with_device(*dev) == [e for e in entries if e.device == dev]
+                for root in {e.root for e in entries}:
+                    same = [e for e in entries if e.device == dev and e.root == root]
+                    assert table.with_device(*dev, root) == same
+                    under = [
+                        e for e in entries
+                        if e.device == dev
+                        and (e.root == root or e.root.startswith(root.rstrip("/") + "/"))
+                    ]
+                    assert table.with_device(*dev, root, under=True) == under
+
+
+@contextlib.contextmanager
+def _native_scans(native: bool) -> Iterator[None]:
+    """The table's C scans, or (``native=False``) their pure-Python twins."""
+    if native:
+        assert table_module._native_containing is not None
+        yield
+        return
+    with (
+        mock.patch.object(table_module, "_native_containing", None),
+        mock.patch.object(table_module, "_native_lines_with", None),
+    ):
+        yield
 
 
 def test_cache_rereads_proc_table_only_after_a_change(rig: MountRig) -> None:
