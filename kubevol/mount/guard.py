@@ -13,11 +13,19 @@ number, so two volumes staged from one filesystem block each other's unstage for
     itself (the default of ``DeviceMountableVolumePlugin.device_unmount_verdict``).
 ``safe``
     Candidates are mounts of the same device whose root equals the device mount's root or
-    lies under it (a bind of a sub-directory uses the volume too). Each is attributed: a
-    mount of this volume blocks; another volume's mount does not (each mount keeps the
+    lies under it (a bind of a sub-directory uses the volume too); when a detach follows,
+    every other mount of the device, whatever its root (unless the device holds the
+    kubelet root itself: nothing detaches the node's own filesystem). Each is attributed:
+    a mount of this volume blocks; another volume's mount does not (each mount keeps the
     superblock alive) unless the device is detached afterwards; the kubelet root seen
-    through a bind is ignored; a mount outside the kubelet's tree blocks when a detach
+    through a bind of the root itself (same device, same root path, verified to be the
+    same directory) is ignored; a mount outside the kubelet's tree blocks when a detach
     follows or the source is a local block device, and is otherwise reported as a warning.
+
+Cost: one pass over the table finds the mounts over the device mount path and over the
+kubelet root, one search the lines of the device; where else the root is visible is looked
+up only for a reference outside the root. So a check costs about what Kubernetes'
+``SearchMountPoints`` costs, plus attributing each reference, on a node of any size.
 
 The node layer asks a device-mountable plugin for ONE verdict before an unstage and hands
 it to ``unmount_device``: the guard runs once per unstage.
@@ -330,8 +338,13 @@ def _safe_verdict(ctx: _Context, given_path: str) -> UnmountVerdict:
     out = []
     # A detach takes the device away from every mount of it, whatever part of the
     # filesystem each shows (a bind of a sub-directory staged here does not protect a
-    # mount of the whole filesystem elsewhere).
-    for entry in ctx.candidates(under=True, any_root=ctx.detach_follows):
+    # mount of the whole filesystem elsewhere). Not so when the device holds the kubelet
+    # root itself: a volume bound from the node's own filesystem (hostpath-style) has a
+    # logical attachment, no detach can take that device away, and only mounts of the
+    # volume's own directory are its users.
+    own_filesystem = ctx.root_entry is not None and ctx.root_entry.device == ctx.entry.device
+    any_root = ctx.detach_follows and not own_filesystem
+    for entry in ctx.candidates(under=True, any_root=any_root):
         kind, why = _classify(ctx, entry)
         blocking, rule = _safe_rule(ctx, entry, kind)
         out.append(

@@ -167,6 +167,24 @@ def test_whole_filesystem_elsewhere_blocks_a_sub_directory_staging_when_detach_f
     assert check(staging, kubelet, GuardPolicy.SAFE).allowed
 
 
+def test_bind_from_the_roots_own_filesystem_with_detach_is_allowed(
+    rig: MountRig, kubelet: KubeletTree, tmp_path: Path
+) -> None:
+    """A hostpath-style staging mount binds a directory of the filesystem holding the
+    kubelet root: no detach can take that device away, so the filesystem's other mounts
+    (the node's own) do not block even with a detach following; a bind of the volume's
+    directory elsewhere still does."""
+    source = tmp_path / "volumes" / "v1"
+    source.mkdir(parents=True)
+    staging = rig.bind(source, kubelet.global_mount("vol-a"))
+    verdict = check(staging, kubelet, GuardPolicy.SAFE, detach_follows=True)
+    assert verdict.allowed, verdict.message
+    other = rig.bind(source, tmp_path / "someone-else")
+    verdict = check(staging, kubelet, GuardPolicy.SAFE, detach_follows=True)
+    assert not verdict.allowed
+    assert [r.mount_point for r in verdict.blocking_refs] == [str(other)]
+
+
 def test_a_bind_of_the_roots_parent_is_not_an_alias(
     rig: MountRig, kubelet: KubeletTree, tmp_path: Path
 ) -> None:
