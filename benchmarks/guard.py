@@ -39,7 +39,7 @@ from pathlib import Path
 
 from benchmarks.report import Row, emit, load_average
 from kubevol.layout import sha256_hex
-from kubevol.mount import MountTable, check_unmount_device, search_mount_points
+from kubevol.mount import MountTable, UnmountVerdict, check_unmount_device, search_mount_points
 
 DRIVER = "lustre.csi.example.com"
 LUSTRE = "- lustre 10.0.0.4@tcp:/lustrefs rw,flock,lazystatfs"
@@ -82,13 +82,13 @@ def build_node(base: Path, entries: int) -> tuple[Path, str, bytes]:
             add(LUSTRE_DEV, "/" if p == 0 else "/team", str(pod / "mount"), LUSTRE)
     fs_root = os.path.realpath(root)
     while len(lines) < entries:
-        pod = uuid.uuid4()
+        uid = uuid.uuid4()
         if len(lines) % 3 == 0:
-            source = f"{fs_root}/pods/{pod}/volumes/kubernetes.io~empty-dir/cache/sub"
-            point = f"{root}/pods/{pod}/volume-subpaths/cache/app/0"
+            source = f"{fs_root}/pods/{uid}/volumes/kubernetes.io~empty-dir/cache/sub"
+            point = f"{root}/pods/{uid}/volume-subpaths/cache/app/0"
             add(ROOT_DEV, source, point, "- ext4 /dev/vda1 rw")
         else:
-            point = f"{root}/pods/{pod}/volumes/kubernetes.io~projected/kube-api-access"
+            point = f"{root}/pods/{uid}/volumes/kubernetes.io~projected/kube-api-access"
             add(f"0:{mid}", "/", point, "- tmpfs tmpfs rw,size=4194304k")
     return root, stagings[VOLUMES // 2], ("\n".join(lines) + "\n").encode()
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # Each call gets a fresh MountTable over the same bytes (free: it keeps the bytes),
         # so nothing one call learned about the table helps the next.
-        def guard(policy: str, detach: bool) -> Callable[[], object]:
+        def guard(policy: str, detach: bool) -> Callable[[], UnmountVerdict]:
             return lambda: check_unmount_device(
                 staging, root_dir=str(root), policy=policy, detach_follows=detach,
                 table=MountTable(data),
@@ -136,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name, check in checks.items():
             verdict = check()
-            assert isinstance(verdict.allowed, bool)
             print(f"{name}: {len(verdict.refs)} references, allowed={verdict.allowed}")
         times = interleaved(
             {"reference": lambda: search_mount_points(MountTable(data), staging), **checks},
