@@ -26,6 +26,7 @@ import time
 from kubevol.errors import PluginNotFoundError
 from kubevol.layout import validate_path_segment
 from kubevol.mount.interface import Mounter
+from kubevol.mount.linux import LinuxMounter
 from kubevol.nomad.claims import UsageTracker
 from kubevol.nomad.errors import ManagerShutdownError, PluginWaitTimeoutError
 from kubevol.nomad.instance import (
@@ -94,11 +95,7 @@ class CSIManager:
         self._update_info = update_node_csi_info
         self._trigger_node_event = trigger_node_event
         self._client_factory = client_factory
-        if mounter is None:
-            from kubevol.mount.linux import LinuxMounter
-
-            mounter = LinuxMounter()
-        self._mounter = mounter
+        self._mounter = mounter if mounter is not None else LinuxMounter()
         self._lock = threading.RLock()
         self._instances: dict[_Key, InstanceManager] = {}
         self._volume_states: dict[str, PluginVolumeState] = {}
