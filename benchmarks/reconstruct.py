@@ -38,11 +38,10 @@ import time
 from collections.abc import Callable
 
 from kubevol.csi.plugin import CSIPlugin
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
+from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import Reconstruction, scan
-from kubevol.plugins import builtin_plugins
 
 TARGET_SECONDS = 1.0
 DRIVER = "bench.csi.kubevol.io"
@@ -127,7 +126,7 @@ def main() -> int:
               f"{time.perf_counter() - started:.1f} s under {root}")
         host = NodeVolumeHost(root_dir=root, node_name="node-1")
         mgr = VolumePluginMgr()
-        mgr.init_plugins(builtin_plugins(csi=CSIPlugin()), host=host)
+        mgr.init_plugins(node_plugins(csi=CSIPlugin()), host=host)
         scan(host, mgr)  # warm: caches, imports, the kubernetes model classes
         walk_tree(host.get_pods_dir())
         ref, ref_best, entries = timed(lambda: walk_tree(host.get_pods_dir()), args.repeat)

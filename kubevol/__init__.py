@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from kubevol.host import (
         AttachDetachVolumeHost,
         KubeletVolumeHost,
-        NodeVolumeHost,
         VolumeHost,
     )
     from kubevol.layout import escape_plugin_name, unescape_plugin_name, validate_path_segment
@@ -74,6 +73,7 @@ if TYPE_CHECKING:
         parse_mountinfo_text,
         path_exists,
     )
+    from kubevol.node.host import NodeVolumeHost
     from kubevol.ownership import set_volume_ownership
     from kubevol.plugin import (
         AttachableVolumePlugin,
@@ -154,12 +154,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "is_not_supported",
         "is_operation_finished",
     ),
-    "kubevol.host": (
-        "AttachDetachVolumeHost",
-        "KubeletVolumeHost",
-        "NodeVolumeHost",
-        "VolumeHost",
-    ),
+    "kubevol.host": ("AttachDetachVolumeHost", "KubeletVolumeHost", "VolumeHost"),
+    "kubevol.node.host": ("NodeVolumeHost",),
     "kubevol.layout": ("escape_plugin_name", "unescape_plugin_name", "validate_path_segment"),
     "kubevol.manager": (
         "ENTRY_POINT_GROUP",

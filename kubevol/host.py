@@ -1,44 +1,32 @@
-"""``VolumeHost``: what a plugin may ask of the node agent hosting it, and ``NodeVolumeHost``,
-a concrete host with the kubelet's directory layout (:mod:`kubevol.layout`) under a root
-directory. Every name or id that becomes a path segment is validated first, so nothing is
-ever created outside the root.
+"""``VolumeHost``: what a plugin may ask of the agent hosting it (the kubelet's
+``VolumeHost``), and the extra methods of a kubelet-like host and of an attach/detach
+controller's host. The node agent's concrete host is
+:class:`kubevol.node.host.NodeVolumeHost`.
 """
 
 from __future__ import annotations
 
 import abc
-import copy
-import logging
-import os
-import socket
 import subprocess
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kubevol import layout
-from kubevol.errors import InvalidPathSegmentError, KubevolError
-from kubevol.layout import validate_path_segment
-from kubevol.objects import APIObjectSource, KubeAPIObjects, NoObjects
 from kubevol.tokens import (
-    APITokenProvider,
     IssuedToken,
-    TokenManager,
     TokenProviderMissingError,
     TokenRequest,
 )
 
 if TYPE_CHECKING:
     from kubevol.manager import VolumePluginMgr
-    from kubevol.mount.interface import Mounter as MountInterface
+    from kubevol.mount.interface import MountInterface
     from kubevol.spec import Spec
     from kubevol.types import VolumeOptions
     from kubevol.volume import Mounter, Unmounter
 
-log = logging.getLogger(__name__)
-
 #: Runs a command (argv) and returns the completed process, output captured as text.
 CommandRunner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
 
 class VolumeHost(abc.ABC):
     """What a plugin may ask of the agent that hosts it (the kubelet's ``VolumeHost``)."""
@@ -175,191 +163,3 @@ class AttachDetachVolumeHost(VolumeHost):
     def is_attach_detach_controller(self) -> bool:
         """Always True: marks a host as the attach/detach controller."""
         return True
-
-
-#: The kubelet names a wrapped volume ``wrapped_<volume>``: an emptyDir wrapped by a secret
-#: volume ``creds`` keeps its ready marker at ``plugins/kubernetes.io~empty-dir/wrapped_creds``.
-WRAPPED_VOLUME_PREFIX = "wrapped_"
-
-
-def _wrapped_spec(volume_name: str, spec: Spec) -> Spec:
-    from kubevol.spec import Spec as SpecClass
-
-    volume = copy.deepcopy(spec.volume)
-    if volume is not None:
-        volume.name = WRAPPED_VOLUME_PREFIX + volume_name
-    return SpecClass(
-        volume=volume, persistent_volume=spec.persistent_volume, read_only=spec.read_only
-    )
-
-
-def _run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
-
-
-class NodeVolumeHost(KubeletVolumeHost):
-    """A node agent's host with the kubelet's layout under ``root_dir``.
-
-    ``mounter`` defaults to :class:`kubevol.mount.LinuxMounter`; ``kube_client`` is an
-    optional ``kubernetes.client.ApiClient``; ``csi_drivers`` looks up CSIDriver objects
-    by name when there is no API server. ConfigMaps and Secrets come from ``objects``,
-    else from the API server through ``kube_client``; service-account tokens from
-    ``tokens``, else from the TokenRequest API through ``kube_client``.
-    """
-
-    def __init__(
-        self,
-        *,
-        root_dir: str,
-        node_name: str,
-        mounter: MountInterface | None = None,
-        kube_client: Any = None,
-        csi_drivers: Callable[[str], Any] | None = None,
-        node_labels: dict[str, str] | None = None,
-        objects: APIObjectSource | None = None,
-        tokens: TokenManager | None = None,
-    ) -> None:
-        if not root_dir:
-            raise InvalidPathSegmentError("root_dir must not be empty")
-        self.root_dir = os.path.abspath(root_dir)
-        # "" for the root "/": paths below it are then "/pods/...", not "//pods/...".
-        self._root_prefix = self.root_dir.rstrip("/")
-        self.node_name = validate_path_segment(node_name, "node name")
-        self._mounter = mounter
-        self._kube_client = kube_client
-        self._csi_drivers = csi_drivers
-        self._node_labels = dict(node_labels or {})
-        if objects is None:
-            objects = KubeAPIObjects(kube_client) if kube_client is not None else NoObjects()
-        self.objects = objects
-        if tokens is None and kube_client is not None:
-            tokens = TokenManager(APITokenProvider(kube_client))
-        self.tokens = tokens
-        self._plugin_mgr: VolumePluginMgr | None = None
-        self._errors: list[BaseException] = []
-        self._lock = threading.Lock()
-
-    def get_plugin_dir(self, plugin_name: str) -> str:
-        return layout.plugin_dir(self._root_prefix, plugin_name)
-
-    def get_volume_device_plugin_dir(self, plugin_name: str) -> str:
-        return layout.volume_device_plugin_dir(self._root_prefix, plugin_name)
-
-    def get_plugins_registry_dir(self) -> str:
-        """Where drivers' registration sockets appear (``plugins_registry``)."""
-        return layout.plugins_registry_dir(self._root_prefix)
-
-    def get_pods_dir(self) -> str:
-        return layout.pods_dir(self._root_prefix)
-
-    def get_pod_dir(self, pod_uid: str) -> str:
-        """Directory of one pod."""
-        return layout.pod_dir(self._root_prefix, pod_uid)
-
-    def get_pod_volume_dir(self, pod_uid: str, plugin_name: str, volume_name: str) -> str:
-        return layout.pod_volume_dir(self._root_prefix, pod_uid, plugin_name, volume_name)
-
-    def get_pod_plugin_dir(self, pod_uid: str, plugin_name: str) -> str:
-        return layout.pod_plugin_dir(self._root_prefix, pod_uid, plugin_name)
-
-    def get_pod_volume_device_dir(self, pod_uid: str, plugin_name: str) -> str:
-        return layout.pod_volume_device_dir(self._root_prefix, pod_uid, plugin_name)
-
-    def get_kube_client(self) -> Any:
-        return self._kube_client
-
-    def get_mounter(self) -> MountInterface:
-        with self._lock:
-            if self._mounter is None:
-                from kubevol.mount import LinuxMounter  # the mount layer sits above the bases
-
-                self._mounter = LinuxMounter()
-            return self._mounter
-
-    def get_node_name(self) -> str:
-        return self.node_name
-
-    def get_host_name(self) -> str:
-        return socket.gethostname()
-
-    def get_host_ip(self) -> str:
-        # A UDP "connect" sends nothing; it only asks the kernel which source address
-        # it would use, which is the primary address. Loopback when there is no route.
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.connect(("192.0.2.1", 9))  # TEST-NET-1: never routed anywhere real
-                return str(probe.getsockname()[0])
-            except OSError:
-                return "127.0.0.1"
-
-    def get_node_labels(self) -> dict[str, str]:
-        return dict(self._node_labels)
-
-    def get_node_allocatable(self) -> dict[str, str]:
-        allocatable = {"cpu": str(os.cpu_count() or 1)}
-        try:
-            pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError):
-            return allocatable
-        allocatable["memory"] = str(pages * page_size)
-        return allocatable
-
-    def get_secret_func(self) -> Callable[[str, str], Any]:
-        return self.objects.get_secret
-
-    def get_config_map_func(self) -> Callable[[str, str], Any]:
-        return self.objects.get_config_map
-
-    def get_service_account_token_func(self) -> Callable[[TokenRequest], IssuedToken]:
-        if self.tokens is None:
-            return super().get_service_account_token_func()
-        return self.tokens.get_token
-
-    def get_exec(self, plugin_name: str) -> CommandRunner:
-        return _run_command
-
-    def get_event_recorder(self) -> Callable[[str, str, str], None]:
-        def record(event_type: str, reason: str, message: str) -> None:
-            log.info("event %s %s: %s", event_type, reason, message)
-
-        return record
-
-    def bind_plugin_mgr(self, mgr: VolumePluginMgr) -> None:
-        self._plugin_mgr = mgr
-
-    def _wrapped_plugin(self, spec: Spec) -> Any:
-        if self._plugin_mgr is None:
-            raise KubevolError("the host is not bound to a plugin manager yet")
-        return self._plugin_mgr.find_plugin_by_spec(spec)
-
-    def new_wrapper_mounter(
-        self, volume_name: str, spec: Spec, pod: Any, opts: VolumeOptions
-    ) -> Mounter:
-        wrapped = _wrapped_spec(volume_name, spec)
-        mounter: Mounter = self._wrapped_plugin(wrapped).new_mounter(wrapped, pod, opts)
-        return mounter
-
-    def new_wrapper_unmounter(self, volume_name: str, spec: Spec, pod_uid: str) -> Unmounter:
-        wrapped = _wrapped_spec(volume_name, spec)
-        unmounter: Unmounter = self._wrapped_plugin(wrapped).new_unmounter(
-            wrapped.name() or WRAPPED_VOLUME_PREFIX + volume_name, pod_uid
-        )
-        return unmounter
-
-    def set_kubelet_error(self, err: BaseException) -> None:
-        with self._lock:
-            self._errors.append(err)
-        log.error("node error reported by a plugin: %s", err)
-
-    def kubelet_errors(self) -> list[BaseException]:
-        """Errors plugins reported with :meth:`set_kubelet_error`."""
-        with self._lock:
-            return list(self._errors)
-
-    def get_csi_driver(self, name: str) -> Any:
-        if self._csi_drivers is not None:
-            return self._csi_drivers(name)
-        return None
-
-    def wait_for_cache_sync(self) -> None:
-        """Nothing to wait for: CSIDriver lookups are synchronous here."""

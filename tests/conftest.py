@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubevol.host import NodeVolumeHost
+from kubevol.node.host import NodeVolumeHost
 
 
 @pytest.fixture

@@ -445,9 +445,9 @@ def _shared_filesystem(demo: _Demo, runtime: Any, pods: Any) -> None:
 
 
 def _uids(manifests: Manifests) -> list[tuple[dict[str, Any], str]]:
-    from kubevol.node.manifests import pod_uid
+    from kubevol.node.manifests import manifest_pod_uid
 
-    return [(p, pod_uid(p)) for p in manifests.pods]
+    return [(p, manifest_pod_uid(p)) for p in manifests.pods]
 
 
 def _delete_quietly(client: Any, volume_id: str) -> None:

@@ -9,7 +9,7 @@ from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
-from kubevol.node.manifests import load_manifest_files, pod_uid
+from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import PodRecord, PodState
 
@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.manifests) == bool(args.pod_uid):
         raise KubevolError("give either POD_MANIFEST files or --pod-uid, not both or neither")
     if args.manifests:
-        uids = [pod_uid(p) for p in load_manifest_files(args.manifests).pods]
+        uids = [manifest_pod_uid(p) for p in load_manifest_files(args.manifests).pods]
     else:
         uids = [validate_path_segment(u, "pod UID") for u in args.pod_uid]
     with open_runtime(args) as runtime:

@@ -9,7 +9,7 @@ from typing import Any
 from kubevol import plugin as bases
 from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.manager import entry_point_plugins
-from kubevol.plugins import builtin_plugins
+from kubevol.node.host import node_plugins
 
 #: Capability name → the base a plugin subclasses to offer it.
 CAPABILITIES: dict[str, type[Any]] = {
@@ -50,7 +50,7 @@ TABLE = Table(
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = [describe(p, "builtin") for p in builtin_plugins()]
+    rows = [describe(p, "builtin") for p in node_plugins()]
     found, problems = entry_point_plugins()
     rows += [describe(p, "entry-point") for p in found]
     rows.sort(key=lambda r: (r["source"] != "builtin", r["name"]))

@@ -23,7 +23,7 @@ from kubevol.mount.helpers import (
     remove_tree_on_one_device,
     search_mount_points,
 )
-from kubevol.mount.interface import Mounter, MountPoint
+from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.linux import LinuxMounter
 from kubevol.mount.mountinfo import (
     PROC_MOUNTINFO,
@@ -41,11 +41,11 @@ __all__ = [
     "GuardPolicy",
     "LinuxMounter",
     "MountInfo",
+    "MountInterface",
     "MountPoint",
     "MountRef",
     "MountTable",
     "MountTableCache",
-    "Mounter",
     "RefKind",
     "SafeFormatAndMount",
     "UnmountGuard",

@@ -10,11 +10,11 @@ import os
 
 from kubevol.errors import MountError
 from kubevol.mount.helpers import is_corrupted_error
-from kubevol.mount.interface import Mounter
+from kubevol.mount.interface import MountInterface
 
 
 def map_block_device(
-    mounter: Mounter,
+    mounter: MountInterface,
     *,
     device_path: str,
     global_map_path: str,
@@ -47,7 +47,7 @@ def map_block_device(
 
 
 def unmap_block_device(
-    mounter: Mounter,
+    mounter: MountInterface,
     *,
     global_map_path: str,
     pod_device_dir: str,
@@ -75,7 +75,7 @@ def unmap_block_device(
         os.unlink(bind)
 
 
-def mapped_pods(mounter: Mounter, global_map_path: str) -> list[str]:
+def mapped_pods(mounter: MountInterface, global_map_path: str) -> list[str]:
     """The pod UIDs whose bind of the device (:func:`map_block_device`) is still mounted
     under ``global_map_path``, sorted; ``[]`` when the directory is gone."""
     try:

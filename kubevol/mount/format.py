@@ -13,7 +13,7 @@ from kubevol.errors import (
     MountError,
     UnformattedReadOnlyError,
 )
-from kubevol.mount.interface import Mounter
+from kubevol.mount.interface import MountInterface
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SafeFormatAndMount:
     is checked with ``fsck -a``.
     """
 
-    def __init__(self, mounter: Mounter, *, run: Runner = run_command) -> None:
+    def __init__(self, mounter: MountInterface, *, run: Runner = run_command) -> None:
         self.mounter = mounter
         self._run = run
 

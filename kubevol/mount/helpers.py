@@ -15,7 +15,7 @@ from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
 
 if TYPE_CHECKING:
-    from kubevol.mount.interface import Mounter
+    from kubevol.mount.interface import MountInterface
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,9 @@ def get_mount_refs(
     return search_mount_points(table, os.path.realpath(path))
 
 
-def cleanup_mount_point(path: str, mounter: Mounter, *, extensive_check: bool = False) -> None:
+def cleanup_mount_point(
+    path: str, mounter: MountInterface, *, extensive_check: bool = False
+) -> None:
     """Unmount ``path`` if it is mounted, then remove the (now empty) directory.
 
     Idempotent: a missing path is success. A corrupted mount is unmounted first. After an
@@ -118,7 +120,7 @@ def cleanup_mount_point(path: str, mounter: Mounter, *, extensive_check: bool = 
     removed with ``rmdir`` only, never recursively: whatever an unmount failed to detach, or
     any file left in the directory, stays where it was and the call raises
     :class:`~kubevol.errors.MountError`. ``extensive_check`` uses the mount table
-    (:meth:`Mounter.is_mount_point`) instead of the fast device-number check, which misses
+    (:meth:`MountInterface.is_mount_point`) instead of the fast device-number check, which misses
     bind mounts of the same filesystem.
     """
     try:
@@ -145,7 +147,7 @@ def cleanup_mount_point(path: str, mounter: Mounter, *, extensive_check: bool = 
         ) from exc
 
 
-def _is_mounted(path: str, mounter: Mounter, extensive_check: bool) -> bool:
+def _is_mounted(path: str, mounter: MountInterface, extensive_check: bool) -> bool:
     if extensive_check:
         return mounter.is_mount_point(path)
     try:

@@ -23,8 +23,12 @@ class MountPoint:
     opts: tuple[str, ...] = ()
 
 
-class Mounter(abc.ABC):
-    """Mounts and unmounts filesystems and answers questions about the mount table."""
+class MountInterface(abc.ABC):
+    """Mounts and unmounts filesystems and answers questions about the mount table.
+
+    Named after mount-utils' ``Interface``, not ``Mounter``: a volume's ``Mounter``
+    (:class:`kubevol.volume.Mounter`) is a different thing, the role that sets a volume up.
+    """
 
     @abc.abstractmethod
     def mount(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from kubevol.errors import MountError
 from kubevol.mount import syscalls
 from kubevol.mount.helpers import get_mount_refs
-from kubevol.mount.interface import Mounter, MountPoint
+from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTableCache
 
@@ -44,7 +44,7 @@ _STX_ATTRIBUTES = 8
 _STX_ATTRIBUTES_MASK = 56
 
 
-class LinuxMounter(Mounter):
+class LinuxMounter(MountInterface):
     """Mounts with mount(2) or ``mount`` (see the module docstring) and reads
     ``mountinfo_path`` for the mount table.
 
@@ -63,7 +63,7 @@ class LinuxMounter(Mounter):
     def mount(
         self, source: str, target: str, fstype: str = "", options: Sequence[str] = ()
     ) -> None:
-        """Mount ``source`` at ``target``; see :meth:`Mounter.mount`. Raises
+        """Mount ``source`` at ``target``; see :meth:`MountInterface.mount`. Raises
         :class:`~kubevol.errors.MountError` naming the command and its output."""
         self.mount_sensitive(source, target, fstype, options, ())
 

@@ -33,7 +33,7 @@ import attrs
 from kubevol import layout
 from kubevol.errors import KubevolError, MountError
 from kubevol.mount.helpers import is_corrupted_error
-from kubevol.mount.interface import Mounter
+from kubevol.mount.interface import MountInterface
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def _existing_prefix(base: str, target: str) -> tuple[str, list[str]]:
     return current, []
 
 
-def prepare_safe_subpath(mounter: Mounter, subpath: Subpath) -> str:
+def prepare_safe_subpath(mounter: MountInterface, subpath: Subpath) -> str:
     """Bind ``subpath.path`` at its target as the module describes; returns the target.
 
     Idempotent: a target already bound to the same file is left as it is; one bound to
@@ -215,7 +215,7 @@ def prepare_safe_subpath(mounter: Mounter, subpath: Subpath) -> str:
         os.close(fd)
 
 
-def _prepare_target(mounter: Mounter, subpath: Subpath, fd: int) -> tuple[str, bool]:
+def _prepare_target(mounter: MountInterface, subpath: Subpath, fd: int) -> tuple[str, bool]:
     target = subpath.bind_target()
     try:
         mounted = not mounter.is_likely_not_mount_point(target)
@@ -244,7 +244,7 @@ def _same_file(st: os.stat_result, target: str) -> bool:
     return (st.st_dev, st.st_ino) == (other.st_dev, other.st_ino)
 
 
-def _clean_one(mounter: Mounter, path: str) -> None:
+def _clean_one(mounter: MountInterface, path: str) -> None:
     """Unmount ``path`` while mounted (binds can stack), then remove the empty dir or the
     file made for the bind. Never removes anything that stays mounted."""
     for _ in range(16):
@@ -268,7 +268,7 @@ def _clean_one(mounter: Mounter, path: str) -> None:
         os.unlink(path)
 
 
-def clean_subpaths(mounter: Mounter, pod_dir: str, volume_name: str) -> None:
+def clean_subpaths(mounter: MountInterface, pod_dir: str, volume_name: str) -> None:
     """Unmount and remove every subPath bind of ``volume_name`` in the pod
     (``volume-subpaths/<volume>/*/*``), then the emptied directories. Idempotent."""
     volume_dir = posixpath.join(pod_dir, layout.POD_VOLUME_SUBPATHS_DIR,

@@ -16,7 +16,7 @@ from kubevol.node.executor import (
     OperationKind,
 )
 from kubevol.node.manager import NodeVolumeManager, SyncResult
-from kubevol.node.manifests import Manifests, load_manifest_files, parse_manifests, pod_uid
+from kubevol.node.manifests import Manifests, load_manifest_files, manifest_pod_uid, parse_manifests
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.operations import OperationGenerator, operation_key
 from kubevol.node.orphans import OrphanDeviceMount
@@ -79,10 +79,10 @@ __all__ = [
     "desired_pod",
     "list_pod_volume_dirs",
     "load_manifest_files",
+    "manifest_pod_uid",
     "new_pods",
     "operation_key",
     "parse_manifests",
-    "pod_uid",
     "reconstruct_pod_volume",
     "scan",
     "volume_to_mount",

@@ -11,7 +11,7 @@ import attrs
 
 from kubevol.errors import SpecError
 from kubevol.manager import VolumePluginMgr
-from kubevol.node.manifests import Manifests, name_of, namespace_of, pod_object, pod_uid
+from kubevol.node.manifests import Manifests, manifest_pod_uid, name_of, namespace_of, pod_object
 from kubevol.node.records import PodRecord, PodState
 from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, unique_volume_name
 from kubevol.spec import Spec, quantity_bytes
@@ -34,7 +34,7 @@ def desired_pod(
     Raises :class:`~kubevol.errors.SpecError` for a claim or volume that cannot be resolved,
     and the manager's lookup errors when no (or several) plugins support a volume.
     """
-    uid = pod_uid(pod)
+    uid = manifest_pod_uid(pod)
     v1pod = pod_object(pod)
     where = f"pod {namespace_of(pod)}/{name_of(pod, 'the manifests')}"
     namespace = namespace_of(pod)
@@ -147,7 +147,9 @@ def new_pods(mgr: VolumePluginMgr, manifests: Manifests) -> list[NewPod]:
     return [
         NewPod(
             record=PodRecord(
-                uid=pod_uid(p), state=PodState.RUNNING, objects=tuple(manifests.objects_for(p))
+                uid=manifest_pod_uid(p),
+                state=PodState.RUNNING,
+                objects=tuple(manifests.objects_for(p)),
             ),
             desired=desired_pod(mgr, p, manifests),
         )

@@ -21,7 +21,6 @@ from collections.abc import Callable
 import attrs
 
 from kubevol.errors import is_operation_finished
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.node.executor import (
@@ -30,6 +29,7 @@ from kubevol.node.executor import (
     OperationExecutor,
     OperationFailure,
 )
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.operations import OperationGenerator
 from kubevol.node.orphans import OrphanDeviceMount
 from kubevol.node.poddirs import list_pod_volume_dirs

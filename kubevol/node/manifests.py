@@ -190,7 +190,7 @@ def load_manifest_files(paths: Iterable[str]) -> Manifests:
     return out
 
 
-def pod_uid(pod: Mapping[str, Any]) -> str:
+def manifest_pod_uid(pod: Mapping[str, Any]) -> str:
     """The pod's ``metadata.uid``, else a UID derived from ``namespace/name``; validated."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
@@ -202,5 +202,5 @@ def pod_uid(pod: Mapping[str, Any]) -> str:
 def pod_object(pod: Mapping[str, Any]) -> Any:
     """The ``V1Pod`` of a pod manifest, with its UID filled in."""
     data = dict(pod)
-    data["metadata"] = {**(pod.get("metadata") or {}), "uid": pod_uid(pod)}
+    data["metadata"] = {**(pod.get("metadata") or {}), "uid": manifest_pod_uid(pod)}
     return deserialize(data, "V1Pod")

@@ -8,7 +8,7 @@ import os
 
 from kubevol import layout
 from kubevol.mount.helpers import is_corrupted_error
-from kubevol.mount.interface import Mounter as MountInterface
+from kubevol.mount.interface import MountInterface
 from kubevol.mount.table import MountTable
 
 

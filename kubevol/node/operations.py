@@ -38,7 +38,6 @@ from kubevol.errors import (
     UncertainProgressError,
     is_operation_finished,
 )
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.blockmap import (
     map_block_device,
@@ -49,6 +48,7 @@ from kubevol.mount.blockmap import (
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.orphans import OrphanDeviceMount
 from kubevol.node.poddirs import only_leftovers, remove_volume_dir_leftovers

@@ -12,10 +12,10 @@ import attrs
 
 from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import MountSnapshot
 
 

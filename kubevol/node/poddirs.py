@@ -16,7 +16,7 @@ import attrs
 from kubevol import layout
 from kubevol.layout import PodVolumeEntry
 from kubevol.mount.helpers import is_corrupted_error, remove_tree_on_one_device
-from kubevol.mount.interface import Mounter as MountInterface
+from kubevol.mount.interface import MountInterface
 from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.state import VolumeMode
 from kubevol.plugin import VolumePlugin

@@ -36,12 +36,12 @@ import attrs
 
 from kubevol import layout
 from kubevol.errors import KubevolError
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import PluginRoles, VolumePluginMgr
-from kubevol.mount.interface import Mounter as MountInterface
+from kubevol.mount.interface import MountInterface
 from kubevol.mount.subpath import list_subpaths
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.errors import ReconstructionError
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import (
     MountCheck,
     MountSnapshot,

@@ -18,9 +18,9 @@ from typing import Any
 import attrs
 
 from kubevol.errors import KubevolError
-from kubevol.host import NodeVolumeHost
 from kubevol.layout import validate_path_segment, write_json_atomically
-from kubevol.node.manifests import Manifests, manifests_from_objects, namespace_of, pod_uid
+from kubevol.node.host import NodeVolumeHost
+from kubevol.node.manifests import Manifests, manifest_pod_uid, manifests_from_objects, namespace_of
 
 #: kubevol's own directory under the kubelet root.
 STATE_DIR = "kubevol"
@@ -123,7 +123,7 @@ class PodRecords:
 def records_for(manifests: Manifests, state: PodState) -> list[PodRecord]:
     """One record per pod in ``manifests``, each with the objects it refers to."""
     return [
-        PodRecord(uid=pod_uid(p), state=state, objects=tuple(manifests.objects_for(p)))
+        PodRecord(uid=manifest_pod_uid(p), state=state, objects=tuple(manifests.objects_for(p)))
         for p in manifests.pods
     ]
 

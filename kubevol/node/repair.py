@@ -9,7 +9,7 @@ import os
 from kubevol.layout import PodVolumeEntry
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point
-from kubevol.mount.interface import Mounter as MountInterface
+from kubevol.mount.interface import MountInterface
 from kubevol.mount.subpath import clean_subpaths
 from kubevol.node.poddirs import (
     entry_kind,

@@ -26,18 +26,17 @@ from typing import Any
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError
-from kubevol.host import NodeVolumeHost
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.guard import GuardPolicy
 from kubevol.node.desired import NewPod, desired_pod
+from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.manager import NodeVolumeManager, SyncResult
 from kubevol.node.manifests import Manifests
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
-from kubevol.plugins import builtin_plugins
 from kubevol.tokens import TokenManager
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ class NodeRuntime(ClosesOnExit):
             attach_timeout=csi_timeout,
         )
         self.mgr = VolumePluginMgr()
-        self.mgr.init_plugins(builtin_plugins(csi=self.csi), host=self.host)
+        self.mgr.init_plugins(node_plugins(csi=self.csi), host=self.host)
         self.records = PodRecords(self.host)
         self.endpoints = DriverEndpoints(self.host)
         self._wanted: dict[str, str] = {}

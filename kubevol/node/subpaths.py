@@ -17,7 +17,6 @@ import stat
 from typing import Any
 
 from kubevol.errors import SpecError
-from kubevol.host import NodeVolumeHost
 from kubevol.mount.subpath import (
     Subpath,
     SubPathError,
@@ -27,6 +26,7 @@ from kubevol.mount.subpath import (
     safe_make_dir,
     validate_sub_path,
 )
+from kubevol.node.host import NodeVolumeHost
 from kubevol.podenv import container_env, expand_sub_path_expr
 
 log = logging.getLogger(__name__)

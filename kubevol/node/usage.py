@@ -16,11 +16,11 @@ import os
 import threading
 
 from kubevol import layout
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO, escape, parse_mountinfo_line
 from kubevol.mount.table import MountTableCache
 from kubevol.node.errors import ReconstructionError
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.poddirs import PodVolumeDir
 from kubevol.node.reconstruct import reconstruct_pod_volume
 from kubevol.node.state import VolumeMode

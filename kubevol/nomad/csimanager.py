@@ -25,7 +25,7 @@ import time
 
 from kubevol.errors import PluginNotFoundError
 from kubevol.layout import validate_path_segment
-from kubevol.mount.interface import Mounter
+from kubevol.mount.interface import MountInterface
 from kubevol.mount.linux import LinuxMounter
 from kubevol.nomad.claims import UsageTracker
 from kubevol.nomad.errors import ManagerShutdownError, PluginWaitTimeoutError
@@ -82,7 +82,7 @@ class CSIManager:
         fingerprint_interval: float = DEFAULT_FINGERPRINT_INTERVAL,
         rpc_timeout: float = DEFAULT_FINGERPRINT_RPC_TIMEOUT,
         state_dir: str | None = None,
-        mounter: Mounter | None = None,
+        mounter: MountInterface | None = None,
         client_factory: ClientFactory | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:

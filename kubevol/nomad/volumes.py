@@ -34,7 +34,7 @@ from kubevol.errors import MountError, UncertainProgressError
 from kubevol.keyedlocks import KeyedLocks
 from kubevol.layout import validate_path_segment
 from kubevol.mount.helpers import is_corrupted_mount
-from kubevol.mount.interface import Mounter
+from kubevol.mount.interface import MountInterface
 from kubevol.nomad.claims import (
     ALLOC_DIR_NAME,
     DEFAULT_NAMESPACE,
@@ -108,7 +108,7 @@ class VolumeManager:
         *,
         requires_staging: bool,
         state: PluginVolumeState,
-        mounter: Mounter,
+        mounter: MountInterface,
         cancel: threading.Event | None = None,
         trigger_node_event: TriggerNodeEvent | None = None,
         retry: RetryPolicy | None = None,

@@ -30,17 +30,9 @@ __all__ = [
 ]
 
 
-def builtin_plugins(*, csi: VolumePlugin | None = None) -> list[VolumePlugin]:
-    """Fresh instances of every plugin shipped with kubevol, the CSI adapter included.
-
-    Pass ``csi`` to use a CSI adapter configured by the caller (its own driver registry,
-    unstage-guard policy, attachment backend) instead of a default one. The adapter is
-    imported lazily because it brings grpc with it.
-    """
-    if csi is None:
-        from kubevol.csi.plugin import CSIPlugin
-
-        csi = CSIPlugin()
+def builtin_plugins() -> list[VolumePlugin]:
+    """Fresh instances of every in-tree plugin shipped with kubevol. The CSI adapter is not
+    one of them: the node layer adds it (:func:`kubevol.node.host.node_plugins`)."""
     return [
         EmptyDirPlugin(),
         HostPathPlugin(),
@@ -49,5 +41,4 @@ def builtin_plugins(*, csi: VolumePlugin | None = None) -> list[VolumePlugin]:
         DownwardAPIPlugin(),
         ProjectedPlugin(),
         LocalVolumePlugin(),
-        csi,
     ]

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~kubevol.mount.Mounter` that records every call, for unit tests."""
+"""An in-memory :class:`~kubevol.mount.MountInterface` that records every call, for unit tests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import attrs
 
 from kubevol.errors import MountError
-from kubevol.mount.interface import Mounter, MountPoint
+from kubevol.mount.interface import MountInterface, MountPoint
 
 
 @attrs.frozen(kw_only=True)
@@ -24,7 +24,7 @@ class FakeAction:
     options: tuple[str, ...] = ()
 
 
-class FakeMounter(Mounter):
+class FakeMounter(MountInterface):
     """Keeps a mount table in memory and records calls in :attr:`log`.
 
     ``mount`` adds an entry (the options of a bind are recorded as given; sensitive options

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from kubevol.errors import MountError
-from kubevol.mount import Mounter
+from kubevol.mount import MountInterface
 from kubevol.testing import FakeAction, FakeMounter
 
 
 def test_is_a_mounter() -> None:
-    """FakeMounter implements the Mounter interface."""
-    assert isinstance(FakeMounter(), Mounter)
+    """FakeMounter implements MountInterface."""
+    assert isinstance(FakeMounter(), MountInterface)
 
 
 def test_records_mounts_and_unmounts() -> None:

@@ -12,18 +12,18 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.plugin import VolumePlugin
-from kubevol.plugins import LocalVolumePlugin, builtin_plugins
+from kubevol.plugins import LocalVolumePlugin
 from tests.node.fakes import StagedPlugin
 
 
 def plugins_beside_the_fake() -> list[VolumePlugin]:
-    """The built-in plugins except the local-volume one: the fake plugin serves the same
+    """A node's plugins except the local-volume one: the fake plugin serves the same
     ``local.path`` PersistentVolumes."""
-    return [p for p in builtin_plugins() if not isinstance(p, LocalVolumePlugin)]
+    return [p for p in node_plugins() if not isinstance(p, LocalVolumePlugin)]
 
 
 def mounts_under(path: Path | str) -> list[str]:

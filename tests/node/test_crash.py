@@ -28,9 +28,9 @@ import pytest
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
-from kubevol.host import NodeVolumeHost
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.desired import desired_pod
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import parse_manifests
 from kubevol.node.records import PodRecord, PodRecords, PodState

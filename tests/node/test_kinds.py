@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from kubevol.errors import SpecError
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.desired import desired_pod
+from kubevol.node.host import NodeVolumeHost
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import parse_manifests
 from kubevol.node.state import MountState

@@ -13,7 +13,7 @@ from kubevol.errors import DeviceStillMountedError, TransientOperationError, Unc
 from kubevol.node.desired import desired_pod
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.manifests import Manifests, pod_uid
+from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.state import AttachedVolume, MountState, VolumeMode
 from tests.node.conftest import NodeEnv, mounts_under
 from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest
@@ -40,7 +40,7 @@ def add(
 ) -> str:
     m = manifests(pod, *extra)
     manager.set_pod(desired_pod(manager.mgr, pod, m))
-    return pod_uid(pod)
+    return manifest_pod_uid(pod)
 
 
 def make_manager(env: NodeEnv, **kwargs: Any) -> NodeVolumeManager:
@@ -306,7 +306,7 @@ def test_larger_desired_size_expands_on_the_node(env: NodeEnv) -> None:
     assert manager.sync(timeout=20).converged
     assert env.staged.expansions == [(2 << 20, 1 << 20)]
     assert manager.actual.volumes()[0].size == 2 << 20
-    manager.remove_pod(pod_uid(pod))
+    manager.remove_pod(manifest_pod_uid(pod))
     assert manager.sync(timeout=20).converged
     manager.close()
 
@@ -327,7 +327,7 @@ def test_controller_attached_volume_is_waited_for(env: NodeEnv) -> None:
     assert result.converged, result
     [volume] = manager.actual.volumes()
     assert volume.attach_state is MountState.MOUNTED and volume.device_path == src
-    manager.remove_pod(pod_uid(pod))
+    manager.remove_pod(manifest_pod_uid(pod))
     assert manager.sync(timeout=20).converged
     assert env.staged.attached() == {"pv1"}  # detaching is the attacher's (controller's) job
     assert manager.actual.volumes() == []

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from kubevol.errors import SpecError
-from kubevol.host import NodeVolumeHost
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.desired import desired_pod, new_pods
-from kubevol.node.manifests import parse_manifests, pod_uid
+from kubevol.node.host import NodeVolumeHost, node_plugins
+from kubevol.node.manifests import manifest_pod_uid, parse_manifests
 from kubevol.node.records import PodRecord, PodRecords, PodState, RecordWatcher, records_for
 from kubevol.node.state import VolumeMode
-from kubevol.plugins import builtin_plugins
 
 MANIFEST = """
 apiVersion: v1
@@ -53,7 +52,7 @@ items:
 @pytest.fixture
 def mgr(tmp_path: Path) -> VolumePluginMgr:
     m = VolumePluginMgr()
-    m.init_plugins(builtin_plugins(), host=NodeVolumeHost(root_dir=str(tmp_path), node_name="n"))
+    m.init_plugins(node_plugins(), host=NodeVolumeHost(root_dir=str(tmp_path), node_name="n"))
     return m
 
 
@@ -122,11 +121,11 @@ def test_bad_manifests_are_refused(text: str, message: str) -> None:
 def test_uid_is_stable_and_explicit_uid_wins() -> None:
     """Without metadata.uid the UID derives from namespace/name; with one, it is used."""
     pod = {"kind": "Pod", "metadata": {"name": "web", "namespace": "shop"}}
-    assert pod_uid(pod) == pod_uid(dict(pod))
-    assert pod_uid(pod) != pod_uid({"kind": "Pod", "metadata": {"name": "web"}})
-    assert pod_uid({"kind": "Pod", "metadata": {"name": "w", "uid": "abc-1"}}) == "abc-1"
+    assert manifest_pod_uid(pod) == manifest_pod_uid(dict(pod))
+    assert manifest_pod_uid(pod) != manifest_pod_uid({"kind": "Pod", "metadata": {"name": "web"}})
+    assert manifest_pod_uid({"kind": "Pod", "metadata": {"name": "w", "uid": "abc-1"}}) == "abc-1"
     with pytest.raises(ValueError, match="must not contain"):
-        pod_uid({"kind": "Pod", "metadata": {"name": "w", "uid": "../x"}})
+        manifest_pod_uid({"kind": "Pod", "metadata": {"name": "w", "uid": "../x"}})
 
 
 def test_records_round_trip_atomically(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.manifests import Manifests, pod_uid
+from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.poddirs import list_pod_volume_dirs, only_leftovers, remove_volume_dir_leftovers
 from kubevol.node.reconstruct import scan
@@ -55,7 +55,7 @@ def set_up(
         manager.set_pod(desired_pod(env.mgr, pod, m))
     assert manager.sync(timeout=20).converged
     manager.close()
-    return [pod_uid(p) for p in pods]
+    return [manifest_pod_uid(p) for p in pods]
 
 
 def staged_pod(name: str) -> dict[str, Any]:

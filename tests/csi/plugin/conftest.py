@@ -19,7 +19,7 @@ from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_DRIVER
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
-from kubevol.host import NodeVolumeHost
+from kubevol.node.host import NodeVolumeHost
 from tests.csi.plugin.csiplugin_driver import (
     detach_loops_under,
     unmount_all_under,

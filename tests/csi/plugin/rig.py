@@ -15,7 +15,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
-from kubevol.host import NodeVolumeHost
+from kubevol.node.host import NodeVolumeHost
 from kubevol.spec import Spec
 from kubevol.testing.csi_driver import FakeCSIDriver
 from tests.csi.plugin.csiplugin_driver import (

@@ -8,7 +8,7 @@ import os
 from kubevol.csi.driverinfo import LocalCSIDrivers
 from kubevol.csi.plugin import CSI_PLUGIN_NAME, CSIPlugin
 from kubevol.manager import VolumePluginMgr
-from kubevol.plugins import builtin_plugins
+from kubevol.node.host import node_plugins
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME
 from tests.csi.plugin.rig import POD_UID, Rig, RigFactory, inline_spec, make_pod, pv_spec
@@ -19,7 +19,7 @@ def test_plugin_manager_finds_the_csi_plugin_for_every_role(rig: Rig) -> None:
     as attachable, device-mountable, block, expandable, node-expandable and limited."""
     mgr = VolumePluginMgr()
     plugin = CSIPlugin(registry=rig.registry)
-    mgr.init_plugins(builtin_plugins(csi=plugin), host=rig.host)
+    mgr.init_plugins(node_plugins(csi=plugin), host=rig.host)
     spec = pv_spec("pv-a", "h-1")
     assert mgr.find_plugin_by_name(CSI_PLUGIN_NAME) is plugin
     assert mgr.find_plugin_by_spec(spec) is plugin

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from kubevol.csi.plugin import remove_mount_dir
-from kubevol.host import NodeVolumeHost
+from kubevol.node.host import NodeVolumeHost
 
 
 def test_removes_mount_dir_vol_data_and_interrupted_write_leftovers(
