@@ -10,7 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PINNED_TOOLS="1.68.1"
+PINNED_MYPY_PROTOBUF="3.6.0"
 PYTHON="${PYTHON:-.venv/bin/python}"
+# mypy-protobuf's protoc plugin, installed beside the interpreter (typed .pyi stubs).
+MYPY_PLUGIN="$(dirname "$PYTHON")/protoc-gen-mypy"
 PROTO_DIR="kubevol/csi/proto"
 OUT_DIR="kubevol/csi/_generated"
 PACKAGE="kubevol.csi._generated"
@@ -20,12 +23,18 @@ if [ "$have" != "$PINNED_TOOLS" ]; then
     echo "generate-protos: grpcio-tools $have installed, $PINNED_TOOLS required" >&2
     exit 2
 fi
+have=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("mypy-protobuf"))')
+if [ "$have" != "$PINNED_MYPY_PROTOBUF" ]; then
+    echo "generate-protos: mypy-protobuf $have installed, $PINNED_MYPY_PROTOBUF required" >&2
+    exit 2
+fi
 
 generate() {
     local dest=$1
     mkdir -p "$dest"
     "$PYTHON" -m grpc_tools.protoc -I "$PROTO_DIR" \
-        --python_out="$dest" --pyi_out="$dest" --grpc_python_out="$dest" \
+        --plugin=protoc-gen-mypy="$MYPY_PLUGIN" \
+        --python_out="$dest" --mypy_out="$dest" --grpc_python_out="$dest" \
         "$PROTO_DIR"/csi.proto "$PROTO_DIR"/pluginregistration.proto
     # protoc writes top-level imports ("import csi_pb2"); make them package-relative.
     local f

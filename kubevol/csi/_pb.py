@@ -1,7 +1,8 @@
-"""The generated protobuf modules, imported dynamically so that type checkers see ``Any``.
+"""The generated protobuf modules as ``Any``, for kubevol's own code.
 
-The generated code is not type-checked (its stubs do not pass ``mypy --strict``), so
-handwritten modules import it only through here.
+kubevol's services, client and conversions build messages generically (by field name,
+through descriptors), which typed stubs would not help with. Driver authors use the typed
+:mod:`kubevol.csi.pb` instead.
 """
 
 from __future__ import annotations

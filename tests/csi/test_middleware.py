@@ -105,15 +105,18 @@ def test_volume_context_can_be_left_out_of_logs(
 def _nested_secret_type() -> Any:
     """A message type with csi_secret fields nested in a message, a list and a map."""
     d = descriptor_pb2
-    pool = descriptor_pool.DescriptorPool()
+    # The protobuf runtime's descriptor API is untyped in its stubs.
+    pool: Any = descriptor_pool.DescriptorPool()
+    default_pool: Any = descriptor_pool.Default()  # type: ignore[no-untyped-call]
+    descriptor: Any = d.DESCRIPTOR
     fd_desc = d.FileDescriptorProto()
-    d.DESCRIPTOR.CopyToProto(fd_desc)
+    descriptor.CopyToProto(fd_desc)
     pool.Add(fd_desc)
     csi_file = d.FileDescriptorProto()
     csi_pb2.DESCRIPTOR.CopyToProto(csi_file)
     for dep in ("google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"):
         dep_file = d.FileDescriptorProto()
-        descriptor_pool.Default().FindFileByName(dep).CopyToProto(dep_file)
+        default_pool.FindFileByName(dep).CopyToProto(dep_file)
         pool.Add(dep_file)
     pool.Add(csi_file)
     test_file = d.FileDescriptorProto(

@@ -1,1168 +1,2760 @@
-from google.protobuf import descriptor_pb2 as _descriptor_pb2
-from google.protobuf import timestamp_pb2 as _timestamp_pb2
-from google.protobuf import wrappers_pb2 as _wrappers_pb2
-from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
-
-DESCRIPTOR: _descriptor.FileDescriptor
-
-class BlockMetadataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    UNKNOWN: _ClassVar[BlockMetadataType]
-    FIXED_LENGTH: _ClassVar[BlockMetadataType]
-    VARIABLE_LENGTH: _ClassVar[BlockMetadataType]
-UNKNOWN: BlockMetadataType
-FIXED_LENGTH: BlockMetadataType
-VARIABLE_LENGTH: BlockMetadataType
-ALPHA_ENUM_FIELD_NUMBER: _ClassVar[int]
-alpha_enum: _descriptor.FieldDescriptor
-ALPHA_ENUM_VALUE_FIELD_NUMBER: _ClassVar[int]
-alpha_enum_value: _descriptor.FieldDescriptor
-CSI_SECRET_FIELD_NUMBER: _ClassVar[int]
-csi_secret: _descriptor.FieldDescriptor
-ALPHA_FIELD_FIELD_NUMBER: _ClassVar[int]
-alpha_field: _descriptor.FieldDescriptor
-ALPHA_MESSAGE_FIELD_NUMBER: _ClassVar[int]
-alpha_message: _descriptor.FieldDescriptor
-ALPHA_METHOD_FIELD_NUMBER: _ClassVar[int]
-alpha_method: _descriptor.FieldDescriptor
-ALPHA_SERVICE_FIELD_NUMBER: _ClassVar[int]
-alpha_service: _descriptor.FieldDescriptor
-
-class GetPluginInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class GetPluginInfoResponse(_message.Message):
-    __slots__ = ("name", "vendor_version", "manifest")
-    class ManifestEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    VENDOR_VERSION_FIELD_NUMBER: _ClassVar[int]
-    MANIFEST_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    vendor_version: str
-    manifest: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., vendor_version: _Optional[str] = ..., manifest: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class GetPluginCapabilitiesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class GetPluginCapabilitiesResponse(_message.Message):
-    __slots__ = ("capabilities",)
-    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    capabilities: _containers.RepeatedCompositeFieldContainer[PluginCapability]
-    def __init__(self, capabilities: _Optional[_Iterable[_Union[PluginCapability, _Mapping]]] = ...) -> None: ...
-
-class PluginCapability(_message.Message):
-    __slots__ = ("service", "volume_expansion")
-    class Service(_message.Message):
-        __slots__ = ("type",)
-        class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-            __slots__ = ()
-            UNKNOWN: _ClassVar[PluginCapability.Service.Type]
-            CONTROLLER_SERVICE: _ClassVar[PluginCapability.Service.Type]
-            VOLUME_ACCESSIBILITY_CONSTRAINTS: _ClassVar[PluginCapability.Service.Type]
-            GROUP_CONTROLLER_SERVICE: _ClassVar[PluginCapability.Service.Type]
-            SNAPSHOT_METADATA_SERVICE: _ClassVar[PluginCapability.Service.Type]
-        UNKNOWN: PluginCapability.Service.Type
-        CONTROLLER_SERVICE: PluginCapability.Service.Type
-        VOLUME_ACCESSIBILITY_CONSTRAINTS: PluginCapability.Service.Type
-        GROUP_CONTROLLER_SERVICE: PluginCapability.Service.Type
-        SNAPSHOT_METADATA_SERVICE: PluginCapability.Service.Type
-        TYPE_FIELD_NUMBER: _ClassVar[int]
-        type: PluginCapability.Service.Type
-        def __init__(self, type: _Optional[_Union[PluginCapability.Service.Type, str]] = ...) -> None: ...
-    class VolumeExpansion(_message.Message):
-        __slots__ = ("type",)
-        class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-            __slots__ = ()
-            UNKNOWN: _ClassVar[PluginCapability.VolumeExpansion.Type]
-            ONLINE: _ClassVar[PluginCapability.VolumeExpansion.Type]
-            OFFLINE: _ClassVar[PluginCapability.VolumeExpansion.Type]
-        UNKNOWN: PluginCapability.VolumeExpansion.Type
-        ONLINE: PluginCapability.VolumeExpansion.Type
-        OFFLINE: PluginCapability.VolumeExpansion.Type
-        TYPE_FIELD_NUMBER: _ClassVar[int]
-        type: PluginCapability.VolumeExpansion.Type
-        def __init__(self, type: _Optional[_Union[PluginCapability.VolumeExpansion.Type, str]] = ...) -> None: ...
-    SERVICE_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_EXPANSION_FIELD_NUMBER: _ClassVar[int]
-    service: PluginCapability.Service
-    volume_expansion: PluginCapability.VolumeExpansion
-    def __init__(self, service: _Optional[_Union[PluginCapability.Service, _Mapping]] = ..., volume_expansion: _Optional[_Union[PluginCapability.VolumeExpansion, _Mapping]] = ...) -> None: ...
-
-class ProbeRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ProbeResponse(_message.Message):
-    __slots__ = ("ready",)
-    READY_FIELD_NUMBER: _ClassVar[int]
-    ready: _wrappers_pb2.BoolValue
-    def __init__(self, ready: _Optional[_Union[_wrappers_pb2.BoolValue, _Mapping]] = ...) -> None: ...
-
-class CreateVolumeRequest(_message.Message):
-    __slots__ = ("name", "capacity_range", "volume_capabilities", "parameters", "secrets", "volume_content_source", "accessibility_requirements", "mutable_parameters")
-    class ParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class MutableParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    CAPACITY_RANGE_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONTENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
-    ACCESSIBILITY_REQUIREMENTS_FIELD_NUMBER: _ClassVar[int]
-    MUTABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    capacity_range: CapacityRange
-    volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
-    parameters: _containers.ScalarMap[str, str]
-    secrets: _containers.ScalarMap[str, str]
-    volume_content_source: VolumeContentSource
-    accessibility_requirements: TopologyRequirement
-    mutable_parameters: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., capacity_range: _Optional[_Union[CapacityRange, _Mapping]] = ..., volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., volume_content_source: _Optional[_Union[VolumeContentSource, _Mapping]] = ..., accessibility_requirements: _Optional[_Union[TopologyRequirement, _Mapping]] = ..., mutable_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class VolumeContentSource(_message.Message):
-    __slots__ = ("snapshot", "volume")
-    class SnapshotSource(_message.Message):
-        __slots__ = ("snapshot_id",)
-        SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-        snapshot_id: str
-        def __init__(self, snapshot_id: _Optional[str] = ...) -> None: ...
-    class VolumeSource(_message.Message):
-        __slots__ = ("volume_id",)
-        VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-        volume_id: str
-        def __init__(self, volume_id: _Optional[str] = ...) -> None: ...
-    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_FIELD_NUMBER: _ClassVar[int]
-    snapshot: VolumeContentSource.SnapshotSource
-    volume: VolumeContentSource.VolumeSource
-    def __init__(self, snapshot: _Optional[_Union[VolumeContentSource.SnapshotSource, _Mapping]] = ..., volume: _Optional[_Union[VolumeContentSource.VolumeSource, _Mapping]] = ...) -> None: ...
-
-class CreateVolumeResponse(_message.Message):
-    __slots__ = ("volume",)
-    VOLUME_FIELD_NUMBER: _ClassVar[int]
-    volume: Volume
-    def __init__(self, volume: _Optional[_Union[Volume, _Mapping]] = ...) -> None: ...
-
-class VolumeCapability(_message.Message):
-    __slots__ = ("block", "mount", "access_mode")
-    class BlockVolume(_message.Message):
-        __slots__ = ()
-        def __init__(self) -> None: ...
-    class MountVolume(_message.Message):
-        __slots__ = ("fs_type", "mount_flags", "volume_mount_group")
-        FS_TYPE_FIELD_NUMBER: _ClassVar[int]
-        MOUNT_FLAGS_FIELD_NUMBER: _ClassVar[int]
-        VOLUME_MOUNT_GROUP_FIELD_NUMBER: _ClassVar[int]
-        fs_type: str
-        mount_flags: _containers.RepeatedScalarFieldContainer[str]
-        volume_mount_group: str
-        def __init__(self, fs_type: _Optional[str] = ..., mount_flags: _Optional[_Iterable[str]] = ..., volume_mount_group: _Optional[str] = ...) -> None: ...
-    class AccessMode(_message.Message):
-        __slots__ = ("mode",)
-        class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-            __slots__ = ()
-            UNKNOWN: _ClassVar[VolumeCapability.AccessMode.Mode]
-            SINGLE_NODE_WRITER: _ClassVar[VolumeCapability.AccessMode.Mode]
-            SINGLE_NODE_READER_ONLY: _ClassVar[VolumeCapability.AccessMode.Mode]
-            MULTI_NODE_READER_ONLY: _ClassVar[VolumeCapability.AccessMode.Mode]
-            MULTI_NODE_SINGLE_WRITER: _ClassVar[VolumeCapability.AccessMode.Mode]
-            MULTI_NODE_MULTI_WRITER: _ClassVar[VolumeCapability.AccessMode.Mode]
-            SINGLE_NODE_SINGLE_WRITER: _ClassVar[VolumeCapability.AccessMode.Mode]
-            SINGLE_NODE_MULTI_WRITER: _ClassVar[VolumeCapability.AccessMode.Mode]
-        UNKNOWN: VolumeCapability.AccessMode.Mode
-        SINGLE_NODE_WRITER: VolumeCapability.AccessMode.Mode
-        SINGLE_NODE_READER_ONLY: VolumeCapability.AccessMode.Mode
-        MULTI_NODE_READER_ONLY: VolumeCapability.AccessMode.Mode
-        MULTI_NODE_SINGLE_WRITER: VolumeCapability.AccessMode.Mode
-        MULTI_NODE_MULTI_WRITER: VolumeCapability.AccessMode.Mode
-        SINGLE_NODE_SINGLE_WRITER: VolumeCapability.AccessMode.Mode
-        SINGLE_NODE_MULTI_WRITER: VolumeCapability.AccessMode.Mode
-        MODE_FIELD_NUMBER: _ClassVar[int]
-        mode: VolumeCapability.AccessMode.Mode
-        def __init__(self, mode: _Optional[_Union[VolumeCapability.AccessMode.Mode, str]] = ...) -> None: ...
-    BLOCK_FIELD_NUMBER: _ClassVar[int]
-    MOUNT_FIELD_NUMBER: _ClassVar[int]
-    ACCESS_MODE_FIELD_NUMBER: _ClassVar[int]
-    block: VolumeCapability.BlockVolume
-    mount: VolumeCapability.MountVolume
-    access_mode: VolumeCapability.AccessMode
-    def __init__(self, block: _Optional[_Union[VolumeCapability.BlockVolume, _Mapping]] = ..., mount: _Optional[_Union[VolumeCapability.MountVolume, _Mapping]] = ..., access_mode: _Optional[_Union[VolumeCapability.AccessMode, _Mapping]] = ...) -> None: ...
-
-class CapacityRange(_message.Message):
-    __slots__ = ("required_bytes", "limit_bytes")
-    REQUIRED_BYTES_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
-    required_bytes: int
-    limit_bytes: int
-    def __init__(self, required_bytes: _Optional[int] = ..., limit_bytes: _Optional[int] = ...) -> None: ...
-
-class Volume(_message.Message):
-    __slots__ = ("capacity_bytes", "volume_id", "volume_context", "content_source", "accessible_topology")
-    class VolumeContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    CONTENT_SOURCE_FIELD_NUMBER: _ClassVar[int]
-    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
-    capacity_bytes: int
-    volume_id: str
-    volume_context: _containers.ScalarMap[str, str]
-    content_source: VolumeContentSource
-    accessible_topology: _containers.RepeatedCompositeFieldContainer[Topology]
-    def __init__(self, capacity_bytes: _Optional[int] = ..., volume_id: _Optional[str] = ..., volume_context: _Optional[_Mapping[str, str]] = ..., content_source: _Optional[_Union[VolumeContentSource, _Mapping]] = ..., accessible_topology: _Optional[_Iterable[_Union[Topology, _Mapping]]] = ...) -> None: ...
-
-class TopologyRequirement(_message.Message):
-    __slots__ = ("requisite", "preferred")
-    REQUISITE_FIELD_NUMBER: _ClassVar[int]
-    PREFERRED_FIELD_NUMBER: _ClassVar[int]
-    requisite: _containers.RepeatedCompositeFieldContainer[Topology]
-    preferred: _containers.RepeatedCompositeFieldContainer[Topology]
-    def __init__(self, requisite: _Optional[_Iterable[_Union[Topology, _Mapping]]] = ..., preferred: _Optional[_Iterable[_Union[Topology, _Mapping]]] = ...) -> None: ...
-
-class Topology(_message.Message):
-    __slots__ = ("segments",)
-    class SegmentsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
-    segments: _containers.ScalarMap[str, str]
-    def __init__(self, segments: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class DeleteVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class DeleteVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ControllerPublishVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "node_id", "volume_capability", "readonly", "secrets", "volume_context")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class VolumeContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    NODE_ID_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
-    READONLY_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    node_id: str
-    volume_capability: VolumeCapability
-    readonly: bool
-    secrets: _containers.ScalarMap[str, str]
-    volume_context: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., node_id: _Optional[str] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ..., readonly: bool = ..., secrets: _Optional[_Mapping[str, str]] = ..., volume_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class ControllerPublishVolumeResponse(_message.Message):
-    __slots__ = ("publish_context",)
-    class PublishContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    PUBLISH_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    publish_context: _containers.ScalarMap[str, str]
-    def __init__(self, publish_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class ControllerUnpublishVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "node_id", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    NODE_ID_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    node_id: str
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., node_id: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class ControllerUnpublishVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ValidateVolumeCapabilitiesRequest(_message.Message):
-    __slots__ = ("volume_id", "volume_context", "volume_capabilities", "parameters", "secrets", "mutable_parameters")
-    class VolumeContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class ParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class MutableParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    MUTABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    volume_context: _containers.ScalarMap[str, str]
-    volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
-    parameters: _containers.ScalarMap[str, str]
-    secrets: _containers.ScalarMap[str, str]
-    mutable_parameters: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., volume_context: _Optional[_Mapping[str, str]] = ..., volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., mutable_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class ValidateVolumeCapabilitiesResponse(_message.Message):
-    __slots__ = ("confirmed", "message")
-    class Confirmed(_message.Message):
-        __slots__ = ("volume_context", "volume_capabilities", "parameters", "mutable_parameters")
-        class VolumeContextEntry(_message.Message):
-            __slots__ = ("key", "value")
-            KEY_FIELD_NUMBER: _ClassVar[int]
-            VALUE_FIELD_NUMBER: _ClassVar[int]
-            key: str
-            value: str
-            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-        class ParametersEntry(_message.Message):
-            __slots__ = ("key", "value")
-            KEY_FIELD_NUMBER: _ClassVar[int]
-            VALUE_FIELD_NUMBER: _ClassVar[int]
-            key: str
-            value: str
-            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-        class MutableParametersEntry(_message.Message):
-            __slots__ = ("key", "value")
-            KEY_FIELD_NUMBER: _ClassVar[int]
-            VALUE_FIELD_NUMBER: _ClassVar[int]
-            key: str
-            value: str
-            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-        VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-        VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-        PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-        MUTABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-        volume_context: _containers.ScalarMap[str, str]
-        volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
-        parameters: _containers.ScalarMap[str, str]
-        mutable_parameters: _containers.ScalarMap[str, str]
-        def __init__(self, volume_context: _Optional[_Mapping[str, str]] = ..., volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., mutable_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
-    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    confirmed: ValidateVolumeCapabilitiesResponse.Confirmed
-    message: str
-    def __init__(self, confirmed: _Optional[_Union[ValidateVolumeCapabilitiesResponse.Confirmed, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
-
-class ListVolumesRequest(_message.Message):
-    __slots__ = ("max_entries", "starting_token")
-    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    STARTING_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    max_entries: int
-    starting_token: str
-    def __init__(self, max_entries: _Optional[int] = ..., starting_token: _Optional[str] = ...) -> None: ...
-
-class ListVolumesResponse(_message.Message):
-    __slots__ = ("entries", "next_token")
-    class VolumeStatus(_message.Message):
-        __slots__ = ("published_node_ids", "volume_condition")
-        PUBLISHED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
-        VOLUME_CONDITION_FIELD_NUMBER: _ClassVar[int]
-        published_node_ids: _containers.RepeatedScalarFieldContainer[str]
-        volume_condition: VolumeCondition
-        def __init__(self, published_node_ids: _Optional[_Iterable[str]] = ..., volume_condition: _Optional[_Union[VolumeCondition, _Mapping]] = ...) -> None: ...
-    class Entry(_message.Message):
-        __slots__ = ("volume", "status")
-        VOLUME_FIELD_NUMBER: _ClassVar[int]
-        STATUS_FIELD_NUMBER: _ClassVar[int]
-        volume: Volume
-        status: ListVolumesResponse.VolumeStatus
-        def __init__(self, volume: _Optional[_Union[Volume, _Mapping]] = ..., status: _Optional[_Union[ListVolumesResponse.VolumeStatus, _Mapping]] = ...) -> None: ...
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    entries: _containers.RepeatedCompositeFieldContainer[ListVolumesResponse.Entry]
-    next_token: str
-    def __init__(self, entries: _Optional[_Iterable[_Union[ListVolumesResponse.Entry, _Mapping]]] = ..., next_token: _Optional[str] = ...) -> None: ...
-
-class ControllerGetVolumeRequest(_message.Message):
-    __slots__ = ("volume_id",)
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    def __init__(self, volume_id: _Optional[str] = ...) -> None: ...
-
-class ControllerGetVolumeResponse(_message.Message):
-    __slots__ = ("volume", "status")
-    class VolumeStatus(_message.Message):
-        __slots__ = ("published_node_ids", "volume_condition")
-        PUBLISHED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
-        VOLUME_CONDITION_FIELD_NUMBER: _ClassVar[int]
-        published_node_ids: _containers.RepeatedScalarFieldContainer[str]
-        volume_condition: VolumeCondition
-        def __init__(self, published_node_ids: _Optional[_Iterable[str]] = ..., volume_condition: _Optional[_Union[VolumeCondition, _Mapping]] = ...) -> None: ...
-    VOLUME_FIELD_NUMBER: _ClassVar[int]
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    volume: Volume
-    status: ControllerGetVolumeResponse.VolumeStatus
-    def __init__(self, volume: _Optional[_Union[Volume, _Mapping]] = ..., status: _Optional[_Union[ControllerGetVolumeResponse.VolumeStatus, _Mapping]] = ...) -> None: ...
-
-class ControllerModifyVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "secrets", "mutable_parameters")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class MutableParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    MUTABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    secrets: _containers.ScalarMap[str, str]
-    mutable_parameters: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ..., mutable_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class ControllerModifyVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class GetCapacityRequest(_message.Message):
-    __slots__ = ("volume_capabilities", "parameters", "accessible_topology")
-    class ParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
-    volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
-    parameters: _containers.ScalarMap[str, str]
-    accessible_topology: Topology
-    def __init__(self, volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., accessible_topology: _Optional[_Union[Topology, _Mapping]] = ...) -> None: ...
-
-class GetCapacityResponse(_message.Message):
-    __slots__ = ("available_capacity", "maximum_volume_size", "minimum_volume_size")
-    AVAILABLE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
-    MAXIMUM_VOLUME_SIZE_FIELD_NUMBER: _ClassVar[int]
-    MINIMUM_VOLUME_SIZE_FIELD_NUMBER: _ClassVar[int]
-    available_capacity: int
-    maximum_volume_size: _wrappers_pb2.Int64Value
-    minimum_volume_size: _wrappers_pb2.Int64Value
-    def __init__(self, available_capacity: _Optional[int] = ..., maximum_volume_size: _Optional[_Union[_wrappers_pb2.Int64Value, _Mapping]] = ..., minimum_volume_size: _Optional[_Union[_wrappers_pb2.Int64Value, _Mapping]] = ...) -> None: ...
-
-class ControllerGetCapabilitiesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ControllerGetCapabilitiesResponse(_message.Message):
-    __slots__ = ("capabilities",)
-    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    capabilities: _containers.RepeatedCompositeFieldContainer[ControllerServiceCapability]
-    def __init__(self, capabilities: _Optional[_Iterable[_Union[ControllerServiceCapability, _Mapping]]] = ...) -> None: ...
-
-class ControllerServiceCapability(_message.Message):
-    __slots__ = ("rpc",)
-    class RPC(_message.Message):
-        __slots__ = ("type",)
-        class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-            __slots__ = ()
-            UNKNOWN: _ClassVar[ControllerServiceCapability.RPC.Type]
-            CREATE_DELETE_VOLUME: _ClassVar[ControllerServiceCapability.RPC.Type]
-            PUBLISH_UNPUBLISH_VOLUME: _ClassVar[ControllerServiceCapability.RPC.Type]
-            LIST_VOLUMES: _ClassVar[ControllerServiceCapability.RPC.Type]
-            GET_CAPACITY: _ClassVar[ControllerServiceCapability.RPC.Type]
-            CREATE_DELETE_SNAPSHOT: _ClassVar[ControllerServiceCapability.RPC.Type]
-            LIST_SNAPSHOTS: _ClassVar[ControllerServiceCapability.RPC.Type]
-            CLONE_VOLUME: _ClassVar[ControllerServiceCapability.RPC.Type]
-            PUBLISH_READONLY: _ClassVar[ControllerServiceCapability.RPC.Type]
-            EXPAND_VOLUME: _ClassVar[ControllerServiceCapability.RPC.Type]
-            LIST_VOLUMES_PUBLISHED_NODES: _ClassVar[ControllerServiceCapability.RPC.Type]
-            VOLUME_CONDITION: _ClassVar[ControllerServiceCapability.RPC.Type]
-            GET_VOLUME: _ClassVar[ControllerServiceCapability.RPC.Type]
-            SINGLE_NODE_MULTI_WRITER: _ClassVar[ControllerServiceCapability.RPC.Type]
-            MODIFY_VOLUME: _ClassVar[ControllerServiceCapability.RPC.Type]
-            GET_SNAPSHOT: _ClassVar[ControllerServiceCapability.RPC.Type]
-        UNKNOWN: ControllerServiceCapability.RPC.Type
-        CREATE_DELETE_VOLUME: ControllerServiceCapability.RPC.Type
-        PUBLISH_UNPUBLISH_VOLUME: ControllerServiceCapability.RPC.Type
-        LIST_VOLUMES: ControllerServiceCapability.RPC.Type
-        GET_CAPACITY: ControllerServiceCapability.RPC.Type
-        CREATE_DELETE_SNAPSHOT: ControllerServiceCapability.RPC.Type
-        LIST_SNAPSHOTS: ControllerServiceCapability.RPC.Type
-        CLONE_VOLUME: ControllerServiceCapability.RPC.Type
-        PUBLISH_READONLY: ControllerServiceCapability.RPC.Type
-        EXPAND_VOLUME: ControllerServiceCapability.RPC.Type
-        LIST_VOLUMES_PUBLISHED_NODES: ControllerServiceCapability.RPC.Type
-        VOLUME_CONDITION: ControllerServiceCapability.RPC.Type
-        GET_VOLUME: ControllerServiceCapability.RPC.Type
-        SINGLE_NODE_MULTI_WRITER: ControllerServiceCapability.RPC.Type
-        MODIFY_VOLUME: ControllerServiceCapability.RPC.Type
-        GET_SNAPSHOT: ControllerServiceCapability.RPC.Type
-        TYPE_FIELD_NUMBER: _ClassVar[int]
-        type: ControllerServiceCapability.RPC.Type
-        def __init__(self, type: _Optional[_Union[ControllerServiceCapability.RPC.Type, str]] = ...) -> None: ...
-    RPC_FIELD_NUMBER: _ClassVar[int]
-    rpc: ControllerServiceCapability.RPC
-    def __init__(self, rpc: _Optional[_Union[ControllerServiceCapability.RPC, _Mapping]] = ...) -> None: ...
-
-class CreateSnapshotRequest(_message.Message):
-    __slots__ = ("source_volume_id", "name", "secrets", "parameters")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class ParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    SOURCE_VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    source_volume_id: str
-    name: str
-    secrets: _containers.ScalarMap[str, str]
-    parameters: _containers.ScalarMap[str, str]
-    def __init__(self, source_volume_id: _Optional[str] = ..., name: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class CreateSnapshotResponse(_message.Message):
-    __slots__ = ("snapshot",)
-    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
-    snapshot: Snapshot
-    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
-
-class Snapshot(_message.Message):
-    __slots__ = ("size_bytes", "snapshot_id", "source_volume_id", "creation_time", "ready_to_use", "group_snapshot_id")
-    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
-    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    CREATION_TIME_FIELD_NUMBER: _ClassVar[int]
-    READY_TO_USE_FIELD_NUMBER: _ClassVar[int]
-    GROUP_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    size_bytes: int
-    snapshot_id: str
-    source_volume_id: str
-    creation_time: _timestamp_pb2.Timestamp
-    ready_to_use: bool
-    group_snapshot_id: str
-    def __init__(self, size_bytes: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., source_volume_id: _Optional[str] = ..., creation_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ready_to_use: bool = ..., group_snapshot_id: _Optional[str] = ...) -> None: ...
-
-class DeleteSnapshotRequest(_message.Message):
-    __slots__ = ("snapshot_id", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    snapshot_id: str
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, snapshot_id: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class DeleteSnapshotResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class ListSnapshotsRequest(_message.Message):
-    __slots__ = ("max_entries", "starting_token", "source_volume_id", "snapshot_id", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    STARTING_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    max_entries: int
-    starting_token: str
-    source_volume_id: str
-    snapshot_id: str
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, max_entries: _Optional[int] = ..., starting_token: _Optional[str] = ..., source_volume_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class ListSnapshotsResponse(_message.Message):
-    __slots__ = ("entries", "next_token")
-    class Entry(_message.Message):
-        __slots__ = ("snapshot",)
-        SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
-        snapshot: Snapshot
-        def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
-    NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    entries: _containers.RepeatedCompositeFieldContainer[ListSnapshotsResponse.Entry]
-    next_token: str
-    def __init__(self, entries: _Optional[_Iterable[_Union[ListSnapshotsResponse.Entry, _Mapping]]] = ..., next_token: _Optional[str] = ...) -> None: ...
-
-class GetSnapshotRequest(_message.Message):
-    __slots__ = ("snapshot_id", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    snapshot_id: str
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, snapshot_id: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class GetSnapshotResponse(_message.Message):
-    __slots__ = ("snapshot",)
-    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
-    snapshot: Snapshot
-    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
-
-class ControllerExpandVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "capacity_range", "secrets", "volume_capability")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    CAPACITY_RANGE_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    capacity_range: CapacityRange
-    secrets: _containers.ScalarMap[str, str]
-    volume_capability: VolumeCapability
-    def __init__(self, volume_id: _Optional[str] = ..., capacity_range: _Optional[_Union[CapacityRange, _Mapping]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ...) -> None: ...
-
-class ControllerExpandVolumeResponse(_message.Message):
-    __slots__ = ("capacity_bytes", "node_expansion_required")
-    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
-    NODE_EXPANSION_REQUIRED_FIELD_NUMBER: _ClassVar[int]
-    capacity_bytes: int
-    node_expansion_required: bool
-    def __init__(self, capacity_bytes: _Optional[int] = ..., node_expansion_required: bool = ...) -> None: ...
-
-class NodeStageVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "publish_context", "staging_target_path", "volume_capability", "secrets", "volume_context")
-    class PublishContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class VolumeContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    PUBLISH_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    publish_context: _containers.ScalarMap[str, str]
-    staging_target_path: str
-    volume_capability: VolumeCapability
-    secrets: _containers.ScalarMap[str, str]
-    volume_context: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., publish_context: _Optional[_Mapping[str, str]] = ..., staging_target_path: _Optional[str] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., volume_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class NodeStageVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class NodeUnstageVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "staging_target_path")
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    staging_target_path: str
-    def __init__(self, volume_id: _Optional[str] = ..., staging_target_path: _Optional[str] = ...) -> None: ...
-
-class NodeUnstageVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class NodePublishVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "publish_context", "staging_target_path", "target_path", "volume_capability", "readonly", "secrets", "volume_context")
-    class PublishContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class VolumeContextEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    PUBLISH_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
-    READONLY_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    publish_context: _containers.ScalarMap[str, str]
-    staging_target_path: str
-    target_path: str
-    volume_capability: VolumeCapability
-    readonly: bool
-    secrets: _containers.ScalarMap[str, str]
-    volume_context: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., publish_context: _Optional[_Mapping[str, str]] = ..., staging_target_path: _Optional[str] = ..., target_path: _Optional[str] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ..., readonly: bool = ..., secrets: _Optional[_Mapping[str, str]] = ..., volume_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class NodePublishVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class NodeUnpublishVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "target_path")
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    target_path: str
-    def __init__(self, volume_id: _Optional[str] = ..., target_path: _Optional[str] = ...) -> None: ...
-
-class NodeUnpublishVolumeResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class NodeGetVolumeStatsRequest(_message.Message):
-    __slots__ = ("volume_id", "volume_path", "staging_target_path")
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_PATH_FIELD_NUMBER: _ClassVar[int]
-    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    volume_path: str
-    staging_target_path: str
-    def __init__(self, volume_id: _Optional[str] = ..., volume_path: _Optional[str] = ..., staging_target_path: _Optional[str] = ...) -> None: ...
-
-class NodeGetVolumeStatsResponse(_message.Message):
-    __slots__ = ("usage", "volume_condition")
-    USAGE_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CONDITION_FIELD_NUMBER: _ClassVar[int]
-    usage: _containers.RepeatedCompositeFieldContainer[VolumeUsage]
-    volume_condition: VolumeCondition
-    def __init__(self, usage: _Optional[_Iterable[_Union[VolumeUsage, _Mapping]]] = ..., volume_condition: _Optional[_Union[VolumeCondition, _Mapping]] = ...) -> None: ...
-
-class VolumeUsage(_message.Message):
-    __slots__ = ("available", "total", "used", "unit")
-    class Unit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-        __slots__ = ()
-        UNKNOWN: _ClassVar[VolumeUsage.Unit]
-        BYTES: _ClassVar[VolumeUsage.Unit]
-        INODES: _ClassVar[VolumeUsage.Unit]
-    UNKNOWN: VolumeUsage.Unit
-    BYTES: VolumeUsage.Unit
-    INODES: VolumeUsage.Unit
-    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
-    TOTAL_FIELD_NUMBER: _ClassVar[int]
-    USED_FIELD_NUMBER: _ClassVar[int]
-    UNIT_FIELD_NUMBER: _ClassVar[int]
-    available: int
-    total: int
-    used: int
-    unit: VolumeUsage.Unit
-    def __init__(self, available: _Optional[int] = ..., total: _Optional[int] = ..., used: _Optional[int] = ..., unit: _Optional[_Union[VolumeUsage.Unit, str]] = ...) -> None: ...
-
-class VolumeCondition(_message.Message):
-    __slots__ = ("abnormal", "message")
-    ABNORMAL_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    abnormal: bool
-    message: str
-    def __init__(self, abnormal: bool = ..., message: _Optional[str] = ...) -> None: ...
-
-class NodeGetCapabilitiesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class NodeGetCapabilitiesResponse(_message.Message):
-    __slots__ = ("capabilities",)
-    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    capabilities: _containers.RepeatedCompositeFieldContainer[NodeServiceCapability]
-    def __init__(self, capabilities: _Optional[_Iterable[_Union[NodeServiceCapability, _Mapping]]] = ...) -> None: ...
-
-class NodeServiceCapability(_message.Message):
-    __slots__ = ("rpc",)
-    class RPC(_message.Message):
-        __slots__ = ("type",)
-        class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-            __slots__ = ()
-            UNKNOWN: _ClassVar[NodeServiceCapability.RPC.Type]
-            STAGE_UNSTAGE_VOLUME: _ClassVar[NodeServiceCapability.RPC.Type]
-            GET_VOLUME_STATS: _ClassVar[NodeServiceCapability.RPC.Type]
-            EXPAND_VOLUME: _ClassVar[NodeServiceCapability.RPC.Type]
-            VOLUME_CONDITION: _ClassVar[NodeServiceCapability.RPC.Type]
-            SINGLE_NODE_MULTI_WRITER: _ClassVar[NodeServiceCapability.RPC.Type]
-            VOLUME_MOUNT_GROUP: _ClassVar[NodeServiceCapability.RPC.Type]
-        UNKNOWN: NodeServiceCapability.RPC.Type
-        STAGE_UNSTAGE_VOLUME: NodeServiceCapability.RPC.Type
-        GET_VOLUME_STATS: NodeServiceCapability.RPC.Type
-        EXPAND_VOLUME: NodeServiceCapability.RPC.Type
-        VOLUME_CONDITION: NodeServiceCapability.RPC.Type
-        SINGLE_NODE_MULTI_WRITER: NodeServiceCapability.RPC.Type
-        VOLUME_MOUNT_GROUP: NodeServiceCapability.RPC.Type
-        TYPE_FIELD_NUMBER: _ClassVar[int]
-        type: NodeServiceCapability.RPC.Type
-        def __init__(self, type: _Optional[_Union[NodeServiceCapability.RPC.Type, str]] = ...) -> None: ...
-    RPC_FIELD_NUMBER: _ClassVar[int]
-    rpc: NodeServiceCapability.RPC
-    def __init__(self, rpc: _Optional[_Union[NodeServiceCapability.RPC, _Mapping]] = ...) -> None: ...
-
-class NodeGetInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class NodeGetInfoResponse(_message.Message):
-    __slots__ = ("node_id", "max_volumes_per_node", "accessible_topology")
-    NODE_ID_FIELD_NUMBER: _ClassVar[int]
-    MAX_VOLUMES_PER_NODE_FIELD_NUMBER: _ClassVar[int]
-    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
-    node_id: str
-    max_volumes_per_node: int
-    accessible_topology: Topology
-    def __init__(self, node_id: _Optional[str] = ..., max_volumes_per_node: _Optional[int] = ..., accessible_topology: _Optional[_Union[Topology, _Mapping]] = ...) -> None: ...
-
-class NodeExpandVolumeRequest(_message.Message):
-    __slots__ = ("volume_id", "volume_path", "capacity_range", "staging_target_path", "volume_capability", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_PATH_FIELD_NUMBER: _ClassVar[int]
-    CAPACITY_RANGE_FIELD_NUMBER: _ClassVar[int]
-    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    volume_id: str
-    volume_path: str
-    capacity_range: CapacityRange
-    staging_target_path: str
-    volume_capability: VolumeCapability
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, volume_id: _Optional[str] = ..., volume_path: _Optional[str] = ..., capacity_range: _Optional[_Union[CapacityRange, _Mapping]] = ..., staging_target_path: _Optional[str] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class NodeExpandVolumeResponse(_message.Message):
-    __slots__ = ("capacity_bytes",)
-    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
-    capacity_bytes: int
-    def __init__(self, capacity_bytes: _Optional[int] = ...) -> None: ...
-
-class GroupControllerGetCapabilitiesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class GroupControllerGetCapabilitiesResponse(_message.Message):
-    __slots__ = ("capabilities",)
-    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    capabilities: _containers.RepeatedCompositeFieldContainer[GroupControllerServiceCapability]
-    def __init__(self, capabilities: _Optional[_Iterable[_Union[GroupControllerServiceCapability, _Mapping]]] = ...) -> None: ...
-
-class GroupControllerServiceCapability(_message.Message):
-    __slots__ = ("rpc",)
-    class RPC(_message.Message):
-        __slots__ = ("type",)
-        class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-            __slots__ = ()
-            UNKNOWN: _ClassVar[GroupControllerServiceCapability.RPC.Type]
-            CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: _ClassVar[GroupControllerServiceCapability.RPC.Type]
-        UNKNOWN: GroupControllerServiceCapability.RPC.Type
-        CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: GroupControllerServiceCapability.RPC.Type
-        TYPE_FIELD_NUMBER: _ClassVar[int]
-        type: GroupControllerServiceCapability.RPC.Type
-        def __init__(self, type: _Optional[_Union[GroupControllerServiceCapability.RPC.Type, str]] = ...) -> None: ...
-    RPC_FIELD_NUMBER: _ClassVar[int]
-    rpc: GroupControllerServiceCapability.RPC
-    def __init__(self, rpc: _Optional[_Union[GroupControllerServiceCapability.RPC, _Mapping]] = ...) -> None: ...
-
-class CreateVolumeGroupSnapshotRequest(_message.Message):
-    __slots__ = ("name", "source_volume_ids", "secrets", "parameters")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class ParametersEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    NAME_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_VOLUME_IDS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
-    name: str
-    source_volume_ids: _containers.RepeatedScalarFieldContainer[str]
-    secrets: _containers.ScalarMap[str, str]
-    parameters: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., source_volume_ids: _Optional[_Iterable[str]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class CreateVolumeGroupSnapshotResponse(_message.Message):
-    __slots__ = ("group_snapshot",)
-    GROUP_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
-    group_snapshot: VolumeGroupSnapshot
-    def __init__(self, group_snapshot: _Optional[_Union[VolumeGroupSnapshot, _Mapping]] = ...) -> None: ...
-
-class VolumeGroupSnapshot(_message.Message):
-    __slots__ = ("group_snapshot_id", "snapshots", "creation_time", "ready_to_use")
-    GROUP_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
-    CREATION_TIME_FIELD_NUMBER: _ClassVar[int]
-    READY_TO_USE_FIELD_NUMBER: _ClassVar[int]
-    group_snapshot_id: str
-    snapshots: _containers.RepeatedCompositeFieldContainer[Snapshot]
-    creation_time: _timestamp_pb2.Timestamp
-    ready_to_use: bool
-    def __init__(self, group_snapshot_id: _Optional[str] = ..., snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ..., creation_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ready_to_use: bool = ...) -> None: ...
-
-class DeleteVolumeGroupSnapshotRequest(_message.Message):
-    __slots__ = ("group_snapshot_id", "snapshot_ids", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    GROUP_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SNAPSHOT_IDS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    group_snapshot_id: str
-    snapshot_ids: _containers.RepeatedScalarFieldContainer[str]
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, group_snapshot_id: _Optional[str] = ..., snapshot_ids: _Optional[_Iterable[str]] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class DeleteVolumeGroupSnapshotResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class GetVolumeGroupSnapshotRequest(_message.Message):
-    __slots__ = ("group_snapshot_id", "snapshot_ids", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    GROUP_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    SNAPSHOT_IDS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    group_snapshot_id: str
-    snapshot_ids: _containers.RepeatedScalarFieldContainer[str]
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, group_snapshot_id: _Optional[str] = ..., snapshot_ids: _Optional[_Iterable[str]] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class GetVolumeGroupSnapshotResponse(_message.Message):
-    __slots__ = ("group_snapshot",)
-    GROUP_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
-    group_snapshot: VolumeGroupSnapshot
-    def __init__(self, group_snapshot: _Optional[_Union[VolumeGroupSnapshot, _Mapping]] = ...) -> None: ...
-
-class BlockMetadata(_message.Message):
-    __slots__ = ("byte_offset", "size_bytes")
-    BYTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
-    byte_offset: int
-    size_bytes: int
-    def __init__(self, byte_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ...) -> None: ...
-
-class GetMetadataAllocatedRequest(_message.Message):
-    __slots__ = ("snapshot_id", "starting_offset", "max_results", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    STARTING_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    snapshot_id: str
-    starting_offset: int
-    max_results: int
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, snapshot_id: _Optional[str] = ..., starting_offset: _Optional[int] = ..., max_results: _Optional[int] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class GetMetadataAllocatedResponse(_message.Message):
-    __slots__ = ("block_metadata_type", "volume_capacity_bytes", "block_metadata")
-    BLOCK_METADATA_TYPE_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
-    BLOCK_METADATA_FIELD_NUMBER: _ClassVar[int]
-    block_metadata_type: BlockMetadataType
-    volume_capacity_bytes: int
-    block_metadata: _containers.RepeatedCompositeFieldContainer[BlockMetadata]
-    def __init__(self, block_metadata_type: _Optional[_Union[BlockMetadataType, str]] = ..., volume_capacity_bytes: _Optional[int] = ..., block_metadata: _Optional[_Iterable[_Union[BlockMetadata, _Mapping]]] = ...) -> None: ...
-
-class GetMetadataDeltaRequest(_message.Message):
-    __slots__ = ("base_snapshot_id", "target_snapshot_id", "starting_offset", "max_results", "secrets")
-    class SecretsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    BASE_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    TARGET_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
-    STARTING_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
-    SECRETS_FIELD_NUMBER: _ClassVar[int]
-    base_snapshot_id: str
-    target_snapshot_id: str
-    starting_offset: int
-    max_results: int
-    secrets: _containers.ScalarMap[str, str]
-    def __init__(self, base_snapshot_id: _Optional[str] = ..., target_snapshot_id: _Optional[str] = ..., starting_offset: _Optional[int] = ..., max_results: _Optional[int] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class GetMetadataDeltaResponse(_message.Message):
-    __slots__ = ("block_metadata_type", "volume_capacity_bytes", "block_metadata")
-    BLOCK_METADATA_TYPE_FIELD_NUMBER: _ClassVar[int]
-    VOLUME_CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
-    BLOCK_METADATA_FIELD_NUMBER: _ClassVar[int]
-    block_metadata_type: BlockMetadataType
-    volume_capacity_bytes: int
-    block_metadata: _containers.RepeatedCompositeFieldContainer[BlockMetadata]
-    def __init__(self, block_metadata_type: _Optional[_Union[BlockMetadataType, str]] = ..., volume_capacity_bytes: _Optional[int] = ..., block_metadata: _Optional[_Iterable[_Union[BlockMetadata, _Mapping]]] = ...) -> None: ...
+"""
+@generated by mypy-protobuf.  Do not edit manually!
+isort:skip_file
+kubevol's statement of the Container Storage Interface wire protocol,
+package csi.v1. It is written for kubevol and is meant to be wire-identical
+with CSI spec v1.12 and later: same services, methods, messages, field
+numbers and types, enum values and custom options. Comments here are short;
+the CSI spec (spec.md) is the authority on what each field means.
+
+Regenerate the Python modules with scripts/generate-protos.sh.
+"""
+
+import builtins
+import collections.abc
+import google.protobuf.descriptor
+import google.protobuf.descriptor_pb2
+import google.protobuf.internal.containers
+import google.protobuf.internal.enum_type_wrapper
+import google.protobuf.internal.extension_dict
+import google.protobuf.message
+import google.protobuf.timestamp_pb2
+import google.protobuf.wrappers_pb2
+import sys
+import typing
+
+if sys.version_info >= (3, 10):
+    import typing as typing_extensions
+else:
+    import typing_extensions
+
+DESCRIPTOR: google.protobuf.descriptor.FileDescriptor
+
+class _BlockMetadataType:
+    ValueType = typing.NewType("ValueType", builtins.int)
+    V: typing_extensions.TypeAlias = ValueType
+
+class _BlockMetadataTypeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[_BlockMetadataType.ValueType], builtins.type):
+    DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+    UNKNOWN: _BlockMetadataType.ValueType  # 0
+    FIXED_LENGTH: _BlockMetadataType.ValueType  # 1
+    VARIABLE_LENGTH: _BlockMetadataType.ValueType  # 2
+
+class BlockMetadataType(_BlockMetadataType, metaclass=_BlockMetadataTypeEnumTypeWrapper):
+    """---------------------------------------------------------------------------
+    SnapshotMetadata
+    ---------------------------------------------------------------------------
+    """
+
+UNKNOWN: BlockMetadataType.ValueType  # 0
+FIXED_LENGTH: BlockMetadataType.ValueType  # 1
+VARIABLE_LENGTH: BlockMetadataType.ValueType  # 2
+global___BlockMetadataType = BlockMetadataType
+
+@typing.final
+class GetPluginInfoRequest(google.protobuf.message.Message):
+    """---------------------------------------------------------------------------
+    Identity
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___GetPluginInfoRequest = GetPluginInfoRequest
+
+@typing.final
+class GetPluginInfoResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class ManifestEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    NAME_FIELD_NUMBER: builtins.int
+    VENDOR_VERSION_FIELD_NUMBER: builtins.int
+    MANIFEST_FIELD_NUMBER: builtins.int
+    name: builtins.str
+    """required, DNS-like, at most 63 characters"""
+    vendor_version: builtins.str
+    """required, opaque to the CO"""
+    @property
+    def manifest(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: builtins.str = ...,
+        vendor_version: builtins.str = ...,
+        manifest: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["manifest", b"manifest", "name", b"name", "vendor_version", b"vendor_version"]) -> None: ...
+
+global___GetPluginInfoResponse = GetPluginInfoResponse
+
+@typing.final
+class GetPluginCapabilitiesRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___GetPluginCapabilitiesRequest = GetPluginCapabilitiesRequest
+
+@typing.final
+class GetPluginCapabilitiesResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    CAPABILITIES_FIELD_NUMBER: builtins.int
+    @property
+    def capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___PluginCapability]: ...
+    def __init__(
+        self,
+        *,
+        capabilities: collections.abc.Iterable[global___PluginCapability] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["capabilities", b"capabilities"]) -> None: ...
+
+global___GetPluginCapabilitiesResponse = GetPluginCapabilitiesResponse
+
+@typing.final
+class PluginCapability(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class Service(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        class _Type:
+            ValueType = typing.NewType("ValueType", builtins.int)
+            V: typing_extensions.TypeAlias = ValueType
+
+        class _TypeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[PluginCapability.Service._Type.ValueType], builtins.type):
+            DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+            UNKNOWN: PluginCapability.Service._Type.ValueType  # 0
+            CONTROLLER_SERVICE: PluginCapability.Service._Type.ValueType  # 1
+            VOLUME_ACCESSIBILITY_CONSTRAINTS: PluginCapability.Service._Type.ValueType  # 2
+            GROUP_CONTROLLER_SERVICE: PluginCapability.Service._Type.ValueType  # 3
+            SNAPSHOT_METADATA_SERVICE: PluginCapability.Service._Type.ValueType  # 4
+
+        class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+        UNKNOWN: PluginCapability.Service.Type.ValueType  # 0
+        CONTROLLER_SERVICE: PluginCapability.Service.Type.ValueType  # 1
+        VOLUME_ACCESSIBILITY_CONSTRAINTS: PluginCapability.Service.Type.ValueType  # 2
+        GROUP_CONTROLLER_SERVICE: PluginCapability.Service.Type.ValueType  # 3
+        SNAPSHOT_METADATA_SERVICE: PluginCapability.Service.Type.ValueType  # 4
+
+        TYPE_FIELD_NUMBER: builtins.int
+        type: global___PluginCapability.Service.Type.ValueType
+        def __init__(
+            self,
+            *,
+            type: global___PluginCapability.Service.Type.ValueType = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["type", b"type"]) -> None: ...
+
+    @typing.final
+    class VolumeExpansion(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        class _Type:
+            ValueType = typing.NewType("ValueType", builtins.int)
+            V: typing_extensions.TypeAlias = ValueType
+
+        class _TypeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[PluginCapability.VolumeExpansion._Type.ValueType], builtins.type):
+            DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+            UNKNOWN: PluginCapability.VolumeExpansion._Type.ValueType  # 0
+            ONLINE: PluginCapability.VolumeExpansion._Type.ValueType  # 1
+            """may grow while published"""
+            OFFLINE: PluginCapability.VolumeExpansion._Type.ValueType  # 2
+            """must not grow while published"""
+
+        class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+        UNKNOWN: PluginCapability.VolumeExpansion.Type.ValueType  # 0
+        ONLINE: PluginCapability.VolumeExpansion.Type.ValueType  # 1
+        """may grow while published"""
+        OFFLINE: PluginCapability.VolumeExpansion.Type.ValueType  # 2
+        """must not grow while published"""
+
+        TYPE_FIELD_NUMBER: builtins.int
+        type: global___PluginCapability.VolumeExpansion.Type.ValueType
+        def __init__(
+            self,
+            *,
+            type: global___PluginCapability.VolumeExpansion.Type.ValueType = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["type", b"type"]) -> None: ...
+
+    SERVICE_FIELD_NUMBER: builtins.int
+    VOLUME_EXPANSION_FIELD_NUMBER: builtins.int
+    @property
+    def service(self) -> global___PluginCapability.Service: ...
+    @property
+    def volume_expansion(self) -> global___PluginCapability.VolumeExpansion: ...
+    def __init__(
+        self,
+        *,
+        service: global___PluginCapability.Service | None = ...,
+        volume_expansion: global___PluginCapability.VolumeExpansion | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["service", b"service", "type", b"type", "volume_expansion", b"volume_expansion"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["service", b"service", "type", b"type", "volume_expansion", b"volume_expansion"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["type", b"type"]) -> typing.Literal["service", "volume_expansion"] | None: ...
+
+global___PluginCapability = PluginCapability
+
+@typing.final
+class ProbeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___ProbeRequest = ProbeRequest
+
+@typing.final
+class ProbeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    READY_FIELD_NUMBER: builtins.int
+    @property
+    def ready(self) -> google.protobuf.wrappers_pb2.BoolValue:
+        """Unset means ready."""
+
+    def __init__(
+        self,
+        *,
+        ready: google.protobuf.wrappers_pb2.BoolValue | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["ready", b"ready"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["ready", b"ready"]) -> None: ...
+
+global___ProbeResponse = ProbeResponse
+
+@typing.final
+class CreateVolumeRequest(google.protobuf.message.Message):
+    """---------------------------------------------------------------------------
+    Controller: volumes
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class ParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class MutableParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    NAME_FIELD_NUMBER: builtins.int
+    CAPACITY_RANGE_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITIES_FIELD_NUMBER: builtins.int
+    PARAMETERS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    VOLUME_CONTENT_SOURCE_FIELD_NUMBER: builtins.int
+    ACCESSIBILITY_REQUIREMENTS_FIELD_NUMBER: builtins.int
+    MUTABLE_PARAMETERS_FIELD_NUMBER: builtins.int
+    name: builtins.str
+    """required; the idempotency key"""
+    @property
+    def capacity_range(self) -> global___CapacityRange: ...
+    @property
+    def volume_capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___VolumeCapability]:
+        """required"""
+
+    @property
+    def parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_content_source(self) -> global___VolumeContentSource: ...
+    @property
+    def accessibility_requirements(self) -> global___TopologyRequirement: ...
+    @property
+    def mutable_parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: builtins.str = ...,
+        capacity_range: global___CapacityRange | None = ...,
+        volume_capabilities: collections.abc.Iterable[global___VolumeCapability] | None = ...,
+        parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        volume_content_source: global___VolumeContentSource | None = ...,
+        accessibility_requirements: global___TopologyRequirement | None = ...,
+        mutable_parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["accessibility_requirements", b"accessibility_requirements", "capacity_range", b"capacity_range", "volume_content_source", b"volume_content_source"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["accessibility_requirements", b"accessibility_requirements", "capacity_range", b"capacity_range", "mutable_parameters", b"mutable_parameters", "name", b"name", "parameters", b"parameters", "secrets", b"secrets", "volume_capabilities", b"volume_capabilities", "volume_content_source", b"volume_content_source"]) -> None: ...
+
+global___CreateVolumeRequest = CreateVolumeRequest
+
+@typing.final
+class VolumeContentSource(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SnapshotSource(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+        snapshot_id: builtins.str
+        def __init__(
+            self,
+            *,
+            snapshot_id: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["snapshot_id", b"snapshot_id"]) -> None: ...
+
+    @typing.final
+    class VolumeSource(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        VOLUME_ID_FIELD_NUMBER: builtins.int
+        volume_id: builtins.str
+        def __init__(
+            self,
+            *,
+            volume_id: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["volume_id", b"volume_id"]) -> None: ...
+
+    SNAPSHOT_FIELD_NUMBER: builtins.int
+    VOLUME_FIELD_NUMBER: builtins.int
+    @property
+    def snapshot(self) -> global___VolumeContentSource.SnapshotSource: ...
+    @property
+    def volume(self) -> global___VolumeContentSource.VolumeSource: ...
+    def __init__(
+        self,
+        *,
+        snapshot: global___VolumeContentSource.SnapshotSource | None = ...,
+        volume: global___VolumeContentSource.VolumeSource | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["snapshot", b"snapshot", "type", b"type", "volume", b"volume"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["snapshot", b"snapshot", "type", b"type", "volume", b"volume"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["type", b"type"]) -> typing.Literal["snapshot", "volume"] | None: ...
+
+global___VolumeContentSource = VolumeContentSource
+
+@typing.final
+class CreateVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: builtins.int
+    @property
+    def volume(self) -> global___Volume:
+        """required"""
+
+    def __init__(
+        self,
+        *,
+        volume: global___Volume | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["volume", b"volume"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["volume", b"volume"]) -> None: ...
+
+global___CreateVolumeResponse = CreateVolumeResponse
+
+@typing.final
+class VolumeCapability(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class BlockVolume(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        def __init__(
+            self,
+        ) -> None: ...
+
+    @typing.final
+    class MountVolume(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        FS_TYPE_FIELD_NUMBER: builtins.int
+        MOUNT_FLAGS_FIELD_NUMBER: builtins.int
+        VOLUME_MOUNT_GROUP_FIELD_NUMBER: builtins.int
+        fs_type: builtins.str
+        volume_mount_group: builtins.str
+        @property
+        def mount_flags(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+            """may hold sensitive data"""
+
+        def __init__(
+            self,
+            *,
+            fs_type: builtins.str = ...,
+            mount_flags: collections.abc.Iterable[builtins.str] | None = ...,
+            volume_mount_group: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["fs_type", b"fs_type", "mount_flags", b"mount_flags", "volume_mount_group", b"volume_mount_group"]) -> None: ...
+
+    @typing.final
+    class AccessMode(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        class _Mode:
+            ValueType = typing.NewType("ValueType", builtins.int)
+            V: typing_extensions.TypeAlias = ValueType
+
+        class _ModeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[VolumeCapability.AccessMode._Mode.ValueType], builtins.type):
+            DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+            UNKNOWN: VolumeCapability.AccessMode._Mode.ValueType  # 0
+            SINGLE_NODE_WRITER: VolumeCapability.AccessMode._Mode.ValueType  # 1
+            SINGLE_NODE_READER_ONLY: VolumeCapability.AccessMode._Mode.ValueType  # 2
+            MULTI_NODE_READER_ONLY: VolumeCapability.AccessMode._Mode.ValueType  # 3
+            MULTI_NODE_SINGLE_WRITER: VolumeCapability.AccessMode._Mode.ValueType  # 4
+            MULTI_NODE_MULTI_WRITER: VolumeCapability.AccessMode._Mode.ValueType  # 5
+            SINGLE_NODE_SINGLE_WRITER: VolumeCapability.AccessMode._Mode.ValueType  # 6
+            SINGLE_NODE_MULTI_WRITER: VolumeCapability.AccessMode._Mode.ValueType  # 7
+
+        class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
+        UNKNOWN: VolumeCapability.AccessMode.Mode.ValueType  # 0
+        SINGLE_NODE_WRITER: VolumeCapability.AccessMode.Mode.ValueType  # 1
+        SINGLE_NODE_READER_ONLY: VolumeCapability.AccessMode.Mode.ValueType  # 2
+        MULTI_NODE_READER_ONLY: VolumeCapability.AccessMode.Mode.ValueType  # 3
+        MULTI_NODE_SINGLE_WRITER: VolumeCapability.AccessMode.Mode.ValueType  # 4
+        MULTI_NODE_MULTI_WRITER: VolumeCapability.AccessMode.Mode.ValueType  # 5
+        SINGLE_NODE_SINGLE_WRITER: VolumeCapability.AccessMode.Mode.ValueType  # 6
+        SINGLE_NODE_MULTI_WRITER: VolumeCapability.AccessMode.Mode.ValueType  # 7
+
+        MODE_FIELD_NUMBER: builtins.int
+        mode: global___VolumeCapability.AccessMode.Mode.ValueType
+        def __init__(
+            self,
+            *,
+            mode: global___VolumeCapability.AccessMode.Mode.ValueType = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["mode", b"mode"]) -> None: ...
+
+    BLOCK_FIELD_NUMBER: builtins.int
+    MOUNT_FIELD_NUMBER: builtins.int
+    ACCESS_MODE_FIELD_NUMBER: builtins.int
+    @property
+    def block(self) -> global___VolumeCapability.BlockVolume: ...
+    @property
+    def mount(self) -> global___VolumeCapability.MountVolume: ...
+    @property
+    def access_mode(self) -> global___VolumeCapability.AccessMode:
+        """required"""
+
+    def __init__(
+        self,
+        *,
+        block: global___VolumeCapability.BlockVolume | None = ...,
+        mount: global___VolumeCapability.MountVolume | None = ...,
+        access_mode: global___VolumeCapability.AccessMode | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["access_mode", b"access_mode", "access_type", b"access_type", "block", b"block", "mount", b"mount"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["access_mode", b"access_mode", "access_type", b"access_type", "block", b"block", "mount", b"mount"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["access_type", b"access_type"]) -> typing.Literal["block", "mount"] | None: ...
+
+global___VolumeCapability = VolumeCapability
+
+@typing.final
+class CapacityRange(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    REQUIRED_BYTES_FIELD_NUMBER: builtins.int
+    LIMIT_BYTES_FIELD_NUMBER: builtins.int
+    required_bytes: builtins.int
+    """0 = unspecified"""
+    limit_bytes: builtins.int
+    """0 = unspecified"""
+    def __init__(
+        self,
+        *,
+        required_bytes: builtins.int = ...,
+        limit_bytes: builtins.int = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["limit_bytes", b"limit_bytes", "required_bytes", b"required_bytes"]) -> None: ...
+
+global___CapacityRange = CapacityRange
+
+@typing.final
+class Volume(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class VolumeContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    CAPACITY_BYTES_FIELD_NUMBER: builtins.int
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    VOLUME_CONTEXT_FIELD_NUMBER: builtins.int
+    CONTENT_SOURCE_FIELD_NUMBER: builtins.int
+    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: builtins.int
+    capacity_bytes: builtins.int
+    """0 = unknown"""
+    volume_id: builtins.str
+    """required"""
+    @property
+    def volume_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def content_source(self) -> global___VolumeContentSource: ...
+    @property
+    def accessible_topology(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Topology]: ...
+    def __init__(
+        self,
+        *,
+        capacity_bytes: builtins.int = ...,
+        volume_id: builtins.str = ...,
+        volume_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        content_source: global___VolumeContentSource | None = ...,
+        accessible_topology: collections.abc.Iterable[global___Topology] | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["content_source", b"content_source"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["accessible_topology", b"accessible_topology", "capacity_bytes", b"capacity_bytes", "content_source", b"content_source", "volume_context", b"volume_context", "volume_id", b"volume_id"]) -> None: ...
+
+global___Volume = Volume
+
+@typing.final
+class TopologyRequirement(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    REQUISITE_FIELD_NUMBER: builtins.int
+    PREFERRED_FIELD_NUMBER: builtins.int
+    @property
+    def requisite(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Topology]: ...
+    @property
+    def preferred(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Topology]: ...
+    def __init__(
+        self,
+        *,
+        requisite: collections.abc.Iterable[global___Topology] | None = ...,
+        preferred: collections.abc.Iterable[global___Topology] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["preferred", b"preferred", "requisite", b"requisite"]) -> None: ...
+
+global___TopologyRequirement = TopologyRequirement
+
+@typing.final
+class Topology(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SegmentsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    SEGMENTS_FIELD_NUMBER: builtins.int
+    @property
+    def segments(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        segments: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["segments", b"segments"]) -> None: ...
+
+global___Topology = Topology
+
+@typing.final
+class DeleteVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["secrets", b"secrets", "volume_id", b"volume_id"]) -> None: ...
+
+global___DeleteVolumeRequest = DeleteVolumeRequest
+
+@typing.final
+class DeleteVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___DeleteVolumeResponse = DeleteVolumeResponse
+
+@typing.final
+class ControllerPublishVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class VolumeContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    NODE_ID_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITY_FIELD_NUMBER: builtins.int
+    READONLY_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    VOLUME_CONTEXT_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    node_id: builtins.str
+    """required"""
+    readonly: builtins.bool
+    @property
+    def volume_capability(self) -> global___VolumeCapability:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        node_id: builtins.str = ...,
+        volume_capability: global___VolumeCapability | None = ...,
+        readonly: builtins.bool = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        volume_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["volume_capability", b"volume_capability"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["node_id", b"node_id", "readonly", b"readonly", "secrets", b"secrets", "volume_capability", b"volume_capability", "volume_context", b"volume_context", "volume_id", b"volume_id"]) -> None: ...
+
+global___ControllerPublishVolumeRequest = ControllerPublishVolumeRequest
+
+@typing.final
+class ControllerPublishVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class PublishContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    PUBLISH_CONTEXT_FIELD_NUMBER: builtins.int
+    @property
+    def publish_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        publish_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["publish_context", b"publish_context"]) -> None: ...
+
+global___ControllerPublishVolumeResponse = ControllerPublishVolumeResponse
+
+@typing.final
+class ControllerUnpublishVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    NODE_ID_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    node_id: builtins.str
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        node_id: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["node_id", b"node_id", "secrets", b"secrets", "volume_id", b"volume_id"]) -> None: ...
+
+global___ControllerUnpublishVolumeRequest = ControllerUnpublishVolumeRequest
+
+@typing.final
+class ControllerUnpublishVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___ControllerUnpublishVolumeResponse = ControllerUnpublishVolumeResponse
+
+@typing.final
+class ValidateVolumeCapabilitiesRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class VolumeContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class ParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class MutableParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    VOLUME_CONTEXT_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITIES_FIELD_NUMBER: builtins.int
+    PARAMETERS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    MUTABLE_PARAMETERS_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    @property
+    def volume_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___VolumeCapability]:
+        """required"""
+
+    @property
+    def parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def mutable_parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        volume_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        volume_capabilities: collections.abc.Iterable[global___VolumeCapability] | None = ...,
+        parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        mutable_parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["mutable_parameters", b"mutable_parameters", "parameters", b"parameters", "secrets", b"secrets", "volume_capabilities", b"volume_capabilities", "volume_context", b"volume_context", "volume_id", b"volume_id"]) -> None: ...
+
+global___ValidateVolumeCapabilitiesRequest = ValidateVolumeCapabilitiesRequest
+
+@typing.final
+class ValidateVolumeCapabilitiesResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class Confirmed(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        @typing.final
+        class VolumeContextEntry(google.protobuf.message.Message):
+            DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+            KEY_FIELD_NUMBER: builtins.int
+            VALUE_FIELD_NUMBER: builtins.int
+            key: builtins.str
+            value: builtins.str
+            def __init__(
+                self,
+                *,
+                key: builtins.str = ...,
+                value: builtins.str = ...,
+            ) -> None: ...
+            def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+        @typing.final
+        class ParametersEntry(google.protobuf.message.Message):
+            DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+            KEY_FIELD_NUMBER: builtins.int
+            VALUE_FIELD_NUMBER: builtins.int
+            key: builtins.str
+            value: builtins.str
+            def __init__(
+                self,
+                *,
+                key: builtins.str = ...,
+                value: builtins.str = ...,
+            ) -> None: ...
+            def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+        @typing.final
+        class MutableParametersEntry(google.protobuf.message.Message):
+            DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+            KEY_FIELD_NUMBER: builtins.int
+            VALUE_FIELD_NUMBER: builtins.int
+            key: builtins.str
+            value: builtins.str
+            def __init__(
+                self,
+                *,
+                key: builtins.str = ...,
+                value: builtins.str = ...,
+            ) -> None: ...
+            def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+        VOLUME_CONTEXT_FIELD_NUMBER: builtins.int
+        VOLUME_CAPABILITIES_FIELD_NUMBER: builtins.int
+        PARAMETERS_FIELD_NUMBER: builtins.int
+        MUTABLE_PARAMETERS_FIELD_NUMBER: builtins.int
+        @property
+        def volume_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+        @property
+        def volume_capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___VolumeCapability]: ...
+        @property
+        def parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+        @property
+        def mutable_parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+        def __init__(
+            self,
+            *,
+            volume_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+            volume_capabilities: collections.abc.Iterable[global___VolumeCapability] | None = ...,
+            parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+            mutable_parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["mutable_parameters", b"mutable_parameters", "parameters", b"parameters", "volume_capabilities", b"volume_capabilities", "volume_context", b"volume_context"]) -> None: ...
+
+    CONFIRMED_FIELD_NUMBER: builtins.int
+    MESSAGE_FIELD_NUMBER: builtins.int
+    message: builtins.str
+    @property
+    def confirmed(self) -> global___ValidateVolumeCapabilitiesResponse.Confirmed:
+        """unset = not confirmed"""
+
+    def __init__(
+        self,
+        *,
+        confirmed: global___ValidateVolumeCapabilitiesResponse.Confirmed | None = ...,
+        message: builtins.str = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["confirmed", b"confirmed"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["confirmed", b"confirmed", "message", b"message"]) -> None: ...
+
+global___ValidateVolumeCapabilitiesResponse = ValidateVolumeCapabilitiesResponse
+
+@typing.final
+class ListVolumesRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    MAX_ENTRIES_FIELD_NUMBER: builtins.int
+    STARTING_TOKEN_FIELD_NUMBER: builtins.int
+    max_entries: builtins.int
+    starting_token: builtins.str
+    def __init__(
+        self,
+        *,
+        max_entries: builtins.int = ...,
+        starting_token: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["max_entries", b"max_entries", "starting_token", b"starting_token"]) -> None: ...
+
+global___ListVolumesRequest = ListVolumesRequest
+
+@typing.final
+class ListVolumesResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class VolumeStatus(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        PUBLISHED_NODE_IDS_FIELD_NUMBER: builtins.int
+        VOLUME_CONDITION_FIELD_NUMBER: builtins.int
+        @property
+        def published_node_ids(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]: ...
+        @property
+        def volume_condition(self) -> global___VolumeCondition: ...
+        def __init__(
+            self,
+            *,
+            published_node_ids: collections.abc.Iterable[builtins.str] | None = ...,
+            volume_condition: global___VolumeCondition | None = ...,
+        ) -> None: ...
+        def HasField(self, field_name: typing.Literal["volume_condition", b"volume_condition"]) -> builtins.bool: ...
+        def ClearField(self, field_name: typing.Literal["published_node_ids", b"published_node_ids", "volume_condition", b"volume_condition"]) -> None: ...
+
+    @typing.final
+    class Entry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        VOLUME_FIELD_NUMBER: builtins.int
+        STATUS_FIELD_NUMBER: builtins.int
+        @property
+        def volume(self) -> global___Volume: ...
+        @property
+        def status(self) -> global___ListVolumesResponse.VolumeStatus: ...
+        def __init__(
+            self,
+            *,
+            volume: global___Volume | None = ...,
+            status: global___ListVolumesResponse.VolumeStatus | None = ...,
+        ) -> None: ...
+        def HasField(self, field_name: typing.Literal["status", b"status", "volume", b"volume"]) -> builtins.bool: ...
+        def ClearField(self, field_name: typing.Literal["status", b"status", "volume", b"volume"]) -> None: ...
+
+    ENTRIES_FIELD_NUMBER: builtins.int
+    NEXT_TOKEN_FIELD_NUMBER: builtins.int
+    next_token: builtins.str
+    @property
+    def entries(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___ListVolumesResponse.Entry]: ...
+    def __init__(
+        self,
+        *,
+        entries: collections.abc.Iterable[global___ListVolumesResponse.Entry] | None = ...,
+        next_token: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["entries", b"entries", "next_token", b"next_token"]) -> None: ...
+
+global___ListVolumesResponse = ListVolumesResponse
+
+@typing.final
+class ControllerGetVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["volume_id", b"volume_id"]) -> None: ...
+
+global___ControllerGetVolumeRequest = ControllerGetVolumeRequest
+
+@typing.final
+class ControllerGetVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class VolumeStatus(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        PUBLISHED_NODE_IDS_FIELD_NUMBER: builtins.int
+        VOLUME_CONDITION_FIELD_NUMBER: builtins.int
+        @property
+        def published_node_ids(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]: ...
+        @property
+        def volume_condition(self) -> global___VolumeCondition: ...
+        def __init__(
+            self,
+            *,
+            published_node_ids: collections.abc.Iterable[builtins.str] | None = ...,
+            volume_condition: global___VolumeCondition | None = ...,
+        ) -> None: ...
+        def HasField(self, field_name: typing.Literal["volume_condition", b"volume_condition"]) -> builtins.bool: ...
+        def ClearField(self, field_name: typing.Literal["published_node_ids", b"published_node_ids", "volume_condition", b"volume_condition"]) -> None: ...
+
+    VOLUME_FIELD_NUMBER: builtins.int
+    STATUS_FIELD_NUMBER: builtins.int
+    @property
+    def volume(self) -> global___Volume: ...
+    @property
+    def status(self) -> global___ControllerGetVolumeResponse.VolumeStatus: ...
+    def __init__(
+        self,
+        *,
+        volume: global___Volume | None = ...,
+        status: global___ControllerGetVolumeResponse.VolumeStatus | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["status", b"status", "volume", b"volume"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["status", b"status", "volume", b"volume"]) -> None: ...
+
+global___ControllerGetVolumeResponse = ControllerGetVolumeResponse
+
+@typing.final
+class ControllerModifyVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class MutableParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    MUTABLE_PARAMETERS_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def mutable_parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]:
+        """required"""
+
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        mutable_parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["mutable_parameters", b"mutable_parameters", "secrets", b"secrets", "volume_id", b"volume_id"]) -> None: ...
+
+global___ControllerModifyVolumeRequest = ControllerModifyVolumeRequest
+
+@typing.final
+class ControllerModifyVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___ControllerModifyVolumeResponse = ControllerModifyVolumeResponse
+
+@typing.final
+class GetCapacityRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class ParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_CAPABILITIES_FIELD_NUMBER: builtins.int
+    PARAMETERS_FIELD_NUMBER: builtins.int
+    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: builtins.int
+    @property
+    def volume_capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___VolumeCapability]: ...
+    @property
+    def parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def accessible_topology(self) -> global___Topology: ...
+    def __init__(
+        self,
+        *,
+        volume_capabilities: collections.abc.Iterable[global___VolumeCapability] | None = ...,
+        parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        accessible_topology: global___Topology | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["accessible_topology", b"accessible_topology"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["accessible_topology", b"accessible_topology", "parameters", b"parameters", "volume_capabilities", b"volume_capabilities"]) -> None: ...
+
+global___GetCapacityRequest = GetCapacityRequest
+
+@typing.final
+class GetCapacityResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    AVAILABLE_CAPACITY_FIELD_NUMBER: builtins.int
+    MAXIMUM_VOLUME_SIZE_FIELD_NUMBER: builtins.int
+    MINIMUM_VOLUME_SIZE_FIELD_NUMBER: builtins.int
+    available_capacity: builtins.int
+    @property
+    def maximum_volume_size(self) -> google.protobuf.wrappers_pb2.Int64Value: ...
+    @property
+    def minimum_volume_size(self) -> google.protobuf.wrappers_pb2.Int64Value: ...
+    def __init__(
+        self,
+        *,
+        available_capacity: builtins.int = ...,
+        maximum_volume_size: google.protobuf.wrappers_pb2.Int64Value | None = ...,
+        minimum_volume_size: google.protobuf.wrappers_pb2.Int64Value | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["maximum_volume_size", b"maximum_volume_size", "minimum_volume_size", b"minimum_volume_size"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["available_capacity", b"available_capacity", "maximum_volume_size", b"maximum_volume_size", "minimum_volume_size", b"minimum_volume_size"]) -> None: ...
+
+global___GetCapacityResponse = GetCapacityResponse
+
+@typing.final
+class ControllerGetCapabilitiesRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___ControllerGetCapabilitiesRequest = ControllerGetCapabilitiesRequest
+
+@typing.final
+class ControllerGetCapabilitiesResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    CAPABILITIES_FIELD_NUMBER: builtins.int
+    @property
+    def capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___ControllerServiceCapability]: ...
+    def __init__(
+        self,
+        *,
+        capabilities: collections.abc.Iterable[global___ControllerServiceCapability] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["capabilities", b"capabilities"]) -> None: ...
+
+global___ControllerGetCapabilitiesResponse = ControllerGetCapabilitiesResponse
+
+@typing.final
+class ControllerServiceCapability(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class RPC(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        class _Type:
+            ValueType = typing.NewType("ValueType", builtins.int)
+            V: typing_extensions.TypeAlias = ValueType
+
+        class _TypeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[ControllerServiceCapability.RPC._Type.ValueType], builtins.type):
+            DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+            UNKNOWN: ControllerServiceCapability.RPC._Type.ValueType  # 0
+            CREATE_DELETE_VOLUME: ControllerServiceCapability.RPC._Type.ValueType  # 1
+            PUBLISH_UNPUBLISH_VOLUME: ControllerServiceCapability.RPC._Type.ValueType  # 2
+            LIST_VOLUMES: ControllerServiceCapability.RPC._Type.ValueType  # 3
+            GET_CAPACITY: ControllerServiceCapability.RPC._Type.ValueType  # 4
+            CREATE_DELETE_SNAPSHOT: ControllerServiceCapability.RPC._Type.ValueType  # 5
+            LIST_SNAPSHOTS: ControllerServiceCapability.RPC._Type.ValueType  # 6
+            CLONE_VOLUME: ControllerServiceCapability.RPC._Type.ValueType  # 7
+            PUBLISH_READONLY: ControllerServiceCapability.RPC._Type.ValueType  # 8
+            EXPAND_VOLUME: ControllerServiceCapability.RPC._Type.ValueType  # 9
+            LIST_VOLUMES_PUBLISHED_NODES: ControllerServiceCapability.RPC._Type.ValueType  # 10
+            VOLUME_CONDITION: ControllerServiceCapability.RPC._Type.ValueType  # 11
+            GET_VOLUME: ControllerServiceCapability.RPC._Type.ValueType  # 12
+            SINGLE_NODE_MULTI_WRITER: ControllerServiceCapability.RPC._Type.ValueType  # 13
+            MODIFY_VOLUME: ControllerServiceCapability.RPC._Type.ValueType  # 14
+            GET_SNAPSHOT: ControllerServiceCapability.RPC._Type.ValueType  # 15
+
+        class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+        UNKNOWN: ControllerServiceCapability.RPC.Type.ValueType  # 0
+        CREATE_DELETE_VOLUME: ControllerServiceCapability.RPC.Type.ValueType  # 1
+        PUBLISH_UNPUBLISH_VOLUME: ControllerServiceCapability.RPC.Type.ValueType  # 2
+        LIST_VOLUMES: ControllerServiceCapability.RPC.Type.ValueType  # 3
+        GET_CAPACITY: ControllerServiceCapability.RPC.Type.ValueType  # 4
+        CREATE_DELETE_SNAPSHOT: ControllerServiceCapability.RPC.Type.ValueType  # 5
+        LIST_SNAPSHOTS: ControllerServiceCapability.RPC.Type.ValueType  # 6
+        CLONE_VOLUME: ControllerServiceCapability.RPC.Type.ValueType  # 7
+        PUBLISH_READONLY: ControllerServiceCapability.RPC.Type.ValueType  # 8
+        EXPAND_VOLUME: ControllerServiceCapability.RPC.Type.ValueType  # 9
+        LIST_VOLUMES_PUBLISHED_NODES: ControllerServiceCapability.RPC.Type.ValueType  # 10
+        VOLUME_CONDITION: ControllerServiceCapability.RPC.Type.ValueType  # 11
+        GET_VOLUME: ControllerServiceCapability.RPC.Type.ValueType  # 12
+        SINGLE_NODE_MULTI_WRITER: ControllerServiceCapability.RPC.Type.ValueType  # 13
+        MODIFY_VOLUME: ControllerServiceCapability.RPC.Type.ValueType  # 14
+        GET_SNAPSHOT: ControllerServiceCapability.RPC.Type.ValueType  # 15
+
+        TYPE_FIELD_NUMBER: builtins.int
+        type: global___ControllerServiceCapability.RPC.Type.ValueType
+        def __init__(
+            self,
+            *,
+            type: global___ControllerServiceCapability.RPC.Type.ValueType = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["type", b"type"]) -> None: ...
+
+    RPC_FIELD_NUMBER: builtins.int
+    @property
+    def rpc(self) -> global___ControllerServiceCapability.RPC: ...
+    def __init__(
+        self,
+        *,
+        rpc: global___ControllerServiceCapability.RPC | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["rpc", b"rpc", "type", b"type"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["rpc", b"rpc", "type", b"type"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["type", b"type"]) -> typing.Literal["rpc"] | None: ...
+
+global___ControllerServiceCapability = ControllerServiceCapability
+
+@typing.final
+class CreateSnapshotRequest(google.protobuf.message.Message):
+    """---------------------------------------------------------------------------
+    Controller: snapshots and expansion
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class ParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    SOURCE_VOLUME_ID_FIELD_NUMBER: builtins.int
+    NAME_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    PARAMETERS_FIELD_NUMBER: builtins.int
+    source_volume_id: builtins.str
+    """required"""
+    name: builtins.str
+    """required"""
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        source_volume_id: builtins.str = ...,
+        name: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["name", b"name", "parameters", b"parameters", "secrets", b"secrets", "source_volume_id", b"source_volume_id"]) -> None: ...
+
+global___CreateSnapshotRequest = CreateSnapshotRequest
+
+@typing.final
+class CreateSnapshotResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: builtins.int
+    @property
+    def snapshot(self) -> global___Snapshot:
+        """required"""
+
+    def __init__(
+        self,
+        *,
+        snapshot: global___Snapshot | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["snapshot", b"snapshot"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["snapshot", b"snapshot"]) -> None: ...
+
+global___CreateSnapshotResponse = CreateSnapshotResponse
+
+@typing.final
+class Snapshot(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SOURCE_VOLUME_ID_FIELD_NUMBER: builtins.int
+    CREATION_TIME_FIELD_NUMBER: builtins.int
+    READY_TO_USE_FIELD_NUMBER: builtins.int
+    GROUP_SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    size_bytes: builtins.int
+    snapshot_id: builtins.str
+    """required"""
+    source_volume_id: builtins.str
+    """required"""
+    ready_to_use: builtins.bool
+    """required"""
+    group_snapshot_id: builtins.str
+    @property
+    def creation_time(self) -> google.protobuf.timestamp_pb2.Timestamp:
+        """required"""
+
+    def __init__(
+        self,
+        *,
+        size_bytes: builtins.int = ...,
+        snapshot_id: builtins.str = ...,
+        source_volume_id: builtins.str = ...,
+        creation_time: google.protobuf.timestamp_pb2.Timestamp | None = ...,
+        ready_to_use: builtins.bool = ...,
+        group_snapshot_id: builtins.str = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["creation_time", b"creation_time"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["creation_time", b"creation_time", "group_snapshot_id", b"group_snapshot_id", "ready_to_use", b"ready_to_use", "size_bytes", b"size_bytes", "snapshot_id", b"snapshot_id", "source_volume_id", b"source_volume_id"]) -> None: ...
+
+global___Snapshot = Snapshot
+
+@typing.final
+class DeleteSnapshotRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    snapshot_id: builtins.str
+    """required"""
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        snapshot_id: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["secrets", b"secrets", "snapshot_id", b"snapshot_id"]) -> None: ...
+
+global___DeleteSnapshotRequest = DeleteSnapshotRequest
+
+@typing.final
+class DeleteSnapshotResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___DeleteSnapshotResponse = DeleteSnapshotResponse
+
+@typing.final
+class ListSnapshotsRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    MAX_ENTRIES_FIELD_NUMBER: builtins.int
+    STARTING_TOKEN_FIELD_NUMBER: builtins.int
+    SOURCE_VOLUME_ID_FIELD_NUMBER: builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    max_entries: builtins.int
+    starting_token: builtins.str
+    source_volume_id: builtins.str
+    snapshot_id: builtins.str
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        max_entries: builtins.int = ...,
+        starting_token: builtins.str = ...,
+        source_volume_id: builtins.str = ...,
+        snapshot_id: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["max_entries", b"max_entries", "secrets", b"secrets", "snapshot_id", b"snapshot_id", "source_volume_id", b"source_volume_id", "starting_token", b"starting_token"]) -> None: ...
+
+global___ListSnapshotsRequest = ListSnapshotsRequest
+
+@typing.final
+class ListSnapshotsResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class Entry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        SNAPSHOT_FIELD_NUMBER: builtins.int
+        @property
+        def snapshot(self) -> global___Snapshot: ...
+        def __init__(
+            self,
+            *,
+            snapshot: global___Snapshot | None = ...,
+        ) -> None: ...
+        def HasField(self, field_name: typing.Literal["snapshot", b"snapshot"]) -> builtins.bool: ...
+        def ClearField(self, field_name: typing.Literal["snapshot", b"snapshot"]) -> None: ...
+
+    ENTRIES_FIELD_NUMBER: builtins.int
+    NEXT_TOKEN_FIELD_NUMBER: builtins.int
+    next_token: builtins.str
+    @property
+    def entries(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___ListSnapshotsResponse.Entry]: ...
+    def __init__(
+        self,
+        *,
+        entries: collections.abc.Iterable[global___ListSnapshotsResponse.Entry] | None = ...,
+        next_token: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["entries", b"entries", "next_token", b"next_token"]) -> None: ...
+
+global___ListSnapshotsResponse = ListSnapshotsResponse
+
+@typing.final
+class GetSnapshotRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    snapshot_id: builtins.str
+    """required"""
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        snapshot_id: builtins.str = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["secrets", b"secrets", "snapshot_id", b"snapshot_id"]) -> None: ...
+
+global___GetSnapshotRequest = GetSnapshotRequest
+
+@typing.final
+class GetSnapshotResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: builtins.int
+    @property
+    def snapshot(self) -> global___Snapshot: ...
+    def __init__(
+        self,
+        *,
+        snapshot: global___Snapshot | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["snapshot", b"snapshot"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["snapshot", b"snapshot"]) -> None: ...
+
+global___GetSnapshotResponse = GetSnapshotResponse
+
+@typing.final
+class ControllerExpandVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    CAPACITY_RANGE_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITY_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    @property
+    def capacity_range(self) -> global___CapacityRange:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_capability(self) -> global___VolumeCapability: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        capacity_range: global___CapacityRange | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        volume_capability: global___VolumeCapability | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["capacity_range", b"capacity_range", "volume_capability", b"volume_capability"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["capacity_range", b"capacity_range", "secrets", b"secrets", "volume_capability", b"volume_capability", "volume_id", b"volume_id"]) -> None: ...
+
+global___ControllerExpandVolumeRequest = ControllerExpandVolumeRequest
+
+@typing.final
+class ControllerExpandVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    CAPACITY_BYTES_FIELD_NUMBER: builtins.int
+    NODE_EXPANSION_REQUIRED_FIELD_NUMBER: builtins.int
+    capacity_bytes: builtins.int
+    node_expansion_required: builtins.bool
+    def __init__(
+        self,
+        *,
+        capacity_bytes: builtins.int = ...,
+        node_expansion_required: builtins.bool = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["capacity_bytes", b"capacity_bytes", "node_expansion_required", b"node_expansion_required"]) -> None: ...
+
+global___ControllerExpandVolumeResponse = ControllerExpandVolumeResponse
+
+@typing.final
+class NodeStageVolumeRequest(google.protobuf.message.Message):
+    """---------------------------------------------------------------------------
+    Node
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class PublishContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class VolumeContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    PUBLISH_CONTEXT_FIELD_NUMBER: builtins.int
+    STAGING_TARGET_PATH_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITY_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    VOLUME_CONTEXT_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    staging_target_path: builtins.str
+    """required; the CO creates it"""
+    @property
+    def publish_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_capability(self) -> global___VolumeCapability:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        publish_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        staging_target_path: builtins.str = ...,
+        volume_capability: global___VolumeCapability | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        volume_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["volume_capability", b"volume_capability"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["publish_context", b"publish_context", "secrets", b"secrets", "staging_target_path", b"staging_target_path", "volume_capability", b"volume_capability", "volume_context", b"volume_context", "volume_id", b"volume_id"]) -> None: ...
+
+global___NodeStageVolumeRequest = NodeStageVolumeRequest
+
+@typing.final
+class NodeStageVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___NodeStageVolumeResponse = NodeStageVolumeResponse
+
+@typing.final
+class NodeUnstageVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    STAGING_TARGET_PATH_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    staging_target_path: builtins.str
+    """required"""
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        staging_target_path: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["staging_target_path", b"staging_target_path", "volume_id", b"volume_id"]) -> None: ...
+
+global___NodeUnstageVolumeRequest = NodeUnstageVolumeRequest
+
+@typing.final
+class NodeUnstageVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___NodeUnstageVolumeResponse = NodeUnstageVolumeResponse
+
+@typing.final
+class NodePublishVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class PublishContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class VolumeContextEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    PUBLISH_CONTEXT_FIELD_NUMBER: builtins.int
+    STAGING_TARGET_PATH_FIELD_NUMBER: builtins.int
+    TARGET_PATH_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITY_FIELD_NUMBER: builtins.int
+    READONLY_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    VOLUME_CONTEXT_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    staging_target_path: builtins.str
+    target_path: builtins.str
+    """required; the SP creates it"""
+    readonly: builtins.bool
+    @property
+    def publish_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_capability(self) -> global___VolumeCapability:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def volume_context(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        publish_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        staging_target_path: builtins.str = ...,
+        target_path: builtins.str = ...,
+        volume_capability: global___VolumeCapability | None = ...,
+        readonly: builtins.bool = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        volume_context: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["volume_capability", b"volume_capability"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["publish_context", b"publish_context", "readonly", b"readonly", "secrets", b"secrets", "staging_target_path", b"staging_target_path", "target_path", b"target_path", "volume_capability", b"volume_capability", "volume_context", b"volume_context", "volume_id", b"volume_id"]) -> None: ...
+
+global___NodePublishVolumeRequest = NodePublishVolumeRequest
+
+@typing.final
+class NodePublishVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___NodePublishVolumeResponse = NodePublishVolumeResponse
+
+@typing.final
+class NodeUnpublishVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    TARGET_PATH_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    target_path: builtins.str
+    """required; the SP removes it"""
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        target_path: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["target_path", b"target_path", "volume_id", b"volume_id"]) -> None: ...
+
+global___NodeUnpublishVolumeRequest = NodeUnpublishVolumeRequest
+
+@typing.final
+class NodeUnpublishVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___NodeUnpublishVolumeResponse = NodeUnpublishVolumeResponse
+
+@typing.final
+class NodeGetVolumeStatsRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    VOLUME_PATH_FIELD_NUMBER: builtins.int
+    STAGING_TARGET_PATH_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    volume_path: builtins.str
+    """required"""
+    staging_target_path: builtins.str
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        volume_path: builtins.str = ...,
+        staging_target_path: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["staging_target_path", b"staging_target_path", "volume_id", b"volume_id", "volume_path", b"volume_path"]) -> None: ...
+
+global___NodeGetVolumeStatsRequest = NodeGetVolumeStatsRequest
+
+@typing.final
+class NodeGetVolumeStatsResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    USAGE_FIELD_NUMBER: builtins.int
+    VOLUME_CONDITION_FIELD_NUMBER: builtins.int
+    @property
+    def usage(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___VolumeUsage]: ...
+    @property
+    def volume_condition(self) -> global___VolumeCondition: ...
+    def __init__(
+        self,
+        *,
+        usage: collections.abc.Iterable[global___VolumeUsage] | None = ...,
+        volume_condition: global___VolumeCondition | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["volume_condition", b"volume_condition"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["usage", b"usage", "volume_condition", b"volume_condition"]) -> None: ...
+
+global___NodeGetVolumeStatsResponse = NodeGetVolumeStatsResponse
+
+@typing.final
+class VolumeUsage(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    class _Unit:
+        ValueType = typing.NewType("ValueType", builtins.int)
+        V: typing_extensions.TypeAlias = ValueType
+
+    class _UnitEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[VolumeUsage._Unit.ValueType], builtins.type):
+        DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+        UNKNOWN: VolumeUsage._Unit.ValueType  # 0
+        BYTES: VolumeUsage._Unit.ValueType  # 1
+        INODES: VolumeUsage._Unit.ValueType  # 2
+
+    class Unit(_Unit, metaclass=_UnitEnumTypeWrapper): ...
+    UNKNOWN: VolumeUsage.Unit.ValueType  # 0
+    BYTES: VolumeUsage.Unit.ValueType  # 1
+    INODES: VolumeUsage.Unit.ValueType  # 2
+
+    AVAILABLE_FIELD_NUMBER: builtins.int
+    TOTAL_FIELD_NUMBER: builtins.int
+    USED_FIELD_NUMBER: builtins.int
+    UNIT_FIELD_NUMBER: builtins.int
+    available: builtins.int
+    total: builtins.int
+    used: builtins.int
+    unit: global___VolumeUsage.Unit.ValueType
+    def __init__(
+        self,
+        *,
+        available: builtins.int = ...,
+        total: builtins.int = ...,
+        used: builtins.int = ...,
+        unit: global___VolumeUsage.Unit.ValueType = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["available", b"available", "total", b"total", "unit", b"unit", "used", b"used"]) -> None: ...
+
+global___VolumeUsage = VolumeUsage
+
+@typing.final
+class VolumeCondition(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    ABNORMAL_FIELD_NUMBER: builtins.int
+    MESSAGE_FIELD_NUMBER: builtins.int
+    abnormal: builtins.bool
+    message: builtins.str
+    def __init__(
+        self,
+        *,
+        abnormal: builtins.bool = ...,
+        message: builtins.str = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["abnormal", b"abnormal", "message", b"message"]) -> None: ...
+
+global___VolumeCondition = VolumeCondition
+
+@typing.final
+class NodeGetCapabilitiesRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___NodeGetCapabilitiesRequest = NodeGetCapabilitiesRequest
+
+@typing.final
+class NodeGetCapabilitiesResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    CAPABILITIES_FIELD_NUMBER: builtins.int
+    @property
+    def capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___NodeServiceCapability]: ...
+    def __init__(
+        self,
+        *,
+        capabilities: collections.abc.Iterable[global___NodeServiceCapability] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["capabilities", b"capabilities"]) -> None: ...
+
+global___NodeGetCapabilitiesResponse = NodeGetCapabilitiesResponse
+
+@typing.final
+class NodeServiceCapability(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class RPC(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        class _Type:
+            ValueType = typing.NewType("ValueType", builtins.int)
+            V: typing_extensions.TypeAlias = ValueType
+
+        class _TypeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[NodeServiceCapability.RPC._Type.ValueType], builtins.type):
+            DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+            UNKNOWN: NodeServiceCapability.RPC._Type.ValueType  # 0
+            STAGE_UNSTAGE_VOLUME: NodeServiceCapability.RPC._Type.ValueType  # 1
+            GET_VOLUME_STATS: NodeServiceCapability.RPC._Type.ValueType  # 2
+            EXPAND_VOLUME: NodeServiceCapability.RPC._Type.ValueType  # 3
+            VOLUME_CONDITION: NodeServiceCapability.RPC._Type.ValueType  # 4
+            SINGLE_NODE_MULTI_WRITER: NodeServiceCapability.RPC._Type.ValueType  # 5
+            VOLUME_MOUNT_GROUP: NodeServiceCapability.RPC._Type.ValueType  # 6
+
+        class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+        UNKNOWN: NodeServiceCapability.RPC.Type.ValueType  # 0
+        STAGE_UNSTAGE_VOLUME: NodeServiceCapability.RPC.Type.ValueType  # 1
+        GET_VOLUME_STATS: NodeServiceCapability.RPC.Type.ValueType  # 2
+        EXPAND_VOLUME: NodeServiceCapability.RPC.Type.ValueType  # 3
+        VOLUME_CONDITION: NodeServiceCapability.RPC.Type.ValueType  # 4
+        SINGLE_NODE_MULTI_WRITER: NodeServiceCapability.RPC.Type.ValueType  # 5
+        VOLUME_MOUNT_GROUP: NodeServiceCapability.RPC.Type.ValueType  # 6
+
+        TYPE_FIELD_NUMBER: builtins.int
+        type: global___NodeServiceCapability.RPC.Type.ValueType
+        def __init__(
+            self,
+            *,
+            type: global___NodeServiceCapability.RPC.Type.ValueType = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["type", b"type"]) -> None: ...
+
+    RPC_FIELD_NUMBER: builtins.int
+    @property
+    def rpc(self) -> global___NodeServiceCapability.RPC: ...
+    def __init__(
+        self,
+        *,
+        rpc: global___NodeServiceCapability.RPC | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["rpc", b"rpc", "type", b"type"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["rpc", b"rpc", "type", b"type"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["type", b"type"]) -> typing.Literal["rpc"] | None: ...
+
+global___NodeServiceCapability = NodeServiceCapability
+
+@typing.final
+class NodeGetInfoRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___NodeGetInfoRequest = NodeGetInfoRequest
+
+@typing.final
+class NodeGetInfoResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: builtins.int
+    MAX_VOLUMES_PER_NODE_FIELD_NUMBER: builtins.int
+    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: builtins.int
+    node_id: builtins.str
+    """required, at most 256 bytes"""
+    max_volumes_per_node: builtins.int
+    @property
+    def accessible_topology(self) -> global___Topology: ...
+    def __init__(
+        self,
+        *,
+        node_id: builtins.str = ...,
+        max_volumes_per_node: builtins.int = ...,
+        accessible_topology: global___Topology | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["accessible_topology", b"accessible_topology"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["accessible_topology", b"accessible_topology", "max_volumes_per_node", b"max_volumes_per_node", "node_id", b"node_id"]) -> None: ...
+
+global___NodeGetInfoResponse = NodeGetInfoResponse
+
+@typing.final
+class NodeExpandVolumeRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    VOLUME_ID_FIELD_NUMBER: builtins.int
+    VOLUME_PATH_FIELD_NUMBER: builtins.int
+    CAPACITY_RANGE_FIELD_NUMBER: builtins.int
+    STAGING_TARGET_PATH_FIELD_NUMBER: builtins.int
+    VOLUME_CAPABILITY_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    volume_id: builtins.str
+    """required"""
+    volume_path: builtins.str
+    """required"""
+    staging_target_path: builtins.str
+    @property
+    def capacity_range(self) -> global___CapacityRange: ...
+    @property
+    def volume_capability(self) -> global___VolumeCapability: ...
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        volume_id: builtins.str = ...,
+        volume_path: builtins.str = ...,
+        capacity_range: global___CapacityRange | None = ...,
+        staging_target_path: builtins.str = ...,
+        volume_capability: global___VolumeCapability | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["capacity_range", b"capacity_range", "volume_capability", b"volume_capability"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["capacity_range", b"capacity_range", "secrets", b"secrets", "staging_target_path", b"staging_target_path", "volume_capability", b"volume_capability", "volume_id", b"volume_id", "volume_path", b"volume_path"]) -> None: ...
+
+global___NodeExpandVolumeRequest = NodeExpandVolumeRequest
+
+@typing.final
+class NodeExpandVolumeResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    CAPACITY_BYTES_FIELD_NUMBER: builtins.int
+    capacity_bytes: builtins.int
+    def __init__(
+        self,
+        *,
+        capacity_bytes: builtins.int = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["capacity_bytes", b"capacity_bytes"]) -> None: ...
+
+global___NodeExpandVolumeResponse = NodeExpandVolumeResponse
+
+@typing.final
+class GroupControllerGetCapabilitiesRequest(google.protobuf.message.Message):
+    """---------------------------------------------------------------------------
+    GroupController
+    ---------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___GroupControllerGetCapabilitiesRequest = GroupControllerGetCapabilitiesRequest
+
+@typing.final
+class GroupControllerGetCapabilitiesResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    CAPABILITIES_FIELD_NUMBER: builtins.int
+    @property
+    def capabilities(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___GroupControllerServiceCapability]: ...
+    def __init__(
+        self,
+        *,
+        capabilities: collections.abc.Iterable[global___GroupControllerServiceCapability] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["capabilities", b"capabilities"]) -> None: ...
+
+global___GroupControllerGetCapabilitiesResponse = GroupControllerGetCapabilitiesResponse
+
+@typing.final
+class GroupControllerServiceCapability(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class RPC(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        class _Type:
+            ValueType = typing.NewType("ValueType", builtins.int)
+            V: typing_extensions.TypeAlias = ValueType
+
+        class _TypeEnumTypeWrapper(google.protobuf.internal.enum_type_wrapper._EnumTypeWrapper[GroupControllerServiceCapability.RPC._Type.ValueType], builtins.type):
+            DESCRIPTOR: google.protobuf.descriptor.EnumDescriptor
+            UNKNOWN: GroupControllerServiceCapability.RPC._Type.ValueType  # 0
+            CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: GroupControllerServiceCapability.RPC._Type.ValueType  # 1
+
+        class Type(_Type, metaclass=_TypeEnumTypeWrapper): ...
+        UNKNOWN: GroupControllerServiceCapability.RPC.Type.ValueType  # 0
+        CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: GroupControllerServiceCapability.RPC.Type.ValueType  # 1
+
+        TYPE_FIELD_NUMBER: builtins.int
+        type: global___GroupControllerServiceCapability.RPC.Type.ValueType
+        def __init__(
+            self,
+            *,
+            type: global___GroupControllerServiceCapability.RPC.Type.ValueType = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["type", b"type"]) -> None: ...
+
+    RPC_FIELD_NUMBER: builtins.int
+    @property
+    def rpc(self) -> global___GroupControllerServiceCapability.RPC: ...
+    def __init__(
+        self,
+        *,
+        rpc: global___GroupControllerServiceCapability.RPC | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["rpc", b"rpc", "type", b"type"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["rpc", b"rpc", "type", b"type"]) -> None: ...
+    def WhichOneof(self, oneof_group: typing.Literal["type", b"type"]) -> typing.Literal["rpc"] | None: ...
+
+global___GroupControllerServiceCapability = GroupControllerServiceCapability
+
+@typing.final
+class CreateVolumeGroupSnapshotRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    @typing.final
+    class ParametersEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    NAME_FIELD_NUMBER: builtins.int
+    SOURCE_VOLUME_IDS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    PARAMETERS_FIELD_NUMBER: builtins.int
+    name: builtins.str
+    """required"""
+    @property
+    def source_volume_ids(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    @property
+    def parameters(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: builtins.str = ...,
+        source_volume_ids: collections.abc.Iterable[builtins.str] | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+        parameters: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["name", b"name", "parameters", b"parameters", "secrets", b"secrets", "source_volume_ids", b"source_volume_ids"]) -> None: ...
+
+global___CreateVolumeGroupSnapshotRequest = CreateVolumeGroupSnapshotRequest
+
+@typing.final
+class CreateVolumeGroupSnapshotResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    GROUP_SNAPSHOT_FIELD_NUMBER: builtins.int
+    @property
+    def group_snapshot(self) -> global___VolumeGroupSnapshot: ...
+    def __init__(
+        self,
+        *,
+        group_snapshot: global___VolumeGroupSnapshot | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["group_snapshot", b"group_snapshot"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["group_snapshot", b"group_snapshot"]) -> None: ...
+
+global___CreateVolumeGroupSnapshotResponse = CreateVolumeGroupSnapshotResponse
+
+@typing.final
+class VolumeGroupSnapshot(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    GROUP_SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SNAPSHOTS_FIELD_NUMBER: builtins.int
+    CREATION_TIME_FIELD_NUMBER: builtins.int
+    READY_TO_USE_FIELD_NUMBER: builtins.int
+    group_snapshot_id: builtins.str
+    ready_to_use: builtins.bool
+    @property
+    def snapshots(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___Snapshot]: ...
+    @property
+    def creation_time(self) -> google.protobuf.timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        group_snapshot_id: builtins.str = ...,
+        snapshots: collections.abc.Iterable[global___Snapshot] | None = ...,
+        creation_time: google.protobuf.timestamp_pb2.Timestamp | None = ...,
+        ready_to_use: builtins.bool = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["creation_time", b"creation_time"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["creation_time", b"creation_time", "group_snapshot_id", b"group_snapshot_id", "ready_to_use", b"ready_to_use", "snapshots", b"snapshots"]) -> None: ...
+
+global___VolumeGroupSnapshot = VolumeGroupSnapshot
+
+@typing.final
+class DeleteVolumeGroupSnapshotRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    GROUP_SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SNAPSHOT_IDS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    group_snapshot_id: builtins.str
+    """required"""
+    @property
+    def snapshot_ids(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group_snapshot_id: builtins.str = ...,
+        snapshot_ids: collections.abc.Iterable[builtins.str] | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["group_snapshot_id", b"group_snapshot_id", "secrets", b"secrets", "snapshot_ids", b"snapshot_ids"]) -> None: ...
+
+global___DeleteVolumeGroupSnapshotRequest = DeleteVolumeGroupSnapshotRequest
+
+@typing.final
+class DeleteVolumeGroupSnapshotResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+
+global___DeleteVolumeGroupSnapshotResponse = DeleteVolumeGroupSnapshotResponse
+
+@typing.final
+class GetVolumeGroupSnapshotRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    GROUP_SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    SNAPSHOT_IDS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    group_snapshot_id: builtins.str
+    """required"""
+    @property
+    def snapshot_ids(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+        """required"""
+
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group_snapshot_id: builtins.str = ...,
+        snapshot_ids: collections.abc.Iterable[builtins.str] | None = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["group_snapshot_id", b"group_snapshot_id", "secrets", b"secrets", "snapshot_ids", b"snapshot_ids"]) -> None: ...
+
+global___GetVolumeGroupSnapshotRequest = GetVolumeGroupSnapshotRequest
+
+@typing.final
+class GetVolumeGroupSnapshotResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    GROUP_SNAPSHOT_FIELD_NUMBER: builtins.int
+    @property
+    def group_snapshot(self) -> global___VolumeGroupSnapshot: ...
+    def __init__(
+        self,
+        *,
+        group_snapshot: global___VolumeGroupSnapshot | None = ...,
+    ) -> None: ...
+    def HasField(self, field_name: typing.Literal["group_snapshot", b"group_snapshot"]) -> builtins.bool: ...
+    def ClearField(self, field_name: typing.Literal["group_snapshot", b"group_snapshot"]) -> None: ...
+
+global___GetVolumeGroupSnapshotResponse = GetVolumeGroupSnapshotResponse
+
+@typing.final
+class BlockMetadata(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    BYTE_OFFSET_FIELD_NUMBER: builtins.int
+    SIZE_BYTES_FIELD_NUMBER: builtins.int
+    byte_offset: builtins.int
+    size_bytes: builtins.int
+    def __init__(
+        self,
+        *,
+        byte_offset: builtins.int = ...,
+        size_bytes: builtins.int = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["byte_offset", b"byte_offset", "size_bytes", b"size_bytes"]) -> None: ...
+
+global___BlockMetadata = BlockMetadata
+
+@typing.final
+class GetMetadataAllocatedRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    STARTING_OFFSET_FIELD_NUMBER: builtins.int
+    MAX_RESULTS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    snapshot_id: builtins.str
+    starting_offset: builtins.int
+    max_results: builtins.int
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        snapshot_id: builtins.str = ...,
+        starting_offset: builtins.int = ...,
+        max_results: builtins.int = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["max_results", b"max_results", "secrets", b"secrets", "snapshot_id", b"snapshot_id", "starting_offset", b"starting_offset"]) -> None: ...
+
+global___GetMetadataAllocatedRequest = GetMetadataAllocatedRequest
+
+@typing.final
+class GetMetadataAllocatedResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    BLOCK_METADATA_TYPE_FIELD_NUMBER: builtins.int
+    VOLUME_CAPACITY_BYTES_FIELD_NUMBER: builtins.int
+    BLOCK_METADATA_FIELD_NUMBER: builtins.int
+    block_metadata_type: global___BlockMetadataType.ValueType
+    volume_capacity_bytes: builtins.int
+    @property
+    def block_metadata(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___BlockMetadata]: ...
+    def __init__(
+        self,
+        *,
+        block_metadata_type: global___BlockMetadataType.ValueType = ...,
+        volume_capacity_bytes: builtins.int = ...,
+        block_metadata: collections.abc.Iterable[global___BlockMetadata] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["block_metadata", b"block_metadata", "block_metadata_type", b"block_metadata_type", "volume_capacity_bytes", b"volume_capacity_bytes"]) -> None: ...
+
+global___GetMetadataAllocatedResponse = GetMetadataAllocatedResponse
+
+@typing.final
+class GetMetadataDeltaRequest(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    @typing.final
+    class SecretsEntry(google.protobuf.message.Message):
+        DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: builtins.int
+        VALUE_FIELD_NUMBER: builtins.int
+        key: builtins.str
+        value: builtins.str
+        def __init__(
+            self,
+            *,
+            key: builtins.str = ...,
+            value: builtins.str = ...,
+        ) -> None: ...
+        def ClearField(self, field_name: typing.Literal["key", b"key", "value", b"value"]) -> None: ...
+
+    BASE_SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    TARGET_SNAPSHOT_ID_FIELD_NUMBER: builtins.int
+    STARTING_OFFSET_FIELD_NUMBER: builtins.int
+    MAX_RESULTS_FIELD_NUMBER: builtins.int
+    SECRETS_FIELD_NUMBER: builtins.int
+    base_snapshot_id: builtins.str
+    target_snapshot_id: builtins.str
+    starting_offset: builtins.int
+    max_results: builtins.int
+    @property
+    def secrets(self) -> google.protobuf.internal.containers.ScalarMap[builtins.str, builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        base_snapshot_id: builtins.str = ...,
+        target_snapshot_id: builtins.str = ...,
+        starting_offset: builtins.int = ...,
+        max_results: builtins.int = ...,
+        secrets: collections.abc.Mapping[builtins.str, builtins.str] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["base_snapshot_id", b"base_snapshot_id", "max_results", b"max_results", "secrets", b"secrets", "starting_offset", b"starting_offset", "target_snapshot_id", b"target_snapshot_id"]) -> None: ...
+
+global___GetMetadataDeltaRequest = GetMetadataDeltaRequest
+
+@typing.final
+class GetMetadataDeltaResponse(google.protobuf.message.Message):
+    DESCRIPTOR: google.protobuf.descriptor.Descriptor
+
+    BLOCK_METADATA_TYPE_FIELD_NUMBER: builtins.int
+    VOLUME_CAPACITY_BYTES_FIELD_NUMBER: builtins.int
+    BLOCK_METADATA_FIELD_NUMBER: builtins.int
+    block_metadata_type: global___BlockMetadataType.ValueType
+    volume_capacity_bytes: builtins.int
+    @property
+    def block_metadata(self) -> google.protobuf.internal.containers.RepeatedCompositeFieldContainer[global___BlockMetadata]: ...
+    def __init__(
+        self,
+        *,
+        block_metadata_type: global___BlockMetadataType.ValueType = ...,
+        volume_capacity_bytes: builtins.int = ...,
+        block_metadata: collections.abc.Iterable[global___BlockMetadata] | None = ...,
+    ) -> None: ...
+    def ClearField(self, field_name: typing.Literal["block_metadata", b"block_metadata", "block_metadata_type", b"block_metadata_type", "volume_capacity_bytes", b"volume_capacity_bytes"]) -> None: ...
+
+global___GetMetadataDeltaResponse = GetMetadataDeltaResponse
+
+ALPHA_ENUM_FIELD_NUMBER: builtins.int
+ALPHA_ENUM_VALUE_FIELD_NUMBER: builtins.int
+CSI_SECRET_FIELD_NUMBER: builtins.int
+ALPHA_FIELD_FIELD_NUMBER: builtins.int
+ALPHA_MESSAGE_FIELD_NUMBER: builtins.int
+ALPHA_METHOD_FIELD_NUMBER: builtins.int
+ALPHA_SERVICE_FIELD_NUMBER: builtins.int
+alpha_enum: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.EnumOptions, builtins.bool]
+"""the whole enum is experimental"""
+alpha_enum_value: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.EnumValueOptions, builtins.bool]
+"""this value is experimental"""
+csi_secret: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.FieldOptions, builtins.bool]
+"""Contents are sensitive: never log them."""
+alpha_field: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.FieldOptions, builtins.bool]
+"""this field is experimental"""
+alpha_message: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.MessageOptions, builtins.bool]
+"""this message is experimental"""
+alpha_method: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.MethodOptions, builtins.bool]
+"""this RPC is experimental"""
+alpha_service: google.protobuf.internal.extension_dict._ExtensionFieldDescriptor[google.protobuf.descriptor_pb2.ServiceOptions, builtins.bool]
+"""this service is experimental"""

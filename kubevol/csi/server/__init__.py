@@ -1,12 +1,16 @@
 """Write and serve CSI drivers in Python (gocsi's role).
 
-Subclass the service bases, put them in a :class:`StoragePlugin`, and :func:`serve` it::
+Subclass the service bases, put them in a :class:`StoragePlugin`, and :func:`serve` it;
+requests and responses are the typed messages of :mod:`kubevol.csi.pb`::
 
     class Identity(IdentityService):
-        def get_plugin_info(self, request, context):
-            return convert.plugin_info_to_pb(PluginInfo(name="x.example.com", vendor_version="1.0"))
+        def get_plugin_info(self, request: pb.GetPluginInfoRequest, context: Any) -> Any:
+            return pb.GetPluginInfoResponse(name="x.example.com", vendor_version="1.0")
 
     serve(StoragePlugin(identity=Identity(), node=MyNode()))   # reads CSI_ENDPOINT, X_CSI_*
+
+``kubevol driver new NAME`` writes a project laid out this way, with a test that runs the
+conformance suite against it.
 """
 
 from kubevol.csi.server.config import (
