@@ -10,8 +10,11 @@ code for a volume that does not exist), as csi-sanity's cleanup accepts.
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
+import stat
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,6 +34,93 @@ T = TypeVar("T")
 GiB = 1 << 30
 
 
+class PathKind(enum.StrEnum):
+    """What is at a path, in csi-sanity's check-command words."""
+
+    FILE = "file"
+    DIRECTORY = "directory"
+    NOT_FOUND = "not_found"
+    OTHER = "other"
+
+
+@attrs.frozen(kw_only=True)
+class PathCommands:
+    """csi-sanity's path hooks, for drivers whose paths live elsewhere (in a container).
+
+    A create command is called with the suggested path and prints the path to use; a remove
+    command is called with that path; the check command prints one of :class:`PathKind`'s
+    words. Empty: the suite works on the paths itself.
+    """
+
+    create_mount: str = ""
+    create_staging: str = ""
+    remove_mount: str = ""
+    remove_staging: str = ""
+    check: str = ""
+    create_timeout: float = 10.0
+    remove_timeout: float = 10.0
+    check_timeout: float = 10.0
+
+    def run(self, command: str, path: str, timeout: float) -> str:
+        """``command path``; its stripped standard output. AssertionError when it fails."""
+        try:
+            proc = subprocess.run(
+                [command, path], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise AssertionError(f"path command {command} {path} failed: {exc}") from exc
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"path command {command} {path} exited {proc.returncode}: {proc.stderr.strip()}"
+            )
+        return proc.stdout.strip()
+
+    def create(self, command: str, suggested: str) -> str:
+        """Make a directory: with ``command`` (the path it prints), else ``mkdir -p``."""
+        if command:
+            made = self.run(command, suggested, self.create_timeout)
+            assert made, f"path command {command} printed no path"
+            return made
+        os.makedirs(suggested, exist_ok=True)
+        return suggested
+
+    def remove(self, command: str, path: str) -> None:
+        """Remove a directory the suite made: with ``command``, else only if it holds
+        nothing but empty directories and no mount (a leftover stays for the user to see)."""
+        if command:
+            self.run(command, path, self.remove_timeout)
+        elif _only_empty_dirs(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+    @property
+    def can_check(self) -> bool:
+        """Whether the suite can tell what is at a target: on its own paths, or with a
+        check command (csi-sanity skips such checks when paths are made by a command and no
+        check command is given)."""
+        return bool(self.check) or not self.create_mount
+
+    def kind(self, path: str) -> PathKind:
+        """What is at ``path`` (through the check command when there is one)."""
+        if self.check:
+            word = self.run(self.check, path, self.check_timeout)
+            try:
+                return PathKind(word)
+            except ValueError:
+                raise AssertionError(
+                    f"path command {self.check} printed {word!r}; expected one of "
+                    f"{', '.join(k.value for k in PathKind)}"
+                ) from None
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return PathKind.NOT_FOUND
+        if stat.S_ISDIR(mode):
+            return PathKind.DIRECTORY
+        if stat.S_ISREG(mode) or stat.S_ISBLK(mode):
+            return PathKind.FILE
+        return PathKind.OTHER
+
+
 @attrs.frozen(kw_only=True)
 class SanityConfig:
     """The suite's settings (see :mod:`kubevol.csi.sanity.plugin` for the options)."""
@@ -39,20 +129,22 @@ class SanityConfig:
     controller_endpoint: str = ""
     staging_dir: str = ""
     mount_dir: str = ""
-    volume_size: int = 64 << 20
+    volume_size: int = 10 * GiB
     expand_size: int = 0
     access_type: str = "mount"
     secrets: Secrets = attrs.field(factory=Secrets)
     parameters: Mapping[str, str] = attrs.field(factory=dict)
     snapshot_parameters: Mapping[str, str] = attrs.field(factory=dict)
     mutable_parameters: Mapping[str, str] = attrs.field(factory=dict)
-    idempotent_count: int = 3
+    idempotent_count: int = 10
     timeout: float = 60.0
+    test_node_volume_attach_limit: bool = False
+    path_commands: PathCommands = attrs.field(factory=PathCommands)
 
     @property
     def expanded_size(self) -> int:
-        """The size expansion tests ask for."""
-        return self.expand_size or self.volume_size + (64 << 20)
+        """The size expansion tests ask for (csi-sanity's default: one GiB more)."""
+        return self.expand_size or self.volume_size + GiB
 
 
 class SanityContext:
@@ -81,7 +173,8 @@ class SanityContext:
             else frozenset()
         )
         self.node_caps = self.client.node_get_capabilities()
-        self.node_id = self.client.node_get_info().node_id
+        self.node_info = self.client.node_get_info()
+        self.node_id = self.node_info.node_id
 
     def _temp_dir(self, kind: str) -> str:
         path = tempfile.mkdtemp(prefix=f"csi-sanity-{kind}-")
@@ -120,6 +213,18 @@ class SanityContext:
         """Whether the controller advertises PUBLISH_UNPUBLISH_VOLUME."""
         return t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME in self.controller_caps
 
+    def topology_requirement(self) -> t.TopologyRequirement | None:
+        """A requirement for this node's topology when NodeGetInfo reports one (csi-sanity
+        asks for it when creating lifecycle volumes), else None."""
+        topology = self.node_info.accessible_topology
+        if topology is None:
+            return None
+        return t.TopologyRequirement(requisite=(topology,))
+
+    def path_kind(self, path: str) -> PathKind:
+        """What is at ``path``, through the check command when one is configured."""
+        return self.config.path_commands.kind(path)
+
 
 def unique_name(prefix: str) -> str:
     """A name no other test uses."""
@@ -137,7 +242,9 @@ def repeat(count: int, call: Callable[[], T]) -> T:
 
 
 @attrs.define
-class _Publication:
+class Publication:
+    """A NodePublishVolume the cleanup must undo (also one that may have half happened)."""
+
     volume_id: str
     target: str
 
@@ -152,12 +259,15 @@ class Resources:
         self.groups: list[tuple[str, tuple[str, ...]]] = []
         self.attachments: list[tuple[str, str]] = []
         self.stagings: list[tuple[str, str]] = []
-        self.publications: list[_Publication] = []
+        self.publications: list[Publication] = []
         safe = "".join(c if c.isalnum() else "-" for c in test_id)[-80:]
-        self.staging_path = os.path.join(ctx.staging_root, safe)
-        self.target_parent = os.path.join(ctx.mount_root, safe)
-        os.makedirs(self.staging_path, exist_ok=True)
-        os.makedirs(self.target_parent, exist_ok=True)
+        commands = ctx.config.path_commands
+        self.staging_path = commands.create(
+            commands.create_staging, os.path.join(ctx.staging_root, safe)
+        )
+        self.target_parent = commands.create(
+            commands.create_mount, os.path.join(ctx.mount_root, safe)
+        )
 
     @property
     def target_path(self) -> str:
@@ -174,6 +284,7 @@ class Resources:
         kwargs.setdefault("parameters", ctx.config.parameters)
         kwargs.setdefault("secrets", ctx.secrets("CreateVolume"))
         caps = kwargs.pop("capabilities", [ctx.capability()])
+        kwargs.setdefault("accessibility_requirements", ctx.topology_requirement())
         rng = t.CapacityRange(required_bytes=ctx.config.volume_size if size is None else size)
         kwargs.setdefault("capacity_range", rng)
         vol = ctx.controller.create_volume(name or unique_name("sanity"), caps, **kwargs)
@@ -193,7 +304,7 @@ class Resources:
             self.snapshots.append(snap.snapshot_id)
         return snap
 
-    def attach(self, volume_id: str) -> dict[str, str]:
+    def attach(self, volume_id: str, cap: t.VolumeCapability | None = None) -> dict[str, str]:
         """ControllerPublishVolume to the driver's node when it attaches; else ``{}``."""
         if not self.ctx.attaches:
             return {}
@@ -202,11 +313,16 @@ class Resources:
         return ctx.controller.controller_publish_volume(
             volume_id,
             ctx.node_id,
-            ctx.capability(),
+            cap or ctx.capability(),
             secrets=ctx.secrets("ControllerPublishVolume"),
         )
 
-    def stage(self, volume_id: str, publish_context: Mapping[str, str]) -> None:
+    def stage(
+        self,
+        volume_id: str,
+        publish_context: Mapping[str, str],
+        cap: t.VolumeCapability | None = None,
+    ) -> None:
         """NodeStageVolume at this test's staging path when the node stages."""
         if not self.ctx.stages:
             return
@@ -214,32 +330,37 @@ class Resources:
         self.ctx.client.node_stage_volume(
             volume_id,
             self.staging_path,
-            self.ctx.capability(),
+            cap or self.ctx.capability(),
             publish_context=publish_context,
             secrets=self.ctx.secrets("NodeStageVolume"),
         )
 
     def publish(
-        self, volume_id: str, publish_context: Mapping[str, str], target: str | None = None
+        self,
+        volume_id: str,
+        publish_context: Mapping[str, str],
+        target: str | None = None,
+        cap: t.VolumeCapability | None = None,
     ) -> str:
         """NodePublishVolume at ``target`` (default: this test's target path)."""
         where = target or self.target_path
-        self.publications.append(_Publication(volume_id, where))
+        self.publications.append(Publication(volume_id, where))
         self.ctx.client.node_publish_volume(
             volume_id,
             where,
-            self.ctx.capability(),
+            cap or self.ctx.capability(),
             staging_target_path=self.staging_path if self.ctx.stages else "",
             publish_context=publish_context,
             secrets=self.ctx.secrets("NodePublishVolume"),
         )
         return where
 
-    def make_available(self, volume_id: str) -> str:
-        """Attach, stage and publish; returns the target path."""
-        context = self.attach(volume_id)
-        self.stage(volume_id, context)
-        return self.publish(volume_id, context)
+    def make_available(self, volume_id: str, cap: t.VolumeCapability | None = None) -> str:
+        """Attach, stage and publish (with ``cap``, default the test capability); returns
+        the target path."""
+        context = self.attach(volume_id, cap)
+        self.stage(volume_id, context, cap)
+        return self.publish(volume_id, context, cap=cap)
 
     # --- teardown --------------------------------------------------------------------
 
@@ -288,9 +409,15 @@ class Resources:
                 if exc.code is grpc.StatusCode.NOT_FOUND and what.startswith("NodeUn"):
                     continue
                 problems.append(f"{what}: {exc.code.name}: {exc.message}")
-        for path in (self.target_parent, self.staging_path):
-            if _only_empty_dirs(path):
-                shutil.rmtree(path, ignore_errors=True)
+        commands = ctx.config.path_commands
+        for command, path in (
+            (commands.remove_mount, self.target_parent),
+            (commands.remove_staging, self.staging_path),
+        ):
+            try:
+                commands.remove(command, path)
+            except AssertionError as exc:
+                problems.append(str(exc))
         return problems
 
 

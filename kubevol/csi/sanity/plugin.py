@@ -23,43 +23,77 @@ _SUITE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the ``--csi-*`` options."""
+    """Register the ``--csi-*`` options (csi-sanity's ``--csi.*`` flags, by another name)."""
     group = parser.getgroup("csi-sanity", "CSI conformance suite (kubevol.csi.sanity)")
-    group.addoption("--csi-endpoint", default=None, help="the driver's endpoint (required)")
-    group.addoption(
-        "--csi-controller-endpoint", default="", help="the controller's endpoint, if separate"
-    )
-    group.addoption(
-        "--csi-staging-dir", default="", help="where staging directories go (default: temp)"
-    )
-    group.addoption("--csi-mount-dir", default="", help="where targets go (default: temp)")
-    group.addoption("--csi-volume-size", default="64Mi", help="size of test volumes")
-    group.addoption(
-        "--csi-volume-expand-size", default="", help="size to expand to (default: +64Mi)"
-    )
-    group.addoption(
+    add = group.addoption
+    add("--csi-endpoint", default=None, help="the driver's endpoint (required)")
+    add("--csi-controller-endpoint", default="", help="the controller's endpoint, if separate")
+    add("--csi-staging-dir", default="", help="where staging directories go (default: temp)")
+    add("--csi-mount-dir", default="", help="where target parents go (default: temp)")
+    add("--csi-volume-size", default="10Gi", help="size of test volumes (default: 10Gi)")
+    add("--csi-volume-expand-size", default="", help="size to expand to (default: size + 1Gi)")
+    add(
         "--csi-access-type",
         default="mount",
         choices=("mount", "block"),
         help="access type of test volumes",
     )
-    group.addoption("--csi-secrets-file", default="", help="secrets (flat or csi-sanity YAML)")
-    group.addoption("--csi-params-file", default="", help="CreateVolume parameters (YAML)")
-    group.addoption(
-        "--csi-snapshot-params-file", default="", help="CreateSnapshot parameters (YAML)"
-    )
-    group.addoption(
+    add("--csi-secrets-file", default="", help="secrets (flat or csi-sanity YAML)")
+    add("--csi-params-file", default="", help="CreateVolume parameters (YAML)")
+    add("--csi-snapshot-params-file", default="", help="CreateSnapshot parameters (YAML)")
+    add(
         "--csi-mutable-params-file",
         default="",
         help="ControllerModifyVolume parameters (YAML); the positive modify test needs them",
     )
-    group.addoption(
+    add(
         "--csi-idempotent-count",
-        default=3,
+        default=10,
         type=int,
-        help="how often each mutating call is repeated (default: 3)",
+        help="how often each mutating call is repeated (default: 10, as csi-sanity)",
     )
-    group.addoption("--csi-timeout", default="60s", help="per-call timeout")
+    add("--csi-timeout", default="60s", help="per-call timeout")
+    add(
+        "--csi-test-node-volume-attach-limit",
+        action="store_true",
+        help="publish NodeGetInfo's max_volumes_per_node volumes, then expect one more to fail",
+    )
+    for what, flag in (("mount", "mount"), ("staging", "staging")):
+        add(
+            f"--csi-create-{flag}-path-cmd",
+            default="",
+            help=f"command that creates the {what} directory: called with the suggested path, "
+            "prints the path to use (for drivers whose paths live in a container)",
+        )
+        add(
+            f"--csi-remove-{flag}-path-cmd",
+            default="",
+            help=f"command that removes the {what} directory, called with its path",
+        )
+    add(
+        "--csi-check-path-cmd",
+        default="",
+        help="command that prints file, directory, not_found or other for a path",
+    )
+    add("--csi-create-path-cmd-timeout", default="10s", help="timeout of the create commands")
+    add("--csi-remove-path-cmd-timeout", default="10s", help="timeout of the remove commands")
+    add("--csi-check-path-cmd-timeout", default="10s", help="timeout of the check command")
+    add("--csi-version", action="store_true", help="print the suite's version and exit")
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--csi-version``: print the suite's version (kubevol's) and stop."""
+    if config.getoption("--csi-version", default=False):
+        print(version_line())
+        return 0
+    return None
+
+
+def version_line() -> str:
+    """What ``--csi-version`` (and ``python -m kubevol.csi.sanity --version``) prints."""
+    from kubevol._version import __version__
+
+    return f"kubevol.csi.sanity {__version__} (csi-sanity v5.3's checks; CSI spec 1.12 and later)"
 
 
 def _is_suite_item(item: pytest.Item) -> bool:
@@ -76,13 +110,23 @@ def pytest_collection_modifyitems(
 
 def build_config(config: pytest.Config) -> SanityConfig:
     """The suite's settings from the command line; UsageError for a bad value or file."""
-    from kubevol.csi.sanity.context import SanityConfig
+    from kubevol.csi.sanity.context import PathCommands, SanityConfig
     from kubevol.csi.sanity.inputs import Secrets, load_parameters, load_secrets
     from kubevol.units import duration_seconds, quantity_bytes
 
     opt = config.getoption
     try:
         expand = opt("--csi-volume-expand-size")
+        commands = PathCommands(
+            create_mount=opt("--csi-create-mount-path-cmd"),
+            create_staging=opt("--csi-create-staging-path-cmd"),
+            remove_mount=opt("--csi-remove-mount-path-cmd"),
+            remove_staging=opt("--csi-remove-staging-path-cmd"),
+            check=opt("--csi-check-path-cmd"),
+            create_timeout=duration_seconds(opt("--csi-create-path-cmd-timeout")),
+            remove_timeout=duration_seconds(opt("--csi-remove-path-cmd-timeout")),
+            check_timeout=duration_seconds(opt("--csi-check-path-cmd-timeout")),
+        )
         return SanityConfig(
             endpoint=opt("--csi-endpoint"),
             controller_endpoint=opt("--csi-controller-endpoint"),
@@ -99,6 +143,8 @@ def build_config(config: pytest.Config) -> SanityConfig:
             mutable_parameters=_params(opt("--csi-mutable-params-file"), load_parameters),
             idempotent_count=max(1, opt("--csi-idempotent-count")),
             timeout=duration_seconds(opt("--csi-timeout")),
+            test_node_volume_attach_limit=opt("--csi-test-node-volume-attach-limit"),
+            path_commands=commands,
         )
     except ValueError as exc:
         raise pytest.UsageError(f"csi-sanity: {exc}") from exc

@@ -47,3 +47,23 @@ def test_group_snapshot_lifecycle(csi_sanity: SanityContext, csi_resources: Reso
             group.group_snapshot_id, members, secrets=delete_secrets
         ),
     )
+
+
+def test_group_snapshot_required_fields_and_unknown_ids(csi_sanity: SanityContext) -> None:
+    """Get and Delete without a group snapshot id are INVALID_ARGUMENT; Get of an unknown
+    id is NOT_FOUND, Delete of one OK."""
+    need_group(csi_sanity)
+    c = csi_sanity.controller
+    expect_code(
+        Code.INVALID_ARGUMENT,
+        lambda: c.call("GetVolumeGroupSnapshot", csi_pb2.GetVolumeGroupSnapshotRequest()),
+    )
+    expect_code(
+        Code.INVALID_ARGUMENT,
+        lambda: c.call("DeleteVolumeGroupSnapshot", csi_pb2.DeleteVolumeGroupSnapshotRequest()),
+    )
+    unknown = unique_name("no-group")
+    expect_code(Code.NOT_FOUND, lambda: c.get_volume_group_snapshot(unknown, []))
+    c.delete_volume_group_snapshot(
+        unknown, [], secrets=csi_sanity.secrets("DeleteVolumeGroupSnapshot")
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from functools import partial
 
+import pytest
+
 from kubevol.csi import convert
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
@@ -15,7 +17,14 @@ from kubevol.csi.sanity.checks import (
     need_controller,
     need_node,
 )
-from kubevol.csi.sanity.context import Resources, SanityContext, repeat, unique_name
+from kubevol.csi.sanity.context import (
+    PathKind,
+    Publication,
+    Resources,
+    SanityContext,
+    repeat,
+    unique_name,
+)
 
 NC = t.NodeCapability
 CC = t.ControllerCapability
@@ -56,7 +65,8 @@ def test_node_unpublish_requires_fields_and_accepts_unknown(csi_resources: Resou
 
 def test_node_stage_requires_fields(csi_resources: Resources) -> None:
     """NodeStage without volume id, staging path or capability is INVALID_ARGUMENT;
-    NodeUnstage without volume id or path too; unstaging what was never staged is OK."""
+    NodeUnstage without volume id or path too; unstaging a volume that does not exist is
+    OK or NOT_FOUND (the spec's idempotency rule, and its error table)."""
     ctx = csi_resources.ctx
     need_node(ctx, NC.STAGE_UNSTAGE_VOLUME)
     cap = convert.capability_to_pb(ctx.capability())
@@ -73,7 +83,10 @@ def test_node_stage_requires_fields(csi_resources: Resources) -> None:
         csi_pb2.NodeUnstageVolumeRequest(volume_id=vid),
     ):
         expect_code(Code.INVALID_ARGUMENT, partial(ctx.client.call, "NodeUnstageVolume", unstage))
-    ctx.client.node_unstage_volume(unique_name("never"), staging)
+    expect_code_in(
+        (Code.OK, Code.NOT_FOUND),
+        lambda: ctx.client.node_unstage_volume(unique_name("never"), staging),
+    )
 
 
 def test_stats_errors(csi_resources: Resources) -> None:
@@ -132,29 +145,74 @@ def test_publish_without_staging_fails(csi_resources: Resources) -> None:
             secrets=ctx.secrets("NodePublishVolume"),
         ),
     )
-    assert not os.path.lexists(csi_resources.target_path)
+    if ctx.config.path_commands.can_check:
+        assert ctx.path_kind(csi_resources.target_path) is PathKind.NOT_FOUND
+
+
+def test_node_unpublish_removes_the_target(csi_resources: Resources) -> None:
+    """After NodeUnpublish the target path the driver created is gone (the spec: the SP
+    MUST delete it). Skipped, as csi-sanity does, when paths are made by a command and no
+    check command is given."""
+    ctx = csi_resources.ctx
+    _need_volumes(ctx)
+    if not ctx.config.path_commands.can_check:
+        pytest.skip("--csi-create-mount-path-cmd is set without --csi-check-path-cmd")
+    vid = csi_resources.create_volume().volume_id
+    target = csi_resources.make_available(vid)
+    assert ctx.path_kind(target) is not PathKind.NOT_FOUND, "the driver must create the target"
+    ctx.client.node_unpublish_volume(vid, target)
+    assert ctx.path_kind(target) is PathKind.NOT_FOUND, "NodeUnpublish must remove the target"
+
+
+def test_single_writer_refuses_a_second_target(csi_resources: Resources) -> None:
+    """With SINGLE_NODE_MULTI_WRITER advertised, a SINGLE_NODE_SINGLE_WRITER volume
+    published at one target is refused at another: FAILED_PRECONDITION."""
+    ctx = csi_resources.ctx
+    _need_volumes(ctx)
+    need_node(ctx, NC.SINGLE_NODE_MULTI_WRITER)
+    cap = ctx.capability(t.AccessMode.SINGLE_NODE_SINGLE_WRITER)
+    vid = csi_resources.create_volume(capabilities=[cap]).volume_id
+    csi_resources.make_available(vid, cap)
+    other = os.path.join(csi_resources.target_parent, "other_target")
+    expect_code(
+        Code.FAILED_PRECONDITION,
+        lambda: ctx.client.node_publish_volume(
+            vid,
+            other,
+            cap,
+            staging_target_path=csi_resources.staging_path if ctx.stages else "",
+            secrets=ctx.secrets("NodePublishVolume"),
+        ),
+    )
+    csi_resources.publications.append(Publication(vid, other))
 
 
 def _lifecycle(res: Resources, count: int) -> None:
     """Create, attach, stage and publish (each ``count`` times), check the target and the
     stats, then tear down (each ``count`` times) and check the target is gone."""
     ctx = res.ctx
-    vid = res.create_volume().volume_id
+    vid = res.create_volume(accessibility_requirements=ctx.topology_requirement()).volume_id
     context = repeat(count, lambda: res.attach(vid))
     repeat(count, lambda: res.stage(vid, context))
     target = repeat(count, lambda: res.publish(vid, context))
-    assert os.path.lexists(target), "the driver must create the target path"
-    if ctx.config.access_type == "block":
-        assert not os.path.isdir(target), "a block target must be a file"
-    else:
-        assert os.path.isdir(target), "a mount target must be a directory"
+    checks_paths = ctx.config.path_commands.can_check
+    if checks_paths:
+        kind = ctx.path_kind(target)
+        assert kind is not PathKind.NOT_FOUND, "the driver must create the target path"
+        if ctx.config.access_type == "block":
+            assert kind is not PathKind.DIRECTORY, "a block target must be a file"
+        else:
+            assert kind is PathKind.DIRECTORY, "a mount target must be a directory"
     if NC.GET_VOLUME_STATS in ctx.node_caps:
         stats = ctx.client.node_get_volume_stats(vid, target)
         assert stats.usage, "NodeGetVolumeStats must report usage"
         if NC.VOLUME_CONDITION in ctx.node_caps:
             assert stats.volume_condition is not None and not stats.volume_condition.abnormal
     repeat(count, lambda: ctx.client.node_unpublish_volume(vid, target))
-    assert not os.path.lexists(target), "NodeUnpublish must remove the target path"
+    if checks_paths:
+        assert ctx.path_kind(target) is PathKind.NOT_FOUND, (
+            "NodeUnpublish must remove the target path"
+        )
     if ctx.stages:
         repeat(count, lambda: ctx.client.node_unstage_volume(vid, res.staging_path))
     if ctx.attaches:

@@ -91,6 +91,23 @@ def test_list_snapshots_filters(csi_resources: Resources) -> None:
     expect_code(Code.ABORTED, lambda: c.list_snapshots(starting_token="invalid-token"))
 
 
+def test_list_snapshots_entries_and_deletion(csi_resources: Resources) -> None:
+    """Every listed snapshot has an id, a source and a creation time; a deleted snapshot is
+    no longer listed."""
+    ctx = csi_resources.ctx
+    need_controller(ctx, CC.LIST_SNAPSHOTS, CC.CREATE_DELETE_SNAPSHOT, CC.CREATE_DELETE_VOLUME)
+    c = ctx.controller
+    secrets = ctx.secrets("ListSnapshots")
+    snap = csi_resources.create_snapshot(csi_resources.create_volume().volume_id)
+    raw = c.call("ListSnapshots", csi_pb2.ListSnapshotsRequest(secrets=secrets))
+    for entry in raw.entries:
+        s = entry.snapshot
+        assert s.snapshot_id and s.source_volume_id and s.HasField("creation_time"), s
+    assert snap.snapshot_id in {e.snapshot.snapshot_id for e in raw.entries}
+    c.delete_snapshot(snap.snapshot_id, secrets=ctx.secrets("DeleteSnapshot"))
+    assert c.list_snapshots(snapshot_id=snap.snapshot_id, secrets=secrets).entries == ()
+
+
 def test_list_snapshots_pages(csi_resources: Resources) -> None:
     """max_entries limits a page and next_token continues without repeats."""
     ctx = csi_resources.ctx
