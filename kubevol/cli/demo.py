@@ -2,7 +2,7 @@
 
 It serves the bundled hostpath CSI driver in-process on a temporary socket (twice: once
 plain, once in shared-filesystem mode), registers both, mounts the volumes of the example
-pods in ``examples/`` (a CSI volume staged once and published into two pods, a CSI block
+pods in ``kubevol/examples/`` (a CSI volume staged once and published into two pods, a CSI block
 volume, an emptyDir on disk and one in memory, a hostPath, two volumes of one shared
 filesystem, and a pod with a configMap, a secret, a downwardAPI volume, a projected volume
 with a service-account token from a stand-in issuer, a local PV and two subPath mounts of a
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import importlib.resources
 import os
 import shutil
 import sys
@@ -57,8 +58,8 @@ _ACCESS_MODES = {
 
 
 def examples_dir() -> Path:
-    """The ``examples/`` directory of the source tree kubevol runs from."""
-    return Path(__file__).resolve().parents[2] / "examples"
+    """The example manifests shipped inside the package (``kubevol/examples/``)."""
+    return Path(str(importlib.resources.files("kubevol") / "examples"))
 
 
 def load_examples(directory: Path, demo_dir: str) -> Manifests:
@@ -465,7 +466,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "loop devices). Exits 1 if any check fails."
     )
     parser.add_argument("--examples", default=str(examples_dir()), metavar="DIR",
-                        help="directory of example manifests (default: the source tree's)")
+                        help="directory of example manifests (default: the ones shipped "
+                        "with kubevol)")
     parser.add_argument("--workdir", default=None, metavar="DIR",
                         help="where to create the throw-away root (default: the temp dir)")
     parser.add_argument("--keep", action="store_true",

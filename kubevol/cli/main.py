@@ -66,10 +66,9 @@ COMMANDS: tuple[CommandInfo, ...] = (
     ),
 )
 
-DESCRIPTION = (
-    "Do on any Linux node what the kubelet's volume subsystem does: find volume plugins, "
-    "mount and measure volumes, drive CSI drivers, rebuild state from disk."
-)
+DESCRIPTION = """\
+Do on any Linux node what the kubelet's volume subsystem does: find volume plugins,
+mount and measure volumes, drive CSI drivers, rebuild state from disk."""
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:

@@ -13,7 +13,7 @@ when the status is not final or the transport failed, as the kubelet treats them
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -57,6 +57,7 @@ class CSIClient(ClosesOnExit):
         timeout: float = DEFAULT_TIMEOUT,
         user_agent: str = "kubevol",
         metadata: Metadata = None,
+        interceptors: Sequence[Any] = (),
     ) -> None:
         self.endpoint = parse_endpoint(endpoint)
         self.timeout = timeout
@@ -65,6 +66,8 @@ class CSIClient(ClosesOnExit):
             self.endpoint.grpc_target,
             options=[("grpc.primary_user_agent", user_agent)],
         )
+        if interceptors:  # e.g. kubevol.csi.rpclog's request/response logging
+            self._channel = grpc.intercept_channel(self._channel, *interceptors)
         self._lock = threading.Lock()
         self._callables: dict[str, Any] = {}
         self._node_caps: frozenset[t.NodeCapability] | None = None

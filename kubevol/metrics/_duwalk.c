@@ -15,6 +15,8 @@
  * directory, and push the subdirectories they find; the kernel work runs on every CPU.
  */
 #define PY_SSIZE_T_CLEAN
+/* Only the stable ABI of Python 3.11: one build (an abi3 wheel) serves every later Python. */
+#define Py_LIMITED_API 0x030B0000
 #include <Python.h>
 
 #include <dirent.h>
@@ -22,6 +24,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -271,7 +274,11 @@ static PyObject *duwalk_walk(PyObject *self, PyObject *args) {
                      threads);
         return NULL;
     }
-    const char *path = PyBytes_AS_STRING(path_obj);
+    const char *path = PyBytes_AsString(path_obj);
+    if (path == NULL) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
 
     walker w;
     memset(&w, 0, sizeof w);

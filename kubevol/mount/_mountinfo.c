@@ -19,6 +19,8 @@
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
+/* Only the stable ABI of Python 3.11: one build (an abi3 wheel) serves every later Python. */
+#define Py_LIMITED_API 0x030B0000
 #include <Python.h>
 
 #include <string.h>
@@ -79,7 +81,10 @@ static PyObject *split_commas(field f) {
             Py_DECREF(tuple);
             return NULL;
         }
-        PyTuple_SET_ITEM(tuple, k, part);
+        if (PyTuple_SetItem(tuple, k, part) < 0) { /* steals part */
+            Py_DECREF(tuple);
+            return NULL;
+        }
         begin = stop + 1;
     }
     PyObject_GC_UnTrack(tuple); /* strings only: no cycle possible (CPython's GC would untrack it too) */
@@ -136,11 +141,14 @@ static PyObject *parse_fields(PyTypeObject *cls, field *fields, int n) {
         if (opt == NULL) {
             goto done;
         }
-        PyTuple_SET_ITEM(values[A_OPTIONAL_FIELDS], i - 6, opt);
+        if (PyTuple_SetItem(values[A_OPTIONAL_FIELDS], i - 6, opt) < 0) { /* steals opt */
+            goto done;
+        }
     }
     PyObject_GC_UnTrack(values[A_OPTIONAL_FIELDS]);
     /* The class is frozen: set the slots the way its own __init__ does (object.__setattr__). */
-    entry = cls->tp_alloc(cls, 0);
+    allocfunc alloc = (allocfunc)PyType_GetSlot(cls, Py_tp_alloc);
+    entry = alloc == NULL ? NULL : alloc(cls, 0);
     if (entry == NULL) {
         goto done;
     }
@@ -152,7 +160,7 @@ static PyObject *parse_fields(PyTypeObject *cls, field *fields, int n) {
     }
     /* Numbers, strings and untracked tuples of strings: the entry cannot be part of a
      * cycle, so the collector need not walk the tens of thousands of them. */
-    if (PyObject_IS_GC(entry)) {
+    if (PyType_IS_GC(Py_TYPE(entry))) {
         PyObject_GC_UnTrack(entry);
     }
 done:

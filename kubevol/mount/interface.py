@@ -53,7 +53,7 @@ class MountInterface(abc.ABC):
         """Unmount ``target``. Raises :class:`~kubevol.errors.MountError` on failure."""
 
     @abc.abstractmethod
-    def list(self) -> list[MountPoint]:
+    def list(self) -> builtins.list[MountPoint]:
         """Every mount in the mount table."""
 
     @abc.abstractmethod

@@ -36,8 +36,8 @@ class FakeMounter(MountInterface):
     """
 
     def __init__(self, mount_points: Sequence[MountPoint] = ()) -> None:
-        self.mount_points: list[MountPoint] = list(mount_points)
-        self.log: list[FakeAction] = []
+        self.mount_points: builtins.list[MountPoint] = list(mount_points)
+        self.log: builtins.list[FakeAction] = []
         self.mount_errors: dict[str, BaseException] = {}
         self.unmount_errors: dict[str, BaseException] = {}
         self._lock = threading.Lock()

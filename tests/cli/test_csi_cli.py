@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,3 +236,36 @@ def test_against_the_hostpath_driver(capsys: pytest.CaptureFixture[str], tmp_pat
         cli.json("csi", "node", "unstage", vid, "--staging-target-path", str(staging))
         cli.json("csi", "controller", "delete-volume", vid)
     assert not any(str(tmp_path) in e.mount_point for e in parse_mountinfo())
+
+
+def test_csc_names_aliases_and_flags(mock_cli: CLI) -> None:
+    """csc's habits: new/ls/rm, --snapshot-src/--volume-src, -l before the service."""
+    run = mock_cli.json
+    [vol] = run("csi", "controller", "new", "a1")
+    vid = vol["volume_id"]
+    [snap] = run("csi", "controller", "create-snapshot", "s", "--volume-src", vid)
+    [clone] = run("csi", "controller", "new", "a2", "--snapshot-src", snap["snapshot_id"])
+    assert clone["content_source"] == {"snapshot_id": snap["snapshot_id"]}
+    assert {e["volume"]["volume_id"] for e in run("csi", "-l", "debug", "controller", "ls")} == {
+        vid, clone["volume_id"]
+    }
+    run("csi", "controller", "delete-snapshot", snap["snapshot_id"])
+    run("csi", "controller", "rm", vid, clone["volume_id"])
+    assert run("csi", "controller", "list") == []
+
+
+def test_request_and_response_logging_redacts_secrets(mock_cli: CLI) -> None:
+    """--with-request-logging / --with-response-logging log each call on stderr, secret
+    values replaced."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kubevol.cli.main", "csi", "--with-request-logging",
+         "--with-response-logging", "controller", "create-volume", "logged", "-o", "json",
+         "--endpoint", mock_cli.endpoint],
+        env={**os.environ, "X_CSI_SECRETS": "password=hunter2"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0 and json.loads(out)[0]["volume_id"]
+    assert "CreateVolume: REQ 0001:" in err and 'name: "logged"' in err
+    assert "CreateVolume: REP 0001:" in err
+    assert "hunter2" not in err

@@ -1,10 +1,13 @@
 """``kubevol csi SERVICE COMMAND``: call any RPC of any CSI driver (csc, for Python).
 
 Connection flags are accepted before the service or after the command: ``--endpoint``
-(default ``$CSI_ENDPOINT``), ``--timeout``, ``--metadata k=v`` (sent with every call),
-``--secrets-file`` (else ``$X_CSI_SECRETS``; secrets are sent, never printed) and
-``-o table|json|yaml``. The exit code is the gRPC status code (0 on success) and the
-status message goes to stderr.
+(default ``$CSI_ENDPOINT``), ``--timeout`` (a Go duration: 30s, 1m30s), ``--metadata k=v``
+(sent with every call), ``--secrets-file`` (else ``$X_CSI_SECRETS``; secrets are sent,
+never printed), ``-l/--log-level``, ``--with-request-logging``, ``--with-response-logging``
+(secrets redacted) and ``-o table|wide|json|yaml|name|jsonpath=EXPR``. csc's names work
+too: ``new``/``ls``/``rm`` for create-volume, list-volumes, delete-volume, and
+``--volume-src``/``--snapshot-src``. The exit code is the gRPC status code (0 on success)
+and the status message goes to stderr; a usage error exits 64.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from kubevol._version import __version__
 from kubevol.cli import exits
 from kubevol.cli.csi.common import Command
 from kubevol.cli.csi.controller import CONTROLLER
@@ -27,8 +31,20 @@ from kubevol.cli.parser import DURATION
 
 #: Per-call timeout when none is given (csc's default).
 DEFAULT_TIMEOUT = 60.0
-#: The name in the user agent this command sends.
-CLIENT_NAME = "kubevol-csi"
+#: The user agent this command sends (the drivers' fuller one would load the server
+#: framework, which a client call does not need).
+USER_AGENT = f"kubevol-csi/{__version__}"
+
+#: csc's log levels (logrus names) and what each means here.
+LOG_LEVELS = {
+    "panic": 50,
+    "fatal": 50,
+    "error": 40,
+    "warn": 30,
+    "warning": 30,
+    "info": 20,
+    "debug": 10,
+}
 
 SERVICES: tuple[tuple[str, str, tuple[Command, ...]], ...] = (
     ("identity", "Identity RPCs", IDENTITY),
@@ -73,13 +89,54 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None
         help="YAML/JSON secrets: a flat map, or csi-sanity's per-RPC sections "
         "(default: $X_CSI_SECRETS as K=V,K=V)",
     )
+    parser.add_argument(
+        "-l",
+        "--log-level",
+        type=str.lower,
+        choices=list(LOG_LEVELS),
+        default=default("warn"),
+        help="what kubevol logs on stderr (csc's levels; default: warn)",
+    )
+    parser.add_argument(
+        "--with-request-logging",
+        action="store_true",
+        default=default(False),
+        help="log every request sent (secrets redacted)",
+    )
+    parser.add_argument(
+        "--with-response-logging",
+        action="store_true",
+        default=default(False),
+        help="log every response or error received (secrets redacted)",
+    )
     add_output_flags(parser, suppress=leaf)
+
+
+def set_up_logging(args: argparse.Namespace) -> list[Any]:
+    """Log on stderr at ``--log-level``; returns the client interceptors the request and
+    response logging flags ask for (their lines are logged at INFO whatever the level)."""
+    import logging
+
+    logging.basicConfig(
+        level=LOG_LEVELS[args.log_level],
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not (args.with_request_logging or args.with_response_logging):
+        return []
+    from kubevol.csi.rpclog import LOGGER_NAME, logging_interceptor
+
+    logging.getLogger(LOGGER_NAME).setLevel(logging.INFO)
+    return [
+        logging_interceptor(
+            requests=args.with_request_logging, responses=args.with_response_logging
+        )
+    ]
 
 
 def run(command: Command, args: argparse.Namespace) -> int:
     """Connect, call, print; the exit code is the gRPC status code."""
     from kubevol.csi.client import CSIClient  # grpc loads here, once the command is known
-    from kubevol.csi.drivers.common import user_agent
     from kubevol.csi.errors import CSIRPCError
 
     where = f"kubevol csi {args.csi_service} {command.name}"
@@ -91,7 +148,11 @@ def run(command: Command, args: argparse.Namespace) -> int:
         secrets = secrets_from(args.secrets_file, os.environ)
         metadata = parse_key_values(args.metadata, "metadata")
         client = CSIClient(
-            endpoint, timeout=args.timeout, user_agent=user_agent(CLIENT_NAME), metadata=metadata
+            endpoint,
+            timeout=args.timeout,
+            user_agent=USER_AGENT,
+            metadata=metadata,
+            interceptors=set_up_logging(args),
         )
     except ValueError as exc:
         print(f"{where}: {exc}", file=sys.stderr)
@@ -124,7 +185,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         verbs = service.add_subparsers(dest="csi_command", metavar="COMMAND", required=True)
         for command in commands:
             sub = verbs.add_parser(
-                command.name, help=command.help, description=command.help, parents=[common]
+                command.name,
+                aliases=list(command.aliases),
+                help=command.help,
+                description=command.help,
+                parents=[common],
             )
             command.add_args(sub)
             sub.set_defaults(func=functools.partial(run, command))

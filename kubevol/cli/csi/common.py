@@ -42,6 +42,8 @@ class Command:
     help: str
     handler: Handler
     add_args: Callable[[argparse.ArgumentParser], None] = lambda p: None
+    #: Other names, as csc has them (``new`` for ``create-volume``, ...).
+    aliases: tuple[str, ...] = ()
 
 
 # --- argument helpers -----------------------------------------------------------------

@@ -73,8 +73,10 @@ def _create_args(p: argparse.ArgumentParser) -> None:
     add_map(p, "--params", "parameters (repeatable)")
     add_map(p, "--mutable-params", "mutable parameters (repeatable)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--source-snapshot", metavar="SNAPSHOT_ID", help="create from a snapshot")
-    src.add_argument("--source-volume", metavar="VOLUME_ID", help="clone a volume")
+    src.add_argument(
+        "--source-snapshot", "--snapshot-src", metavar="SNAPSHOT_ID", help="create from a snapshot"
+    )
+    src.add_argument("--source-volume", "--volume-src", metavar="VOLUME_ID", help="clone a volume")
 
 
 def delete_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
@@ -194,7 +196,7 @@ def create_snapshot(client: CSIClient, args: argparse.Namespace, secrets: Secret
 
 def _create_snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="+", metavar="NAME", help="snapshot name(s)")
-    p.add_argument("--source-volume", required=True, metavar="VOLUME_ID")
+    p.add_argument("--source-volume", "--volume-src", required=True, metavar="VOLUME_ID")
     add_map(p, "--params", "parameters (repeatable)")
 
 
@@ -283,9 +285,19 @@ def _modify_args(p: argparse.ArgumentParser) -> None:
 
 CONTROLLER = (
     Command(
-        name="create-volume", help="CreateVolume", handler=create_volume, add_args=_create_args
+        name="create-volume",
+        help="CreateVolume",
+        handler=create_volume,
+        add_args=_create_args,
+        aliases=("n", "c", "new", "create"),
     ),
-    Command(name="delete-volume", help="DeleteVolume", handler=delete_volume, add_args=_ids),
+    Command(
+        name="delete-volume",
+        help="DeleteVolume",
+        handler=delete_volume,
+        add_args=_ids,
+        aliases=("d", "rm", "del", "delete"),
+    ),
     Command(
         name="publish", help="ControllerPublishVolume", handler=publish, add_args=_publish_args
     ),
@@ -301,7 +313,13 @@ CONTROLLER = (
         handler=validate,
         add_args=_validate_args,
     ),
-    Command(name="list-volumes", help="ListVolumes", handler=list_volumes, add_args=add_paging),
+    Command(
+        name="list-volumes",
+        help="ListVolumes",
+        handler=list_volumes,
+        add_args=add_paging,
+        aliases=("l", "ls", "list"),
+    ),
     Command(name="get-capacity", help="GetCapacity", handler=get_capacity, add_args=_capacity_args),
     Command(name="get-capabilities", help="ControllerGetCapabilities", handler=get_capabilities),
     Command(

@@ -35,8 +35,14 @@ from typing import Any, TypeVar
 
 import attrs
 import requests
-from etcd3gw import exceptions as etcd_exc
-from etcd3gw.client import Etcd3Client
+
+try:  # the optional "etcd" extra: only this provider needs it
+    from etcd3gw import exceptions as etcd_exc
+    from etcd3gw.client import Etcd3Client
+except ImportError as _missing:
+    _ETCD3GW_MISSING: ImportError | None = _missing
+else:
+    _ETCD3GW_MISSING = None
 
 from kubevol.backoff import Backoff
 from kubevol.csi.locks.base import (
@@ -50,6 +56,12 @@ from kubevol.csi.locks.base import (
 )
 
 _log = logging.getLogger(__name__)
+
+#: What to do when etcd3gw is not installed.
+MISSING_EXTRA = (
+    "the etcd lock provider needs the etcd3gw package, which kubevol's 'etcd' extra "
+    "installs: pip install 'kubevol[etcd]'"
+)
 
 _T = TypeVar("_T")
 
@@ -157,6 +169,8 @@ class _Cluster:
         password: str | None,
         tls_insecure: bool,
     ) -> None:
+        if _ETCD3GW_MISSING is not None:
+            raise LockProviderError(MISSING_EXTRA) from _ETCD3GW_MISSING
         self._clients: list[Etcd3Client] = []
         for ep in endpoints:
             session = _TimeoutSession(dial_timeout=dial_timeout, request_timeout=request_timeout)

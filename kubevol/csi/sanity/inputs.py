@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import yaml
 
 
 def _load_mapping(path: str, what: str) -> Mapping[str, Any]:
+    import yaml  # only files need it: `kubevol csi` uses Secrets on every call
+
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
