@@ -44,3 +44,11 @@ def test_changelog_has_an_unreleased_section() -> None:
     """CHANGELOG.md lists what changed since the last version."""
     text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in text and f"## [{kubevol.__version__}]" in text
+
+
+def test_wheel_data_includes_stubs_manifests_and_protos() -> None:
+    """The package data globs ship py.typed, the .pyi stubs, the protos and the examples."""
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    for glob in ('"py.typed"', '"**/*.pyi"', '"**/*.proto"', '"**/*.yaml"'):
+        assert glob in text
+    assert list((REPO / "kubevol" / "examples").glob("*.yaml"))
