@@ -60,6 +60,11 @@ COMMANDS: tuple[CommandInfo, ...] = (
         "rebuild from disk what is mounted under a kubelet-style root",
     ),
     CommandInfo(
+        "agent",
+        "kubevol.cli.agent",
+        "run as a node agent: keep the volumes of static pods mounted, serve metrics",
+    ),
+    CommandInfo(
         "demo",
         "kubevol.cli.demo",
         "the whole story on a throw-away root: mount, crash, reconstruct, tear down",

@@ -119,11 +119,16 @@ class OperationFailure:
     retry_in: float
 
 
+#: Told of every finished operation: its key, kind, duration (seconds) and error (None = ok).
+OperationObserver = Callable[[OperationKey, OperationKind, float, BaseException | None], None]
+
+
 class OperationExecutor:
     """Runs operations under the nested-pending-operations rules. Thread-safe.
 
     ``workers`` threads run operations (0: inline, in the caller of :meth:`run`);
-    ``clock`` is a monotonic clock in seconds (injectable for tests).
+    ``clock`` is a monotonic clock in seconds (injectable for tests); ``observer`` is told
+    of every operation that ends (e.g. to export its duration).
     """
 
     def __init__(
@@ -133,9 +138,11 @@ class OperationExecutor:
         clock: Callable[[], float] = time.monotonic,
         initial_backoff: float = INITIAL_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
+        observer: OperationObserver | None = None,
     ) -> None:
         self._clock = clock
         self._backoff = Backoff(initial=initial_backoff, maximum=max_backoff)
+        self._observer = observer
         self._records: list[_Record] = []
         self._cond = threading.Condition()
         self._pool = (
@@ -210,11 +217,17 @@ class OperationExecutor:
         future: concurrent.futures.Future[None],
     ) -> None:
         error: BaseException | None = None
+        started = time.monotonic()
         try:
             operation()
         except Exception as exc:  # every failure of an operation backs its key off
             error = exc
             log.info("%s for %s failed: %s", record.kind, record.key, exc)
+        if self._observer is not None:
+            try:
+                self._observer(record.key, record.kind, time.monotonic() - started, error)
+            except Exception:  # an observer's fault must not change the operation's outcome
+                log.exception("operation observer failed")
         with self._cond:
             if error is None:
                 self._records.remove(record)

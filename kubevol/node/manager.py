@@ -28,6 +28,7 @@ from kubevol.node.executor import (
     MAX_BACKOFF,
     OperationExecutor,
     OperationFailure,
+    OperationObserver,
 )
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.operations import OperationGenerator
@@ -81,6 +82,7 @@ class NodeVolumeManager:
         mountinfo_path: str = PROC_MOUNTINFO,
         initial_backoff: float = INITIAL_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
+        observer: OperationObserver | None = None,
     ) -> None:
         self.host = host
         self.mgr = mgr
@@ -89,7 +91,8 @@ class NodeVolumeManager:
         self.desired = DesiredState()
         self.actual = ActualState()
         self.executor = OperationExecutor(
-            workers=workers, initial_backoff=initial_backoff, max_backoff=max_backoff
+            workers=workers, initial_backoff=initial_backoff, max_backoff=max_backoff,
+            observer=observer,
         )
         self.usage = VolumeUsage(host, mgr, mountinfo_path=mountinfo_path)
         self.generator = OperationGenerator(

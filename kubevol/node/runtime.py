@@ -23,6 +23,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError
@@ -230,6 +232,31 @@ class RecordedPods:
                 self.invalid[uid] = str(exc)
         if self.node.unregistered:
             self.node.ensure_drivers()
+
+    @property
+    def records(self) -> Mapping[str, PodRecord]:
+        """The records as of the last :meth:`refresh` or :meth:`apply`, by UID."""
+        return self._records
+
+    def apply(self, adding: Sequence[NewPod] = (), terminating: Sequence[str] = ()) -> None:
+        """Record and run ``adding`` (pods already checked and built, replacing the record
+        of the same UID) and mark the recorded pods ``terminating`` to be torn down; for a
+        long-running caller that decides the desired pods itself. Records are written
+        before the desired state changes, so a crash leaves enough on disk to finish."""
+        for pod in adding:
+            self.watcher.note(pod.record, self.node.records.write(pod.record))
+            self._records[pod.record.uid] = pod.record
+            self.known.add(pod.record.uid)
+            self.invalid.pop(pod.record.uid, None)
+            self.manager.set_pod(pod.desired)
+        for uid in terminating:
+            record = self._records.get(uid)
+            if record is None or record.state is PodState.TERMINATING:
+                continue
+            record = attrs.evolve(record, state=PodState.TERMINATING)
+            self.watcher.note(record, self.node.records.write(record))
+            self._records[uid] = record
+            self.manager.remove_pod(uid)
 
     def forget_terminated(self) -> list[str]:
         """Remove the records of terminating pods of which nothing is left; their UIDs."""

@@ -1,0 +1,76 @@
+"""``kubevol agent``: the long-running node agent (run it under systemd, see contrib/)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from kubevol.cli.node_common import add_root_flags, open_runtime
+from kubevol.cli.parser import DURATION
+from kubevol.node.privileges import require_privileges
+
+#: The default metrics address (the kubelet's read-only port, on loopback only).
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:10255"
+
+
+def run(args: argparse.Namespace) -> int:
+    require_privileges("kubevol agent")
+    from kubevol.node.agent import Agent
+    from kubevol.node.sdnotify import SystemdNotifier
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("kubevol.agent").info(
+            "%s: stopping (volumes stay mounted)", signal.Signals(signum).name
+        )
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with open_runtime(args) as runtime, Agent(
+        runtime,
+        manifest_dir=args.manifests,
+        metrics_address=args.metrics_address or None,
+        stats_period=args.volume_stats_agg_period,
+        notifier=SystemdNotifier.from_environment(),
+    ) as agent:
+        agent.run(stop)
+    for what, why in sorted(agent.invalid.items()):
+        print(f"warning: {what} could not be run: {why}", file=sys.stderr)
+    return 0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run until SIGTERM or SIGINT: reconstruct what is mounted under --root, then keep "
+        "the volumes of the pods in --manifests (a static-pod directory, watched with "
+        "inotify) mounted, tearing down those of pods whose manifest goes. Volumes stay "
+        "mounted when the agent stops. Serves /metrics (kubelet_volume_stats_*, "
+        "storage_operation_duration_seconds, kubevol_reconciler_*) and /healthz on "
+        "--metrics-address. With $NOTIFY_SOCKET set (systemd Type=notify) it reports "
+        "READY=1 after the first reconcile pass, STOPPING=1, and WATCHDOG=1 when "
+        "$WATCHDOG_USEC asks for it."
+    )
+    add_root_flags(parser)
+    parser.add_argument(
+        "--manifests", metavar="DIR", default=None,
+        help="static pod directory: YAML files of Pods with the PersistentVolumes and "
+        "Claims they use (the kubelet's --pod-manifest-path)",
+    )
+    parser.add_argument(
+        "--metrics-address", metavar="HOST:PORT", default=DEFAULT_METRICS_ADDRESS,
+        help=f"where to serve /metrics and /healthz; empty: not served "
+        f"(default: {DEFAULT_METRICS_ADDRESS})",
+    )
+    parser.add_argument(
+        "--volume-stats-agg-period", type=DURATION, default=60.0, metavar="DURATION",
+        help="how often volume usage is measured for /metrics: a Go duration (default: 1m)",
+    )
+    parser.set_defaults(func=run)

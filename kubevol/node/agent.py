@@ -1,0 +1,253 @@
+"""``Agent``: the long-running node agent behind ``kubevol agent`` (the kubelet's volume
+manager loop, with its static-pod source and metrics).
+
+Start-up: the pod records of the root are read and the volumes on disk reconstructed
+(everything found is uncertain until an operation confirms it), then the sources are read
+and the loop converges. The loop runs a reconciler pass every ``period`` seconds while
+there is work (the kubelet's 100 ms), and otherwise sleeps until a source changes or
+``idle_period`` passes, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
+by SIGTERM) takes no new work, lets running operations finish, and never tears a volume
+down because the agent stops.
+
+Which pods the agent may tear down: those its sources brought (kept in
+``<root>/kubevol/agent-pods.json`` across restarts, so a manifest deleted while the agent was
+down still takes its pod down) and nothing else. Pods recorded by ``kubevol up`` keep
+running as recorded; pods found on disk without a record are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from kubevol.errors import KubevolError
+from kubevol.layout import write_json_atomically
+from kubevol.lifecycle import ClosesOnExit
+from kubevol.node.executor import OperationKey, OperationKind
+from kubevol.node.exporter import AgentMetrics, MetricsServer
+from kubevol.node.pods import STATE_DIR, Manifests, NewPod, PodState, new_pods, pod_uid
+from kubevol.node.runtime import NodeRuntime
+from kubevol.node.sdnotify import SystemdNotifier
+from kubevol.node.static_pods import ManifestDirectory
+
+log = logging.getLogger(__name__)
+
+#: The kubelet's reconciler loop period (seconds).
+LOOP_PERIOD = 0.1
+#: The longest an idle agent sleeps between passes (seconds).
+IDLE_PERIOD = 1.0
+#: The kubelet's --volume-stats-agg-period default (seconds).
+VOLUME_STATS_PERIOD = 60.0
+#: A loop that has not finished a pass for this long is reported unhealthy (seconds).
+STALL_AFTER = 60.0
+
+
+class OwnedPods:
+    """The UIDs of the pods the agent's sources brought, in one JSON file under the root."""
+
+    def __init__(self, root_dir: str) -> None:
+        self.path = os.path.join(root_dir, STATE_DIR, "agent-pods.json")
+
+    def load(self) -> set[str]:
+        """The owned UIDs; empty when none were saved. Raises KubevolError when corrupt."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return set()
+        except (OSError, ValueError) as exc:
+            raise KubevolError(f"{self.path} is unreadable: {exc}") from exc
+        if not isinstance(data, list) or not all(isinstance(u, str) for u in data):
+            raise KubevolError(f"{self.path} must hold a JSON list of pod UIDs")
+        return set(data)
+
+    def save(self, uids: set[str]) -> None:
+        """Replace the owned UIDs (durably)."""
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        write_json_atomically(self.path, sorted(uids))
+
+
+class Agent(ClosesOnExit):
+    """Runs the pods of its sources on ``runtime``'s root until :meth:`run`'s event is set.
+
+    ``manifest_dir`` is a static-pod directory (None: no such source); ``metrics_address``
+    ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served).
+    """
+
+    def __init__(
+        self,
+        runtime: NodeRuntime,
+        *,
+        manifest_dir: str | None = None,
+        metrics_address: str | None = None,
+        period: float = LOOP_PERIOD,
+        idle_period: float = IDLE_PERIOD,
+        stats_period: float = VOLUME_STATS_PERIOD,
+        workers: int = 8,
+        notifier: SystemdNotifier | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.period = period
+        self.idle_period = idle_period
+        self.stats_period = stats_period
+        self.notifier = notifier or SystemdNotifier(None)
+        self.owned = OwnedPods(runtime.host.root_dir)
+        self._owned = self.owned.load()
+        self.source = ManifestDirectory(manifest_dir) if manifest_dir else None
+        self.pods = runtime.volume_manager(workers=workers, observer=self._observe)
+        self.metrics = AgentMetrics(self.pods.manager)
+        self.server = (
+            MetricsServer(metrics_address, self.metrics, self.health) if metrics_address else None
+        )
+        #: Pods of the sources that cannot be run, with why (by UID or file name).
+        self.invalid: dict[str, str] = {}
+        #: Set once the first reconciler pass finished.
+        self.ready = threading.Event()
+        self._last_pass = 0.0
+        self._running = False
+
+    def running_pods(self) -> list[str]:
+        """UIDs of the pods from the agent's sources that it runs now."""
+        return sorted(
+            uid for uid, r in self.pods.records.items()
+            if uid in self._owned and r.state is PodState.RUNNING
+        )
+
+    def _observe(
+        self, key: OperationKey, kind: OperationKind, seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        # The executor is built before the metrics (they read the manager it belongs to).
+        self.metrics.observe(key, kind, seconds, error)
+
+    # -- health -----------------------------------------------------------------------------
+
+    def health(self) -> str | None:
+        """None when healthy; else why not (``/healthz`` answers 503 with it)."""
+        if not self.ready.is_set():
+            return "the first reconcile pass has not finished"
+        if not self._running:
+            return "the agent is not running"
+        stalled = time.monotonic() - self._last_pass
+        if stalled > STALL_AFTER:
+            return f"no reconcile pass for {stalled:.0f} s"
+        return None
+
+    # -- desired pods -------------------------------------------------------------------------
+
+    def apply_sources(self) -> None:
+        """Make the records and desired state follow the sources."""
+        manifests = self.source.manifests() if self.source is not None else Manifests()
+        self.invalid = {f"file {n}": why for n, why in (self.source.errors.items()
+                                                         if self.source else [])}
+        wanted: dict[str, NewPod] = {}
+        for pod in manifests.pods:
+            try:
+                uid = pod_uid(pod)
+                if uid in wanted:
+                    raise KubevolError(f"pod UID {uid} is given twice in the static pods")
+                one = Manifests(pods=(pod,), pvs=manifests.pvs, pvcs=manifests.pvcs)
+                wanted[uid] = new_pods(self.runtime.mgr, one)[0]
+            except KubevolError as exc:
+                name = (pod.get("metadata") or {}).get("name", "?")
+                log.error("static pod %s cannot be run: %s", name, exc)
+                self.invalid[f"pod {name}"] = str(exc)
+        records = self.pods.records
+        adding = [
+            p for uid, p in wanted.items()
+            if (r := records.get(uid)) is None or r.state is not PodState.RUNNING
+            or r.objects != p.record.objects
+        ]
+        gone = sorted(uid for uid in self._owned if uid not in wanted and uid in records)
+        owned = (self._owned | set(wanted)) & (set(records) | set(wanted))
+        if owned != self._owned:
+            # Saved before the records change: an owned pod always has its UID on disk.
+            self.owned.save(owned)
+            self._owned = owned
+        if adding or gone:
+            log.info("static pods: %d to run or update, %d to stop", len(adding), len(gone))
+        self.pods.apply(adding=adding, terminating=gone)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconstruct, then reconcile until ``stop`` is set; returns after running
+        operations finished. Raises KubevolError when a source fails for good."""
+        self._running = True
+        stats = threading.Thread(
+            target=self._stats_loop, args=(stop,), name="kubevol-volume-stats", daemon=True
+        )
+        try:
+            if self.server is not None:
+                self.server.start()
+                log.info("serving metrics on http://%s/metrics", self.server.address)
+            self.pods.reconstruct()
+            self.apply_sources()
+            stats.start()
+            self._loop(stop)
+        finally:
+            self._running = False
+            self.notifier.notify("STOPPING=1")
+            log.info("stopping: waiting for running operations")
+            self.pods.close()
+            if self.server is not None:
+                self.server.stop()
+
+    def _loop(self, stop: threading.Event) -> None:
+        last_watchdog = 0.0
+        while not stop.is_set():
+            started = self.pods.manager.reconcile()
+            self.pods.forget_terminated()
+            self._last_pass = time.monotonic()
+            if not self.ready.is_set():
+                self.ready.set()
+                self.notifier.notify("READY=1")
+                log.info("first reconcile pass done; %d pods desired",
+                         len(self.pods.manager.desired.pods()))
+            interval = self.notifier.watchdog_interval
+            if interval is not None and self._last_pass - last_watchdog >= interval:
+                self.notifier.notify("WATCHDOG=1")
+                last_watchdog = self._last_pass
+            if self.runtime.unregistered:
+                self.runtime.ensure_drivers()
+            busy = started or self.pods.manager.executor.pending() or self._has_work()
+            if self._wait(stop, self.period if busy else self.idle_period):
+                self.apply_sources()
+
+    def _has_work(self) -> bool:
+        """Whether a pass could start something soon (failures waiting out a backoff, or
+        terminating pods whose records are not gone yet)."""
+        if self.pods.manager.executor.failures():
+            return True
+        return any(r.state is PodState.TERMINATING for r in self.pods.records.values())
+
+    def _wait(self, stop: threading.Event, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a source change or ``stop``; whether a source changed."""
+        if self.source is None:
+            stop.wait(timeout)
+            return False
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            # Wake at least every LOOP_PERIOD to notice ``stop``.
+            if self.source.wait(min(left, LOOP_PERIOD)):
+                return True
+        return False
+
+    def _stats_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.metrics.stats.refresh()
+            except Exception:  # measuring must never stop the agent
+                log.exception("volume stats refresh failed")
+            stop.wait(self.stats_period)
+
+    def close(self) -> None:
+        """Stop watching the sources. Idempotent (``run`` already closed the rest)."""
+        if self.source is not None:
+            self.source.close()

@@ -1,0 +1,310 @@
+"""What a running agent tells Prometheus and health checkers, under the kubelet's names.
+
+- ``kubelet_volume_stats_{capacity,available,used}_bytes`` and
+  ``kubelet_volume_stats_inodes{,_free,_used}`` with ``namespace`` and
+  ``persistentvolumeclaim`` labels, one series per claim a running pod mounted, and
+  ``kubelet_volume_stats_health_status_abnormal``. As in the kubelet, they come from a
+  cache that :class:`VolumeStats` refreshes on a period (``--volume-stats-agg-period``), so a
+  scrape never walks a volume.
+- ``storage_operation_duration_seconds`` (labels ``volume_plugin``, ``operation_name``,
+  ``status``, ``migrated``), observed as each operation ends.
+- kubevol's own reconciler gauges (``kubevol_reconciler_*``).
+
+Everything lives in one :class:`prometheus_client.CollectorRegistry` per agent: no
+process-wide metric objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kubevol.errors import KubevolError, MetricsError
+from kubevol.lifecycle import RunsWhileEntered
+from kubevol.manager import VolumePluginMgr
+from kubevol.node.executor import OperationKey, OperationKind
+from kubevol.node.manager import NodeVolumeManager
+from kubevol.node.state import MountState
+
+log = logging.getLogger(__name__)
+
+#: The kubelet's ``operation_name`` for each kind of operation. kubevol splits the
+#: kubelet's MountVolume into a device mount and a set-up; the device mount gets its own name.
+OPERATION_NAMES: Mapping[OperationKind, str] = {
+    OperationKind.ATTACH: "volume_attach",
+    OperationKind.WAIT_FOR_ATTACH: "verify_controller_attached_volume",
+    OperationKind.MOUNT_DEVICE: "mount_device",
+    OperationKind.SET_UP: "volume_mount",
+    OperationKind.TEAR_DOWN: "volume_unmount",
+    OperationKind.UNMOUNT_DEVICE: "unmount_device",
+    OperationKind.DETACH: "volume_detach",
+    OperationKind.MAP: "map_volume",
+    OperationKind.UNMAP: "unmap_volume",
+    OperationKind.UNMAP_DEVICE: "unmap_device",
+    OperationKind.EXPAND: "volume_fs_resize",
+}
+
+#: The kubelet's buckets for storage_operation_duration_seconds.
+OPERATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600)
+
+CSI_PLUGIN = "kubernetes.io/csi"
+
+
+@attrs.frozen(kw_only=True)
+class ClaimStats:
+    """One claim's usage at one measurement (bytes and inodes; None = not reported)."""
+
+    namespace: str
+    claim: str
+    capacity: int | None
+    available: int | None
+    used: int | None
+    inodes: int | None
+    inodes_free: int | None
+    inodes_used: int | None
+    abnormal: bool | None
+
+
+def _claim_of(pod: Any, outer_name: str) -> tuple[str, str] | None:
+    """``(namespace, claim)`` when the pod's volume ``outer_name`` is a claim."""
+    for volume in (pod.spec.volumes or []) if pod is not None and pod.spec else []:
+        if volume.name == outer_name and volume.persistent_volume_claim is not None:
+            return pod.metadata.namespace or "default", volume.persistent_volume_claim.claim_name
+    return None
+
+
+class VolumeStats:
+    """The usage of every claim mounted for a desired pod, measured by :meth:`refresh`
+    through the volume's plugin (as ``kubevol status`` measures it), kept until the next."""
+
+    def __init__(self, manager: NodeVolumeManager) -> None:
+        self.manager = manager
+        self._lock = threading.Lock()
+        self._stats: tuple[ClaimStats, ...] = ()
+        #: When the last refresh ended (monotonic), or None before the first.
+        self.refreshed: float | None = None
+
+    def refresh(self) -> None:
+        """Measure every mounted claim now (slow: may walk volumes or call drivers)."""
+        out: list[ClaimStats] = []
+        for pod in self.manager.desired.pods():
+            for volume in pod.volumes:
+                claim = _claim_of(pod.pod, volume.outer_name)
+                if claim is None or not self._mounted(volume.unique_name, pod.uid):
+                    continue
+                stats = self._measure(volume.plugin_name, volume.spec.name(), pod.uid, claim)
+                if stats is not None:
+                    out.append(stats)
+        with self._lock:
+            self._stats = tuple(out)
+            self.refreshed = time.monotonic()
+
+    def _mounted(self, unique_name: str, pod_uid: str) -> bool:
+        return any(
+            m.pod_uid == pod_uid and m.state is MountState.MOUNTED
+            for m in self.manager.actual.mounted_volumes()
+            if m.unique_name == unique_name
+        )
+
+    def _measure(
+        self, plugin_name: str, spec_name: str, pod_uid: str, claim: tuple[str, str]
+    ) -> ClaimStats | None:
+        try:
+            plugin = self.manager.mgr.find_plugin_by_name(plugin_name)
+            m = plugin.new_unmounter(spec_name, pod_uid).get_metrics()
+        except (KubevolError, MetricsError, OSError, ValueError) as exc:
+            log.debug("no usage for claim %s/%s: %s", *claim, exc)
+            return None
+        return ClaimStats(
+            namespace=claim[0], claim=claim[1], capacity=m.capacity, available=m.available,
+            used=m.used, inodes=m.inodes, inodes_free=m.inodes_free, inodes_used=m.inodes_used,
+            abnormal=m.abnormal,
+        )
+
+    def snapshot(self) -> tuple[ClaimStats, ...]:
+        """The last measurement."""
+        with self._lock:
+            return self._stats
+
+
+_STATS_GAUGES = (
+    ("kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume", "capacity"),
+    ("kubelet_volume_stats_available_bytes", "Number of available bytes in the volume",
+     "available"),
+    ("kubelet_volume_stats_used_bytes", "Number of used bytes in the volume", "used"),
+    ("kubelet_volume_stats_inodes", "Maximum number of inodes in the volume", "inodes"),
+    ("kubelet_volume_stats_inodes_free", "Number of free inodes in the volume", "inodes_free"),
+    ("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume", "inodes_used"),
+)
+_CLAIM_LABELS = ["namespace", "persistentvolumeclaim"]
+
+
+class _AgentCollector(Collector):
+    """Volume stats from the cache and reconciler gauges, read at scrape time."""
+
+    def __init__(self, stats: VolumeStats, manager: NodeVolumeManager) -> None:
+        self.stats = stats
+        self.manager = manager
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        snapshot = self.stats.snapshot()
+        for name, help_text, field in _STATS_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=_CLAIM_LABELS)
+            for s in snapshot:
+                value = getattr(s, field)
+                if value is not None:
+                    family.add_metric([s.namespace, s.claim], float(value))
+            yield family
+        health = GaugeMetricFamily(
+            "kubelet_volume_stats_health_status_abnormal",
+            "Abnormal volume health status: 1 abnormal, 0 normal", labels=_CLAIM_LABELS,
+        )
+        for s in snapshot:
+            if s.abnormal is not None:
+                health.add_metric([s.namespace, s.claim], 1.0 if s.abnormal else 0.0)
+        yield health
+        yield from self._reconciler()
+
+    def _reconciler(self) -> Iterator[GaugeMetricFamily]:
+        desired = sum(len(p.volumes) for p in self.manager.desired.pods())
+        mounted = self.manager.actual.mounted_volumes()
+        uncertain = sum(1 for m in mounted if m.state is MountState.UNCERTAIN)
+        executor = self.manager.executor
+        failing = executor.failures()
+        for name, help_text, value in (
+            ("kubevol_reconciler_desired_volumes", "Pod volumes desired", desired),
+            ("kubevol_reconciler_actual_volumes", "Pod volumes in the actual state",
+             len(mounted)),
+            ("kubevol_reconciler_uncertain_volumes", "Pod volumes whose mount is uncertain",
+             uncertain),
+            ("kubevol_reconciler_pending_operations", "Operations running",
+             len(executor.pending())),
+            ("kubevol_reconciler_backoff_operations", "Operations waiting out a backoff",
+             sum(1 for f in failing if f.retry_in > 0)),
+        ):
+            yield GaugeMetricFamily(name, help_text, value=float(value))
+
+
+class AgentMetrics:
+    """The agent's registry: volume stats, operation durations, reconciler gauges."""
+
+    def __init__(self, manager: NodeVolumeManager) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.stats = VolumeStats(manager)
+        self.mgr: VolumePluginMgr = manager.mgr
+        self.operations = Histogram(
+            "storage_operation_duration_seconds", "Storage operation duration",
+            ["volume_plugin", "operation_name", "status", "migrated"],
+            buckets=OPERATION_BUCKETS, registry=self.registry,
+        )
+        self.registry.register(_AgentCollector(self.stats, manager))
+
+    def plugin_label(self, unique_volume_name: str) -> str:
+        """The kubelet's ``volume_plugin`` label: the plugin's name, and for CSI volumes
+        ``kubernetes.io/csi:<driver>``."""
+        parts = unique_volume_name.split("/")
+        name = "/".join(parts[:2])
+        try:
+            self.mgr.find_plugin_by_name(name)
+        except KubevolError:
+            name = parts[0]  # a plugin name without a domain part
+        if name == CSI_PLUGIN and len(parts) > 2:
+            return f"{CSI_PLUGIN}:{parts[2].split('^', 1)[0]}"
+        return name
+
+    def observe(
+        self, key: OperationKey, kind: OperationKind, seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        """Record one finished operation (an executor observer)."""
+        self.operations.labels(
+            volume_plugin=self.plugin_label(key.volume),
+            operation_name=OPERATION_NAMES.get(kind, str(kind)),
+            status="success" if error is None else "fail-unknown",
+            migrated="false",
+        ).observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The text a scrape of ``/metrics`` returns."""
+        return generate_latest(self.registry)
+
+
+class MetricsServer(RunsWhileEntered):
+    """``/metrics`` and ``/healthz`` over HTTP on ``address`` (``HOST:PORT``; port 0 picks
+    one). ``healthy()`` decides ``/healthz``: 200 ``ok`` or 503 with the reason."""
+
+    def __init__(
+        self, address: str, metrics: AgentMetrics, healthy: Callable[[], str | None]
+    ) -> None:
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise KubevolError(f"--metrics-address: expected HOST:PORT, got {address!r}")
+        self._bind = (host.strip("[]") or "127.0.0.1", int(port))
+        self.metrics = metrics
+        self.healthy = healthy
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` actually bound."""
+        assert self._server is not None, "the server is not started"
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    def start(self) -> MetricsServer:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("metrics server: " + format, *args)
+
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._answer(HTTPStatus.OK, outer.metrics.exposition(), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    problem = outer.healthy()
+                    if problem is None:
+                        self._answer(HTTPStatus.OK, b"ok", "text/plain")
+                    else:
+                        self._answer(HTTPStatus.SERVICE_UNAVAILABLE, problem.encode(),
+                                     "text/plain")
+                else:
+                    self._answer(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
+
+            def _answer(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        try:
+            self._server = ThreadingHTTPServer(self._bind, Handler)
+        except OSError as exc:
+            raise KubevolError(
+                f"cannot serve metrics on {self._bind[0]}:{self._bind[1]}: {exc.strerror}"
+            ) from exc
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="kubevol-metrics", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
