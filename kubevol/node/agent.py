@@ -26,9 +26,11 @@ import time
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
+from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
-from kubevol.node.pods import STATE_DIR, Manifests, NewPod, PodState, new_pods, pod_uid
+from kubevol.node.manifests import Manifests, pod_uid
+from kubevol.node.records import STATE_DIR, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
 from kubevol.node.static_pods import ManifestDirectory

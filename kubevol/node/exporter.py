@@ -260,7 +260,7 @@ class MetricsServer(RunsWhileEntered):
         """``HOST:PORT`` actually bound."""
         assert self._server is not None, "the server is not started"
         host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
+        return f"{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def start(self) -> MetricsServer:
         outer = self

@@ -2,7 +2,7 @@
 watched with inotify.
 
 Every file whose name does not start with ``.`` and ends in ``.yaml``, ``.yml`` or ``.json``
-holds Pods and the objects they use (see :mod:`kubevol.node.pods`). A file is (re-)read
+holds Pods and the objects they use (see :mod:`kubevol.node.manifests`). A file is (re-)read
 only when a writer closed it (``IN_CLOSE_WRITE``) or it was renamed into the directory
 (``IN_MOVED_TO``), so a half-written file is never read and an editor's write-to-temporary
 then rename counts as one change; a file that goes (``IN_DELETE``, ``IN_MOVED_FROM``) takes
@@ -24,7 +24,7 @@ import inotify_simple
 
 from kubevol.errors import KubevolError
 from kubevol.lifecycle import ClosesOnExit
-from kubevol.node.pods import Manifests, load_manifest_files
+from kubevol.node.manifests import Manifests, load_manifest_files
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ManifestDirectory(ClosesOnExit):
 
     def fileno(self) -> int:
         """The inotify descriptor (readable when something happened)."""
-        return self._inotify.fileno()
+        return int(self._inotify.fileno())
 
     def _read(self, name: str) -> None:
         path = os.path.join(self.path, name)

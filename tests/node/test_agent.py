@@ -1,0 +1,340 @@
+"""``kubevol agent`` end to end: real mounts, the bundled hostpath CSI driver on a unix
+socket, a static-pod directory changed while the agent runs, and its /metrics scraped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kubevol.cli.main import main
+from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
+from kubevol.csi.drivers.common import RunningDriver
+from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.node.agent import Agent
+from kubevol.node.runtime import NodeRuntime
+from kubevol.node.sdnotify import SystemdNotifier
+from tests.node.conftest import mounts_under, unmount_all_under
+
+UIDS = {
+    "web": "0000000a-0000-4000-8000-000000000001",
+    "db": "0000000a-0000-4000-8000-000000000002",
+    "raw": "0000000a-0000-4000-8000-000000000003",
+}
+
+
+@attrs.define
+class AgentEnv:
+    tmp: Path
+    root: Path
+    manifests: Path
+    driver: RunningDriver
+
+    def create_volume(self, name: str, *, block: bool = False) -> str:
+        cap = t.VolumeCapability.block() if block else t.VolumeCapability.mount()
+        with CSIClient(self.driver.endpoint) as client:
+            volume = client.create_volume(
+                name, [cap], capacity_range=t.CapacityRange(required_bytes=16 << 20)
+            )
+        return volume.volume_id
+
+    def pod_volume(self, pod: str, volume: str, plugin: str = "kubernetes.io~csi") -> str:
+        return f"{self.root}/pods/{UIDS[pod]}/volumes/{plugin}/{volume}"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[AgentEnv]:
+    """The hostpath driver keeping its volumes on a tmpfs of its own (so that their usage
+    does not move with the rest of the machine), a root and an empty manifest directory."""
+    if os.geteuid() != 0:
+        pytest.fail("the agent tests need root (real mounts)")
+    (tmp_path / "hp").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(tmp_path / "hp")],
+                   check=True)
+    (tmp_path / "manifests").mkdir()
+    running = HostPathDriver(
+        HostPathConfig(state_dir=str(tmp_path / "hp"), node_id="n1")
+    ).serve()
+    try:
+        yield AgentEnv(tmp=tmp_path, root=tmp_path / "root", manifests=tmp_path / "manifests",
+                       driver=running)
+    finally:
+        running.stop()
+        unmount_all_under(tmp_path)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def pv(name: str, handle: str, *, block: bool = False) -> str:
+    mode = "volumeMode: Block\n  " if block else ""
+    return f"""---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {name}}}
+spec:
+  {mode}capacity: {{storage: 16Mi}}
+  accessModes: [ReadWriteOnce]
+  csi: {{driver: {DRIVER_NAME}, volumeHandle: "{handle}"}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}-claim, namespace: shop}}
+spec: {{volumeName: {name}, accessModes: [ReadWriteOnce]{", volumeMode: Block" if block else ""}}}
+"""
+
+
+def pod(name: str, volumes: str, containers: str = "[{name: c, image: x}]") -> str:
+    return f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: shop, uid: {UIDS[name]}}}
+spec:
+  containers: {containers}
+  volumes:
+{volumes}"""
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """An editor's save: a temporary file renamed into place."""
+    tmp = path.parent / f".{path.name}.swp"
+    tmp.write_text(text)
+    os.rename(tmp, path)
+
+
+@attrs.define
+class RunningAgent:
+    agent: Agent
+    thread: threading.Thread
+    stop: threading.Event
+
+    def url(self, path: str) -> str:
+        assert self.agent.server is not None
+        return f"http://{self.agent.server.address}{path}"
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with urllib.request.urlopen(self.url("/metrics"), timeout=10) as resp:
+            text = resp.read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+
+@pytest.fixture
+def start_agent(env: AgentEnv) -> Iterator[Callable[..., RunningAgent]]:
+    started: list[tuple[RunningAgent, NodeRuntime]] = []
+
+    def start(**kwargs: object) -> RunningAgent:
+        runtime = NodeRuntime(str(env.root), node_name="n1",
+                              csi_drivers={DRIVER_NAME: env.driver.endpoint})
+        agent = Agent(runtime, manifest_dir=str(env.manifests),
+                      metrics_address="127.0.0.1:0", **kwargs)  # type: ignore[arg-type]
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        running = RunningAgent(agent=agent, thread=thread, stop=stop)
+        started.append((running, runtime))
+        wait_for("the first reconcile pass", agent.ready.is_set)
+        return running
+
+    yield start
+    for running, runtime in started:
+        running.stop.set()
+        running.thread.join(30)
+        running.agent.close()
+        runtime.close()
+
+
+def test_static_pods_come_and_go(env: AgentEnv, start_agent: Callable[..., RunningAgent]) -> None:
+    """Manifests dropped into the directory are mounted (CSI filesystem, CSI block,
+    emptyDir); removing a volume from a pod tears only it down; deleting a manifest tears
+    its pod down and unstages its volume; stopping the agent leaves the rest mounted."""
+    running = start_agent()
+    assert running.agent.running_pods() == []
+    web_handle = env.create_volume("web-data")
+    raw_handle = env.create_volume("raw-disk", block=True)
+    (env.manifests / "web.yaml").write_text(pv("pv-web", web_handle) + pod("web", """\
+  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}
+  - {name: scratch, emptyDir: {}}
+"""))
+    write_atomically(env.manifests / "raw.yaml", pv("pv-raw", raw_handle, block=True) + pod(
+        "raw", "  - {name: disk, persistentVolumeClaim: {claimName: pv-raw-claim}}\n",
+        "[{name: c, image: x, volumeDevices: [{name: disk, devicePath: /dev/xvda}]}]"))
+    (env.manifests / "db.yaml").write_text(pod("db", "  - {name: cache, emptyDir: {}}\n"))
+    (env.manifests / "notes.txt").write_text("not a manifest")
+
+    web_mount = env.pod_volume("web", "pv-web") + "/mount"
+    raw_link = f"{env.root}/pods/{UIDS['raw']}/volumeDevices/kubernetes.io~csi/pv-raw"
+    wait_for("all three pods", lambda: running.agent.running_pods() == sorted(UIDS.values()))
+    wait_for("the CSI mount", lambda: web_mount in mounts_under(env.root))
+    wait_for("the block device link", lambda: os.path.lexists(raw_link))
+    assert os.path.isdir(env.pod_volume("db", "cache", "kubernetes.io~empty-dir"))
+    assert running.agent.health() is None
+
+    # Edit: the web pod loses its CSI volume.
+    write_atomically(env.manifests / "web.yaml", pv("pv-web", web_handle) + pod(
+        "web", "  - {name: scratch, emptyDir: {}}\n"))
+    globalmounts = [m for m in mounts_under(env.root) if m.endswith("/globalmount")]
+    assert globalmounts
+    wait_for("the removed volume torn down", lambda: web_mount not in mounts_under(env.root))
+    wait_for("its device unstaged", lambda: not any(
+        m.endswith("/globalmount") for m in mounts_under(env.root)
+    ))
+    assert os.path.isdir(env.pod_volume("web", "scratch", "kubernetes.io~empty-dir"))
+
+    # Delete: the raw pod goes, its device link and directory with it.
+    (env.manifests / "raw.yaml").unlink()
+    wait_for("the raw pod gone", lambda: not os.path.lexists(f"{env.root}/pods/{UIDS['raw']}"))
+    assert running.agent.running_pods() == sorted([UIDS["web"], UIDS["db"]])
+    assert not [m for m in mounts_under(env.root) if "pv-raw" in m]  # unpublished, unstaged
+
+    running.stop.set()
+    running.thread.join(30)
+    assert not running.thread.is_alive()
+    # Stopping tears nothing down.
+    assert os.path.isdir(env.pod_volume("db", "cache", "kubernetes.io~empty-dir"))
+    assert os.path.isdir(env.pod_volume("web", "scratch", "kubernetes.io~empty-dir"))
+
+
+def test_a_half_written_manifest_is_not_read(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent]
+) -> None:
+    """A manifest still open for writing is read only once its writer closes it; a manifest
+    that is not valid is reported and changes nothing."""
+    running = start_agent()
+    path = env.manifests / "db.yaml"
+    with open(path, "w") as f:
+        f.write(pod("db", "  - {name: cache, emptyDir: {}}\n")[:60])
+        f.flush()
+        time.sleep(0.5)
+        assert running.agent.running_pods() == []
+        assert running.agent.source is not None and running.agent.source.errors == {}
+        f.write(pod("db", "  - {name: cache, emptyDir: {}}\n")[60:])
+    wait_for("the pod", lambda: running.agent.running_pods() == [UIDS["db"]])
+
+    (env.manifests / "bad.yaml").write_text("kind: Pod\nmetadata: {name: [\n")
+    wait_for("the bad file reported", lambda: "bad.yaml" in running.agent.source.errors)  # type: ignore[union-attr]
+    assert running.agent.running_pods() == [UIDS["db"]]
+
+
+def test_metrics_match_kubevol_metrics(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/metrics has the claim's kubelet_volume_stats_* with the kubelet's labels and the same
+    values `kubevol metrics` reports for that volume; operations are timed under the
+    kubelet's names; /healthz answers ok."""
+    running = start_agent(stats_period=0.2)
+    handle = env.create_volume("web-data")
+    (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod(
+        "web", "  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}\n"))
+    mount = env.pod_volume("web", "pv-web") + "/mount"
+    wait_for("the CSI mount", lambda: mount in mounts_under(env.root))
+    with open(os.path.join(mount, "payload"), "wb") as f:
+        f.write(b"x" * (1 << 20))
+    labels = (("namespace", "shop"), ("persistentvolumeclaim", "pv-web-claim"))
+
+    def used() -> float | None:
+        return running.scrape().get(("kubelet_volume_stats_used_bytes", labels))
+
+    wait_for("a measurement with the payload", lambda: (used() or 0) >= 1 << 20)
+    # The cache is refreshed on its period: wait out one more, so both see the same tree.
+    time.sleep(0.5)
+    samples = running.scrape()
+    capsys.readouterr()
+    assert main(["metrics", mount, "--provider", "du", "-o", "json"]) == 0
+    walked = json.loads(capsys.readouterr().out)
+    assert main(["csi", "node", "stats", "-e", env.driver.endpoint, "-o", "json",
+                 f"{handle}:{mount}"]) == 0
+    (stats,) = json.loads(capsys.readouterr().out)
+    by_unit = {u["unit"]: u for u in stats["usage"]}
+    # A CSI volume's figures are its driver's NodeGetVolumeStats, as in the kubelet; the
+    # hostpath driver measures used bytes and inodes with du, as `kubevol metrics` does.
+    expected = {
+        "kubelet_volume_stats_capacity_bytes": by_unit[t.UsageUnit.BYTES]["total"],
+        "kubelet_volume_stats_available_bytes": by_unit[t.UsageUnit.BYTES]["available"],
+        "kubelet_volume_stats_used_bytes": walked["used"],
+        "kubelet_volume_stats_inodes": walked["inodes"],
+        "kubelet_volume_stats_inodes_free": walked["inodes_free"],
+        "kubelet_volume_stats_inodes_used": walked["inodes_used"],
+        "kubelet_volume_stats_health_status_abnormal": 0,
+    }
+    assert by_unit[t.UsageUnit.BYTES]["used"] == walked["used"] == 1 << 20
+    assert by_unit[t.UsageUnit.INODES]["total"] == walked["inodes"]
+    assert {m: samples[(m, labels)] for m in expected} == expected
+    mounted = ("storage_operation_duration_seconds_count", (
+        ("migrated", "false"), ("operation_name", "volume_mount"), ("status", "success"),
+        ("volume_plugin", f"kubernetes.io/csi:{DRIVER_NAME}"),
+    ))
+    assert samples[mounted] == 1
+    staged = ("storage_operation_duration_seconds_count", (
+        ("migrated", "false"), ("operation_name", "mount_device"), ("status", "success"),
+        ("volume_plugin", f"kubernetes.io/csi:{DRIVER_NAME}"),
+    ))
+    assert samples[staged] == 1
+    assert samples[("kubevol_reconciler_desired_volumes", ())] == 1
+    assert samples[("kubevol_reconciler_actual_volumes", ())] == 1
+    assert samples[("kubevol_reconciler_uncertain_volumes", ())] == 0
+    with urllib.request.urlopen(running.url("/healthz"), timeout=10) as resp:
+        assert resp.status == 200 and resp.read() == b"ok"
+
+
+def test_healthz_and_systemd_notify(env: AgentEnv, tmp_path: Path) -> None:
+    """Before its first pass the agent is not healthy; systemd hears READY=1 after the first
+    pass, WATCHDOG=1 as $WATCHDOG_USEC asks, and STOPPING=1 when it stops."""
+    import socket
+
+    sock_path = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(sock_path)
+    listener.settimeout(10)
+    runtime = NodeRuntime(str(env.root), node_name="n1")
+    agent = Agent(runtime, manifest_dir=str(env.manifests), metrics_address="127.0.0.1:0",
+                  notifier=SystemdNotifier(sock_path, watchdog_usec=200_000))
+    assert agent.health() == "the first reconcile pass has not finished"
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        messages = [listener.recv(100).decode() for _ in range(3)]
+        assert messages[0] == "READY=1"
+        assert messages[1:] == ["WATCHDOG=1", "WATCHDOG=1"]
+        assert agent.health() is None
+        assert agent.server is not None
+        address = agent.server.address
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        stop.set()
+        thread.join(30)
+    rest = []
+    listener.settimeout(0.5)
+    try:
+        while True:
+            rest.append(listener.recv(100).decode())
+    except TimeoutError:
+        pass
+    listener.close()
+    assert rest[-1] == "STOPPING=1"
+    assert agent.health() == "the agent is not running"
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://{address}/healthz", timeout=2)
+    agent.close()
+    runtime.close()
