@@ -58,6 +58,16 @@ def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> 
         help="a label of this node, checked against local PersistentVolumes' nodeAffinity "
         "(repeatable; kubernetes.io/hostname defaults to the node name)",
     )
+    plugins = parser.add_mutually_exclusive_group()
+    plugins.add_argument(
+        "--plugin", action="append", default=[], metavar="NAME", dest="plugins",
+        help="load only this third-party plugin (by plugin name) of those installed through "
+        "the 'kubevol.plugins' entry points (repeatable; default: all of them)",
+    )
+    plugins.add_argument(
+        "--no-entry-points", action="store_true",
+        help="load no third-party plugin, only the built-in ones",
+    )
 
 
 def open_runtime(args: argparse.Namespace) -> NodeRuntime:
@@ -74,10 +84,15 @@ def open_runtime(args: argparse.Namespace) -> NodeRuntime:
     root = os.path.abspath(args.root)
     # Which tree a command reads or changes is never left to guess.
     print(f"kubevol {args.command}: root {root}", file=sys.stderr)
+    entry_points: bool | list[str] = (
+        False if args.no_entry_points else (args.plugins or True)
+    )
     runtime = NodeRuntime(
         root, node_name=args.node_name, csi_drivers=drivers,
-        guard_policy=args.guard_policy, **api_options(args),
+        guard_policy=args.guard_policy, **api_options(args), entry_points=entry_points,
     )
+    for problem in runtime.plugin_problems:
+        print(f"warning: {problem}", file=sys.stderr)
     for name, why in sorted(runtime.unregistered.items()):
         print(f"warning: CSI driver {name} is not available: {why}", file=sys.stderr)
     return runtime

@@ -27,10 +27,11 @@ import attrs
 
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, PluginValidationError
+>>>>>>> 5446ece (Third-party plugins from the kubevol.plugins entry points are loaded by every node command and the agent (--plugin NAME to pick, --no-entry-points to refuse them; a broken one is a warning); tested with a scratch package installed by pip)
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
-from kubevol.manager import VolumePluginMgr
+from kubevol.manager import VolumePluginMgr, entry_point_plugins
 from kubevol.mount.guard import GuardPolicy
 from kubevol.node.desired import NewPod, desired_pod
 from kubevol.node.host import NodeVolumeHost, node_plugins
@@ -108,6 +109,7 @@ class NodeRuntime(ClosesOnExit):
         kube_client: Any = None,
         tokens: TokenManager | None = None,
         node_labels: Mapping[str, str] | None = None,
+        entry_points: bool | Sequence[str] = True,
     ) -> None:
         #: ConfigMaps and Secrets of the manifests given (:meth:`learn`) and of the records;
         #: then the API server's, when ``kube_client`` is given.
@@ -129,6 +131,8 @@ class NodeRuntime(ClosesOnExit):
         )
         self.mgr = VolumePluginMgr()
         self.mgr.init_plugins(node_plugins(csi=self.csi), host=self.host)
+        #: Why third-party plugins were not loaded (the built-in ones always are).
+        self.plugin_problems = self._add_entry_point_plugins(entry_points)
         self.records = PodRecords(self.host)
         self.endpoints = DriverEndpoints(self.host)
         self._wanted: dict[str, str] = {}
@@ -142,6 +146,24 @@ class NodeRuntime(ClosesOnExit):
             self.endpoints.save({**known, **given})
         self._wanted = {**known, **given}
         self.ensure_drivers(force=True)
+
+    def _add_entry_point_plugins(self, wanted: bool | Sequence[str]) -> list[str]:
+        """Register the plugins of the ``kubevol.plugins`` entry points: all of them
+        (True), none (False), or only those whose plugin names are listed. A broken or
+        clashing third-party plugin is reported, never fatal."""
+        if wanted is False:
+            return []
+        found, problems = entry_point_plugins()
+        if wanted is not True:
+            names = set(wanted)
+            found = [p for p in found if p.get_plugin_name() in names]
+            missing = names - {p.get_plugin_name() for p in found}
+            problems += [f"no installed plugin is named {n!r}" for n in sorted(missing)]
+        try:
+            self.mgr.init_plugins(found, host=self.host)
+        except PluginValidationError as exc:
+            problems += list(exc.problems)
+        return problems
 
     def ensure_drivers(self, *, force: bool = False) -> dict[str, str]:
         """Register the known drivers that are not registered yet (at most once per
