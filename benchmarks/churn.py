@@ -25,9 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kubevol.csi import types as t
@@ -38,27 +36,7 @@ from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import parse_manifests
 from kubevol.node.runtime import NodeRuntime
-
-
-class Clock:
-    """Adds up time spent in wrapped calls, from any thread."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                with self._lock:
-                    self.seconds += time.perf_counter() - started
-                    self.calls += 1
-
-        return timed
+from kubevol.testing.call_clock import CallClock
 
 
 def manifests_for(i: int, handle: str) -> str:
@@ -78,7 +56,7 @@ def manifests_for(i: int, handle: str) -> str:
 
 def churn(
     runtime: NodeRuntime, pods: list[Any], *, workers: int, batch: int,
-    in_driver: Clock, in_grpc: Clock,
+    in_driver: CallClock, in_grpc: CallClock,
 ) -> dict[str, tuple[float, float, float]] | None:
     """Bring ``pods`` up then down in batches; per phase (wall, driver, client call) seconds.
     None when a batch does not converge."""
@@ -119,7 +97,7 @@ def main() -> int:
         return 2
     work = tempfile.mkdtemp(prefix="kubevol-bench-churn-")
     driver = HostPathDriver(HostPathConfig(state_dir=os.path.join(work, "hp"), node_id="n1"))
-    in_driver = Clock()
+    in_driver = CallClock()
     node_service: Any = driver.plugin.node
     for rpc in ("node_stage_volume", "node_unstage_volume", "node_publish_volume",
                 "node_unpublish_volume", "node_get_capabilities"):
@@ -137,7 +115,7 @@ def main() -> int:
         root = os.path.join(work, "root")
         with NodeRuntime(root, node_name="n1", csi_drivers={DRIVER_NAME: running.endpoint},
                          csi_timeout=30) as runtime:
-            in_grpc = Clock()
+            in_grpc = CallClock()
             csi_client = runtime.registry.client(DRIVER_NAME)
             # Wrapping the instance's call counts every RPC the plugin makes through it.
             csi_client.call = in_grpc.wrap(csi_client.call)  # type: ignore[method-assign]

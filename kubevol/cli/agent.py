@@ -22,8 +22,6 @@ def run(args: argparse.Namespace) -> int:
     from kubevol.node.agent import Agent
     from kubevol.node.sdnotify import SystemdNotifier
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -39,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         manifest_dir=args.manifests,
         metrics_address=args.metrics_address or None,
         stats_period=args.volume_stats_agg_period,
+        max_backoff=args.max_backoff,
         notifier=SystemdNotifier.from_environment(),
     ) as agent:
         agent.run(stop)
@@ -69,8 +68,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"where to serve /metrics and /healthz; empty: not served "
         f"(default: {DEFAULT_METRICS_ADDRESS})",
     )
+    # For tests that kill the agent: retry failed operations sooner than the kubelet's 2m2s.
+    parser.add_argument("--max-backoff", type=DURATION, default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--volume-stats-agg-period", type=DURATION, default=60.0, metavar="DURATION",
         help="how often volume usage is measured for /metrics: a Go duration (default: 1m)",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, daemon=True)

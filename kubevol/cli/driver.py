@@ -53,11 +53,9 @@ def _serve(plugin: StoragePlugin, args: argparse.Namespace) -> int:
 
 
 def _logging(args: argparse.Namespace) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # The main command set up logging (-v, --log-format); --debug raises it to debug.
+    if args.debug:
+        logging.getLogger().setLevel(logging.DEBUG)
 
 
 def serve_hostpath(args: argparse.Namespace) -> int:
@@ -174,7 +172,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1 << 30,
         help="size of a new IMAGE (default: 1Gi)",
     )
-    hostpath.set_defaults(func=serve_hostpath)
+    hostpath.set_defaults(func=serve_hostpath, daemon=True)
 
     mock_parser = drivers.add_parser(
         "mock",
@@ -202,7 +200,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             metavar="CAP[,CAP]|none|all",
             help=f"advertised {kind.__name__} values (default: all csi-sanity knows)",
         )
-    mock_parser.set_defaults(func=serve_mock)
+    mock_parser.set_defaults(func=serve_mock, daemon=True)
 
     version_parser = verbs.add_parser("version", help="print version information as YAML")
     version_parser.add_argument(

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from kubevol.cli import exits
+from kubevol.cli.logs import add_logging_flags, setup_logging
 from kubevol.cli.parser import ArgumentParser, plain_text
 from kubevol.errors import KubevolError
 
@@ -76,10 +77,20 @@ Do on any Linux node what the kubelet's volume subsystem does: find volume plugi
 mount and measure volumes, drive CSI drivers, rebuild state from disk."""
 
 
+#: Options of the main parser that take a value as the next argument.
+_GLOBAL_VALUE_OPTIONS = frozenset({"-v", "--v", "--log-format"})
+
+
 def chosen_command(argv: Sequence[str]) -> str | None:
-    """The command word of ``argv`` (its first argument that is not an option), if any."""
+    """The command word of ``argv`` (its first argument that is neither an option nor the
+    value of a main-parser option), if any."""
+    skip = False
     for arg in argv:
-        if not arg.startswith("-"):
+        if skip:
+            skip = False
+        elif arg in _GLOBAL_VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
             return arg
     return None
 
@@ -93,6 +104,7 @@ def build_parser(argv: Sequence[str] | None = None) -> ArgumentParser:
         epilog=exits.EPILOG,
         formatter_class=exits.HelpFormatter,
     )
+    add_logging_flags(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = None if argv is None else chosen_command(argv)
     for info in COMMANDS:
@@ -108,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(args_list).parse_args(args_list)
+        setup_logging(args.verbosity, args.log_format, daemon=getattr(args, "daemon", False))
         try:
             code: int = args.func(args)
         except KubevolError as exc:

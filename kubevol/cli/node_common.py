@@ -93,8 +93,7 @@ def open_runtime(args: argparse.Namespace) -> NodeRuntime:
     )
     for problem in runtime.plugin_problems:
         print(f"warning: {problem}", file=sys.stderr)
-    for name, why in sorted(runtime.unregistered.items()):
-        print(f"warning: CSI driver {name} is not available: {why}", file=sys.stderr)
+    # Drivers that are not available were logged as warnings by the runtime: once.
     return runtime
 
 

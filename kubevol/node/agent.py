@@ -22,12 +22,13 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.node.desired import NewPod, new_pods
-from kubevol.node.executor import OperationKey, OperationKind
+from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
 from kubevol.node.manifests import Manifests, pod_uid
 from kubevol.node.records import STATE_DIR, PodState
@@ -76,7 +77,8 @@ class Agent(ClosesOnExit):
     """Runs the pods of its sources on ``runtime``'s root until :meth:`run`'s event is set.
 
     ``manifest_dir`` is a static-pod directory (None: no such source); ``metrics_address``
-    ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served).
+    ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served); ``max_backoff``
+    caps the retry backoff (default: the kubelet's 2 min 2 s).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Agent(ClosesOnExit):
         idle_period: float = IDLE_PERIOD,
         stats_period: float = VOLUME_STATS_PERIOD,
         workers: int = 8,
+        max_backoff: float | None = None,
         notifier: SystemdNotifier | None = None,
     ) -> None:
         self.runtime = runtime
@@ -99,7 +102,10 @@ class Agent(ClosesOnExit):
         self.owned = OwnedPods(runtime.host.root_dir)
         self._owned = self.owned.load()
         self.source = ManifestDirectory(manifest_dir) if manifest_dir else None
-        self.pods = runtime.volume_manager(workers=workers, observer=self._observe)
+        backoff: dict[str, Any] = {} if max_backoff is None else {
+            "max_backoff": max_backoff, "initial_backoff": min(INITIAL_BACKOFF, max_backoff)
+        }
+        self.pods = runtime.volume_manager(workers=workers, observer=self._observe, **backoff)
         self.metrics = AgentMetrics(self.pods.manager)
         self.server = (
             MetricsServer(metrics_address, self.metrics, self.health) if metrics_address else None
