@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     with open_runtime(args) as runtime, Agent(
         runtime,
         manifest_dir=args.manifests,
+        plugins_registry=(
+            runtime.host.get_plugins_registry_dir()
+            if args.plugins_registry is None else args.plugins_registry or None
+        ),
         metrics_address=args.metrics_address or None,
         stats_period=args.volume_stats_agg_period,
         max_backoff=args.max_backoff,
@@ -62,6 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--manifests", metavar="DIR", default=None,
         help="static pod directory: YAML files of Pods with the PersistentVolumes and "
         "Claims they use (the kubelet's --pod-manifest-path)",
+    )
+    parser.add_argument(
+        "--plugins-registry", metavar="DIR", default=None,
+        help="register CSI drivers whose registration sockets appear here (the "
+        "node-driver-registrar protocol); empty: none (default: <root>/plugins_registry)",
     )
     parser.add_argument(
         "--metrics-address", metavar="HOST:PORT", default=DEFAULT_METRICS_ADDRESS,

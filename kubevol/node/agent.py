@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from kubevol.csi.registration.watcher import PluginWatcher
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
@@ -76,7 +77,9 @@ class OwnedPods:
 class Agent(ClosesOnExit):
     """Runs the pods of its sources on ``runtime``'s root until :meth:`run`'s event is set.
 
-    ``manifest_dir`` is a static-pod directory (None: no such source); ``metrics_address``
+    ``manifest_dir`` is a static-pod directory (None: no such source); CSI drivers register
+    through sockets in ``plugins_registry`` (the kubelet's pluginregistration protocol;
+    None: only the drivers the runtime was given); ``metrics_address``
     ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served); ``max_backoff``
     caps the retry backoff (default: the kubelet's 2 min 2 s).
     """
@@ -86,6 +89,7 @@ class Agent(ClosesOnExit):
         runtime: NodeRuntime,
         *,
         manifest_dir: str | None = None,
+        plugins_registry: str | None = None,
         metrics_address: str | None = None,
         period: float = LOOP_PERIOD,
         idle_period: float = IDLE_PERIOD,
@@ -102,6 +106,10 @@ class Agent(ClosesOnExit):
         self.owned = OwnedPods(runtime.host.root_dir)
         self._owned = self.owned.load()
         self.source = ManifestDirectory(manifest_dir) if manifest_dir else None
+        self.watcher = (
+            PluginWatcher.for_registry(plugins_registry, runtime.registry)
+            if plugins_registry else None
+        )
         backoff: dict[str, Any] = {} if max_backoff is None else {
             "max_backoff": max_backoff, "initial_backoff": min(INITIAL_BACKOFF, max_backoff)
         }
@@ -192,6 +200,9 @@ class Agent(ClosesOnExit):
             if self.server is not None:
                 self.server.start()
                 log.info("serving metrics on http://%s/metrics", self.server.address)
+            if self.watcher is not None:
+                self.watcher.start()
+                log.info("registering CSI drivers from %s", self.watcher.directory)
             self.pods.reconstruct()
             self.apply_sources()
             stats.start()
@@ -203,6 +214,8 @@ class Agent(ClosesOnExit):
             self.pods.close()
             if self.server is not None:
                 self.server.stop()
+            if self.watcher is not None:
+                self.watcher.stop()
 
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -22,6 +24,7 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csi.registration.server import serve_registration
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
@@ -338,3 +341,36 @@ def test_healthz_and_systemd_notify(env: AgentEnv, tmp_path: Path) -> None:
         urllib.request.urlopen(f"http://{address}/healthz", timeout=2)
     agent.close()
     runtime.close()
+
+
+def test_drivers_register_through_the_plugins_registry(env: AgentEnv) -> None:
+    """A CSI driver the agent was not told about registers by putting its registration
+    socket in the agent's plugins_registry (the node-driver-registrar protocol); its
+    volumes are then mounted for static pods."""
+    # Registration socket paths must fit a sockaddr_un: a short directory of the test's own.
+    registry_dir = tempfile.mkdtemp(prefix="kvreg-", dir="/tmp")
+    runtime = NodeRuntime(str(env.root), node_name="n1")
+    agent = Agent(runtime, manifest_dir=str(env.manifests), plugins_registry=registry_dir)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    server = None
+    try:
+        wait_for("the first reconcile pass", agent.ready.is_set)
+        assert not runtime.registry.is_registered(DRIVER_NAME)
+        server = serve_registration(env.driver.handle, DRIVER_NAME, registry_dir)
+        status = server.wait_for_status(10)
+        assert status is not None and status.registered
+        handle = env.create_volume("web-data")
+        (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod(
+            "web", "  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}\n"))
+        mount = env.pod_volume("web", "pv-web") + "/mount"
+        wait_for("the CSI mount", lambda: mount in mounts_under(env.root))
+    finally:
+        if server is not None:
+            server.stop()
+        stop.set()
+        thread.join(30)
+        agent.close()
+        runtime.close()
+        shutil.rmtree(registry_dir, ignore_errors=True)

@@ -9,8 +9,10 @@ until its socket goes (it is then deregistered), and a socket that is replaced (
 or modification time) is deregistered and registered again. Failures before that are
 retried with backoff (0.5 s doubling up to 2 min 2 s).
 
-The directory is polled (default every second, the kubelet's reconciler period), which
-needs no inotify and catches every change a poll interval later.
+The background thread watches the directory tree with inotify (the kubelet's fsnotify), so
+a socket is registered as soon as it appears; it also re-scans every ``resync_interval``
+seconds and when a failed registration is due for its retry, which catches anything
+inotify cannot report (a watch limit reached, events lost in an overflow).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import select
 import stat
 import threading
 import time
@@ -26,6 +29,7 @@ from typing import Any
 
 import attrs
 import grpc
+import inotify_simple
 
 from kubevol.backoff import Backoff
 from kubevol.csi._pb import registration_pb2
@@ -39,6 +43,15 @@ log = logging.getLogger(__name__)
 RPC_TIMEOUT = 10.0
 INITIAL_RETRY = 0.5
 MAX_RETRY = 122.0
+#: How often the background thread re-scans even when inotify reported nothing.
+RESYNC_INTERVAL = 30.0
+#: How often a waiting thread checks that it was not asked to stop.
+_STOP_CHECK = 0.2
+_WATCH_FLAGS = (
+    inotify_simple.flags.CREATE | inotify_simple.flags.DELETE | inotify_simple.flags.MOVED_TO
+    | inotify_simple.flags.MOVED_FROM | inotify_simple.flags.ATTRIB
+    | inotify_simple.flags.DELETE_SELF
+)
 #: Registering a socket that failed is retried after these delays.
 RETRY_BACKOFF = Backoff(initial=INITIAL_RETRY, maximum=MAX_RETRY)
 
@@ -112,12 +125,12 @@ class PluginWatcher(RunsWhileEntered):
         directory: str,
         handlers: Mapping[str, PluginHandler],
         *,
-        poll_interval: float = 1.0,
+        resync_interval: float = RESYNC_INTERVAL,
         rpc_timeout: float = RPC_TIMEOUT,
     ) -> None:
         self.directory = os.path.abspath(directory)
         self.handlers = dict(handlers)
-        self.poll_interval = poll_interval
+        self.resync_interval = resync_interval
         self.rpc_timeout = rpc_timeout
         self._known: dict[str, tuple[_Socket, KnownPlugin]] = {}
         # Per socket that failed to register: when to retry, and how many failures so far.
@@ -268,7 +281,7 @@ class PluginWatcher(RunsWhileEntered):
     # --- background thread ------------------------------------------------------------
 
     def start(self) -> PluginWatcher:
-        """Create the directory (0750) and poll it in a daemon thread."""
+        """Create the directory (0750) and watch it in a daemon thread."""
         if self._thread is not None:
             return self
         os.makedirs(self.directory, mode=0o750, exist_ok=True)
@@ -278,15 +291,51 @@ class PluginWatcher(RunsWhileEntered):
         return self
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        with inotify_simple.INotify() as inotify:
+            watched: set[str] = set()
+            while not self._stop.is_set():
+                self._watch_tree(inotify, watched)
+                try:
+                    self.sync()
+                except Exception:
+                    log.exception("plugin watcher pass failed")
+                self._wait(inotify, self._next_pass_in())
+
+    def _watch_tree(self, inotify: inotify_simple.INotify, watched: set[str]) -> None:
+        """Watch the directory and every sub-directory not watched yet (sub-directories
+        appear over time; a removed one drops its watch by itself)."""
+        for dirpath, dirnames, _ in os.walk(self.directory):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            if dirpath in watched and os.path.isdir(dirpath):
+                continue
             try:
-                self.sync()
-            except Exception:
-                log.exception("plugin watcher pass failed")
-            self._stop.wait(self.poll_interval)
+                inotify.add_watch(dirpath, _WATCH_FLAGS)
+                watched.add(dirpath)
+            except OSError as exc:  # gone meanwhile, or out of watches: the resync covers it
+                log.debug("cannot watch %s: %s", dirpath, exc)
+        watched.intersection_update(d for d in watched if os.path.isdir(d))
+
+    def _next_pass_in(self) -> float:
+        """Seconds until a failed registration is due again, at most the resync interval."""
+        now = time.monotonic()
+        with self._lock:
+            due = [when - now for when, _ in self._retry.values()]
+        return max(0.0, min([self.resync_interval, *due]))
+
+    def _wait(self, inotify: inotify_simple.INotify, timeout: float) -> None:
+        """Until an event, ``timeout`` seconds, or :meth:`stop`."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([inotify], [], [], min(left, _STOP_CHECK))
+            if ready:
+                inotify.read(timeout=0)
+                return
 
     def stop(self) -> None:
-        """Stop polling (registered plugins stay registered). Idempotent."""
+        """Stop watching (registered plugins stay registered). Idempotent."""
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:

@@ -163,7 +163,7 @@ def test_watcher_registers_hostpath_through_its_registration_socket(
     short.symlink_to(registry_dir.parent)
     try:
         watched = str(short / "plugins_registry")
-        with PluginWatcher.for_registry(watched, registry, poll_interval=0.05):
+        with PluginWatcher.for_registry(watched, registry, resync_interval=60):
             server = serve_registration(rig.running.handle, HP, watched)
             try:
                 status = server.wait_for_status(10)

@@ -30,8 +30,9 @@ def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def test_watcher_registers_from_socket_and_deregisters_when_it_goes(node: Node) -> None:
     """A registration socket appearing in plugins_registry registers the driver (GetInfo,
-    NodeGetInfo, NotifyRegistrationStatus true); removing the socket deregisters it."""
-    with PluginWatcher.for_registry(str(node.registry_dir), node.registry, poll_interval=0.05):
+    NodeGetInfo, NotifyRegistrationStatus true); removing the socket deregisters it. Both
+    happen on inotify's word: the periodic re-scan is a minute away."""
+    with PluginWatcher.for_registry(str(node.registry_dir), node.registry, resync_interval=60):
         server = serve_registration(node.handle, DRIVER_NAME, str(node.registry_dir))
         try:
             status = server.wait_for_status(10)
