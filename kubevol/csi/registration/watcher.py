@@ -173,11 +173,10 @@ class PluginWatcher(RunsWhileEntered):
 
     def _scan(self) -> list[_Socket]:
         found: list[_Socket] = []
-        try:
-            walker = list(os.walk(self.directory))
-        except OSError:
-            return found
-        for dirpath, dirnames, filenames in walker:
+        # Walked lazily so that pruning hidden directories (e.g. a server's private
+        # directory where its socket is bound before being linked into place) takes effect;
+        # os.walk skips directories it cannot read.
+        for dirpath, dirnames, filenames in os.walk(self.directory):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             for name in filenames:
                 if name.startswith("."):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -141,3 +142,22 @@ def test_dead_socket_is_retried_with_backoff(node: Node) -> None:
         assert watcher.known() == []
     finally:
         dead.close()
+
+
+def test_sockets_in_hidden_directories_are_ignored(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A socket inside a directory whose name starts with '.' (where a server binds before
+    linking the socket into place) is never dialled."""
+    hidden = node.registry_dir / ".kubevol-sock-x"
+    hidden.mkdir(parents=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(hidden / "s"))
+        watcher = PluginWatcher.for_registry(str(node.registry_dir), node.registry)
+        with caplog.at_level(logging.DEBUG, logger="kubevol.csi.registration"):
+            watcher.sync()
+        assert watcher.known() == []
+        assert "RegisterPlugin" not in caplog.text  # it was not even tried
+    finally:
+        sock.close()
