@@ -28,7 +28,6 @@ import attrs
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.errors import KubevolError, PluginValidationError
->>>>>>> 5446ece (Third-party plugins from the kubevol.plugins entry points are loaded by every node command and the agent (--plugin NAME to pick, --no-entry-points to refuse them; a broken one is a warning); tested with a scratch package installed by pip)
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.manager import VolumePluginMgr, entry_point_plugins
