@@ -31,7 +31,7 @@ from kubevol.lifecycle import ClosesOnExit
 from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
-from kubevol.node.manifests import Manifests, pod_uid
+from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.records import STATE_DIR, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
@@ -162,7 +162,7 @@ class Agent(ClosesOnExit):
         wanted: dict[str, NewPod] = {}
         for pod in manifests.pods:
             try:
-                uid = pod_uid(pod)
+                uid = manifest_pod_uid(pod)
                 if uid in wanted:
                     raise KubevolError(f"pod UID {uid} is given twice in the static pods")
                 one = Manifests(pods=(pod,), pvs=manifests.pvs, pvcs=manifests.pvcs)
