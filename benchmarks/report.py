@@ -30,6 +30,8 @@ class Row:
     max_ratio: float | None = None
     #: kubevol's own figure must not exceed this (absolute targets: "<= 1.5 s").
     max_value: float | None = None
+    #: kubevol's own figure must reach this (absolute rate targets: ">= 88/s").
+    min_value: float | None = None
     higher_is_better: bool = False
     note: str = ""
 
@@ -46,6 +48,8 @@ class Row:
         ok = self.max_ratio is None or self.ratio <= self.max_ratio
         if self.max_value is not None:
             ok = ok and self.kubevol <= self.max_value
+        if self.min_value is not None:
+            ok = ok and self.kubevol >= self.min_value
         return ok
 
     @property
@@ -56,6 +60,8 @@ class Row:
             parts.append(f"ratio <= {self.max_ratio:g}")
         if self.max_value is not None:
             parts.append(f"<= {self.max_value:g} {self.unit}")
+        if self.min_value is not None:
+            parts.append(f">= {self.min_value:g} {self.unit}")
         return " and ".join(parts) or "(information)"
 
 

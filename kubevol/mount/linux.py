@@ -20,7 +20,7 @@ from kubevol.mount import syscalls
 from kubevol.mount.helpers import get_mount_refs
 from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
-from kubevol.mount.table import MountTableCache
+from kubevol.mount.table import MountTable, MountTableCache
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,11 @@ class LinuxMounter(MountInterface):
     def close(self) -> None:
         """Release the open mount table descriptor. Idempotent; the mounter stays usable."""
         self._table.close()
+
+    def table(self) -> MountTable:
+        """The mount table as it is now: read again only after the kernel reported a
+        change, so every question of one operation shares one reading."""
+        return self._table.table()
 
     def mount(
         self, source: str, target: str, fstype: str = "", options: Sequence[str] = ()

@@ -142,6 +142,16 @@ class MountTable:
         matches = [e for e in self.entries() if e.mount_point in candidates]
         return matches[-1] if matches else None
 
+    def mounted_under(self, path: str) -> list[MountInfo]:
+        """Entries mounted at ``path`` or below it, in table order (``path`` absolute and
+        normalised). The cost grows with the lines that mention the path."""
+        prefix = path.rstrip("/") + "/"
+        return [
+            e
+            for e in self._lines_with(b" " + os.fsencode(escape(path)))
+            if e.mount_point == path or e.mount_point.startswith(prefix)
+        ]
+
     def with_device(
         self, major: int, minor: int, root: str | None = None, *, under: bool = False
     ) -> list[MountInfo]:

@@ -204,6 +204,10 @@ def test_table_search_equals_full_parse(entries: list[MountInfo], path: str) -> 
             assert search_mount_points(table, path) == naive_refs(entries, path)
             exact = [e for e in entries if e.mount_point == path]
             assert table.find_mount_point(path) == (exact[-1] if exact else None)
+            prefix = path.rstrip("/") + "/"
+            assert table.mounted_under(path) == [
+                e for e in entries if e.mount_point == path or e.mount_point.startswith(prefix)
+            ]
             assert table.find_containing_all([path, "/"]) == [
                 table.find_containing(path), table.find_containing("/")
             ]

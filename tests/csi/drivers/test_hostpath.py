@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 from kubevol.csi import types as t
 from kubevol.csi.drivers.engine.state import DriverStateError
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csi.drivers.hostpath.state import SqliteStore
 from kubevol.csi.errors import CSIRPCError
 from kubevol.mount import get_mount_refs
 from kubevol.mount.mountinfo import MountInfo, parse_mountinfo
@@ -263,8 +263,10 @@ def test_restarted_driver_keeps_volumes_and_publications(
     vid, target = stage_and_publish(first, tmp_path, staging, MOUNT)
     first.stop()
     assert entry_at(target) is not None
-    state = json.loads((tmp_path / "state" / "state.json").read_text())
-    assert state["volumes"][0]["publications"][0]["target_path"] == target
+    store = SqliteStore(str(tmp_path / "state"))
+    [stored] = store.load().volumes.values()
+    store.close()
+    assert [p.target_path for p in stored.publications.values()] == [target]
     second = hostpath_factory()
     c = second.client
     [entry] = c.list_volumes().entries
@@ -284,10 +286,11 @@ def test_state_directory_is_exclusive_and_checked(tmp_path: Path) -> None:
     config = HostPathConfig(state_dir=str(tmp_path / "state"), node_id="n")
     with HostPathDriver(config), pytest.raises(DriverStateError, match="in use"):
         HostPathDriver(config)
-    (tmp_path / "state" / "state.json").write_text("{not json")
-    with pytest.raises(DriverStateError, match=r"state\.json"):
+    garbage = b"not a database, not even close" * 100
+    (tmp_path / "state" / "state.db").write_bytes(garbage)
+    with pytest.raises(DriverStateError, match=r"state\.db"):
         HostPathDriver(config)
-    assert (tmp_path / "state" / "state.json").read_text() == "{not json"
+    assert (tmp_path / "state" / "state.db").read_bytes() == garbage
 
 
 def test_capacity_is_accounted(hostpath_factory: HostPathFactory) -> None:

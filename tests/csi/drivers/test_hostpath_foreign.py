@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from kubevol.csi import types as t
-from kubevol.csi.drivers.hostpath.state import FileStore
+from kubevol.csi.drivers.hostpath.state import SqliteStore
 from kubevol.csi.errors import CSIRPCError
 from kubevol.mount.mountinfo import parse_mountinfo
 from tests.csi.drivers.conftest import HostPathFactory, Served, target_path
@@ -184,11 +184,12 @@ def test_an_edited_volume_id_cannot_make_delete_remove_outside_the_state_dir(
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "data").write_text("keep")
-    store = FileStore(served.config.state_dir)
+    store = SqliteStore(served.config.state_dir)
     state = store.load()
     evil = "../../victim"
     state.volumes[evil] = attrs.evolve(state.volumes.pop(vid), volume_id=evil)
     store.save(state)
+    store.close()
     c = hostpath_factory().client
     assert code_of(lambda: c.delete_volume(evil)) == grpc.StatusCode.INTERNAL
     assert (victim / "data").read_text() == "keep"

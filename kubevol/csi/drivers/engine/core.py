@@ -34,6 +34,8 @@ class Engine:
         self._save_lock = threading.Lock()
         self._version = 0
         self._saved_version = 0
+        #: (table, key) of the records changed since the last save.
+        self._unsaved: set[tuple[str, str]] = set()
         #: Per volume id, snapshot id ("snap:" prefix) or name being created ("name:").
         self.locks: KeyedLocks[str] = KeyedLocks()
         self._reserved = 0
@@ -76,31 +78,46 @@ class Engine:
         """Apply ``fn`` to the state and save it; when saving fails, undo what ``fn``
         changed and re-raise.
 
-        Saves are grouped: the change is applied under the mutex, then the caller waits for
-        the save lock; whoever holds it writes the newest state, covering every change made
-        so far, so concurrent calls share one write (and one fsync) instead of queueing for
-        one each.
+        The state journals what ``fn`` changes, so the cost of a change does not grow with
+        the state: an incremental store gets just the changed records. Saves are grouped:
+        the change is applied under the mutex, then the caller waits for the save lock;
+        whoever holds it writes every change made so far, so concurrent calls share one
+        write (and one fsync) instead of queueing for one each.
         """
         with self._mutex:
-            before = self._state.copy()
+            self._state.begin()
             try:
                 result = fn(self._state)
             except BaseException:
-                self._state = before
+                self._state.undo(self._state.end())
                 raise
-            changes = self._state.changes_since(before)
+            changes = self._state.end()
+            if not changes:
+                return result
+            self._unsaved.update((name, key) for name, key, _, _ in changes)
             self._version += 1
             version = self._version
         with self._save_lock:
             if self._saved_version >= version:
                 return result
+            keys: set[tuple[str, str]] = set()
             try:
                 with self._mutex:
-                    snapshot, latest = self._state.copy(), self._version
-                self._store.save(snapshot)
+                    keys, self._unsaved = self._unsaved, set()
+                    latest = self._version
+                    if self._store.incremental:
+                        records = [(n, k, self._state.record(n, k)) for n, k in sorted(keys)]
+                    else:
+                        whole = self._state.copy()
+                if self._store.incremental:
+                    self._store.save_records(records)
+                else:
+                    self._store.save(whole)
             except BaseException:
                 with self._mutex:
-                    self._state.undo(before, changes)
+                    self._state.undo(changes)
+                    # Whoever saves next writes these records as they are then.
+                    self._unsaved |= keys
                 raise
             self._saved_version = latest
         return result

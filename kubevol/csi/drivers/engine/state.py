@@ -1,16 +1,16 @@
 """A driver's state and where it is kept.
 
 :class:`DriverState` is the one mutable container of records; only the engine changes it,
-under its lock, and hands it to a :class:`StateStore` after every change. The mock keeps it
-in memory (:class:`MemoryStore`); the hostpath driver writes it to disk atomically
-(:class:`kubevol.csi.drivers.hostpath.state.FileStore`).
+under its lock, and hands what changed to a :class:`StateStore` after every change. The mock
+keeps it in memory (:class:`MemoryStore`); the hostpath driver keeps one row per record in
+SQLite (:class:`kubevol.csi.drivers.hostpath.state.SqliteStore`).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from kubevol.csi.drivers.engine.records import (
     GroupSnapshotRecord,
@@ -33,45 +33,131 @@ class DriverStateError(KubevolError, ValueError):
     """A stored driver state cannot be read; the message names the file or the field."""
 
 
+#: The tables of a state, by the names stores keep them under.
+TABLES = ("volumes", "snapshots", "groups")
+
+#: A changed record: ``(table, key, record now)``, the record None when it was removed.
+Record = tuple[str, str, object]
+
+_V = TypeVar("_V")
+_ABSENT: Any = object()
+
+
+class _Table(dict[str, _V]):
+    """A dict that, while its journal is open, notes ``(table, key, value before)`` for
+    every key it changes, so a commit knows what it changed in O(changes), not O(state)."""
+
+    __slots__ = ("journal", "name")
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.journal: list[tuple[str, str, Any]] | None = None
+
+    def _note(self, key: str) -> None:
+        if self.journal is not None:
+            self.journal.append((self.name, key, dict.get(self, key, _ABSENT)))
+
+    def __setitem__(self, key: str, value: _V) -> None:
+        self._note(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._note(key)
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            self._note(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def popitem(self) -> tuple[str, _V]:
+        key = next(reversed(self))
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        for key in list(self):
+            del self[key]
+
+    def __ior__(self, other: Any) -> _Table[_V]:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+
 class DriverState:
-    """Volumes, snapshots and group snapshots by id. Not thread-safe: the engine locks."""
+    """Volumes, snapshots and group snapshots by id. Not thread-safe: the engine locks.
+
+    Between :meth:`begin` and :meth:`end` every change to the tables is journaled, so the
+    engine learns what a call changed (to save just that, or undo it) without comparing
+    whole states.
+    """
 
     def __init__(self) -> None:
-        self.volumes: dict[str, VolumeRecord] = {}
-        self.snapshots: dict[str, SnapshotRecord] = {}
-        self.groups: dict[str, GroupSnapshotRecord] = {}
+        self.volumes: dict[str, VolumeRecord] = _Table("volumes")
+        self.snapshots: dict[str, SnapshotRecord] = _Table("snapshots")
+        self.groups: dict[str, GroupSnapshotRecord] = _Table("groups")
+        self._journal: list[tuple[str, str, Any]] = []
 
     def copy(self) -> DriverState:
         """A copy sharing the (immutable) records."""
         other = DriverState()
-        other.volumes = dict(self.volumes)
-        other.snapshots = dict(self.snapshots)
-        other.groups = dict(self.groups)
+        for name in TABLES:
+            dict.update(other.table(name), self.table(name))
         return other
 
-    def _tables(self) -> tuple[dict[str, Any], ...]:
-        return (self.volumes, self.snapshots, self.groups)
+    def table(self, name: str) -> dict[str, Any]:
+        """The table ``name`` (one of :data:`TABLES`)."""
+        table: dict[str, Any] = getattr(self, name)
+        return table
 
-    def changes_since(self, before: DriverState) -> list[tuple[int, str, object]]:
-        """``(table, key, value now)`` for every record added, replaced or removed (value
-        ``None``) since ``before``."""
-        found: list[tuple[int, str, object]] = []
-        for index, (now, then) in enumerate(zip(self._tables(), before._tables(), strict=True)):
-            for key in set(now) | set(then):
-                if now.get(key) is not then.get(key):
-                    found.append((index, key, now.get(key)))
-        return found
+    def record(self, name: str, key: str) -> object:
+        """The record ``key`` of table ``name``, or None."""
+        return self.table(name).get(key)
 
-    def undo(self, before: DriverState, changes: list[tuple[int, str, object]]) -> None:
-        """Put back what ``before`` held for each change that nobody changed again since."""
-        for index, key, value in changes:
-            now, then = self._tables()[index], before._tables()[index]
-            if now.get(key) is not value:
+    def begin(self) -> None:
+        """Start journaling changes (the engine's commit, under its lock)."""
+        self._journal = []
+        for name in TABLES:
+            table = self.table(name)
+            if isinstance(table, _Table):
+                table.journal = self._journal
+
+    def end(self) -> list[tuple[str, str, Any, Any]]:
+        """Stop journaling; ``(table, key, before, after)`` of each changed key, once each
+        (``before``/``after`` is an absent-marker for a key that did not/does not exist)."""
+        for name in TABLES:
+            table = self.table(name)
+            if isinstance(table, _Table):
+                table.journal = None
+        first: dict[tuple[str, str], Any] = {}
+        for name, key, before in self._journal:
+            first.setdefault((name, key), before)
+        self._journal = []
+        return [
+            (name, key, before, dict.get(self.table(name), key, _ABSENT))
+            for (name, key), before in first.items()
+            if before is not dict.get(self.table(name), key, _ABSENT)
+        ]
+
+    def undo(self, changes: list[tuple[str, str, Any, Any]]) -> None:
+        """Put back the value before each change that nobody changed again since."""
+        for name, key, before, after in reversed(changes):
+            table = self.table(name)
+            if dict.get(table, key, _ABSENT) is not after:
                 continue
-            if key in then:
-                now[key] = then[key]
+            if before is _ABSENT:
+                dict.pop(table, key, None)
             else:
-                now.pop(key, None)
+                dict.__setitem__(table, key, before)
 
     def volume_by_name(self, name: str) -> VolumeRecord | None:
         """The volume created under ``name``, if any."""
@@ -117,8 +203,35 @@ class DriverState:
         return state
 
 
+_CODECS: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Mapping[str, Any]], Any]]] = {
+    "volumes": (volume_to_json, volume_from_json),
+    "snapshots": (snapshot_to_json, snapshot_from_json),
+    "groups": (group_to_json, group_from_json),
+}
+
+
+def record_to_json(table: str, record: object) -> dict[str, Any]:
+    """A record of ``table`` as the JSON-friendly dict :meth:`DriverState.to_json` holds."""
+    return _CODECS[table][0](record)
+
+
+def record_from_json(table: str, data: Mapping[str, Any]) -> object:
+    """Read a record of ``table`` back. Raises :class:`DriverStateError` when malformed."""
+    try:
+        return _CODECS[table][1](data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DriverStateError(f"malformed {table} record: {exc!r}") from exc
+
+
 class StateStore(abc.ABC):
-    """Where a driver's state lives between calls (and, for some stores, restarts)."""
+    """Where a driver's state lives between calls (and, for some stores, restarts).
+
+    A store that sets ``incremental`` is handed only the records a change touched
+    (:meth:`save_records`: one change costs the same whatever the state's size); the
+    others get a copy of the whole state (:meth:`save`).
+    """
+
+    incremental: ClassVar[bool] = False
 
     @abc.abstractmethod
     def load(self) -> DriverState:
@@ -127,15 +240,27 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     def save(self, state: DriverState) -> None:
-        """Store ``state``; when this returns, a later :meth:`load` sees it."""
+        """Store ``state`` (replacing everything stored); when this returns, a later
+        :meth:`load` sees it."""
+
+    def save_records(self, records: Sequence[Record]) -> None:
+        """Store the changed ``records`` (``(table, key, record or None when removed)``),
+        all or none; when this returns, a later :meth:`load` sees them. Only called on an
+        ``incremental`` store."""
+        raise NotImplementedError(f"{type(self).__name__} stores whole states only")
 
 
 class MemoryStore(StateStore):
     """Keeps nothing beyond the process: the state starts empty on every load."""
+
+    incremental = True
 
     def load(self) -> DriverState:
         """A fresh, empty state."""
         return DriverState()
 
     def save(self, state: DriverState) -> None:
+        """Nothing to do: the engine's in-memory state is the only copy."""
+
+    def save_records(self, records: Sequence[Record]) -> None:
         """Nothing to do: the engine's in-memory state is the only copy."""

@@ -2,7 +2,7 @@
 
 Volumes are directories (mount access) or loop-backed image files (block access) under a
 state directory; staging and publishing are bind mounts; snapshots are copies; the state is
-a JSON file replaced atomically, so a restarted driver still knows its volumes and where
+kept in SQLite, one row per record, so a restarted driver still knows its volumes and where
 they are staged and published. ``--shared-filesystem IMAGE`` makes every volume a
 sub-directory of one ext4 filesystem instead (see :mod:`.shared`).
 
@@ -22,7 +22,7 @@ from kubevol.csi.drivers.engine import Engine, build_storage_plugin
 from kubevol.csi.drivers.hostpath.backend import HostPathBackend
 from kubevol.csi.drivers.hostpath.config import DRIVER_NAME, HostPathConfig
 from kubevol.csi.drivers.hostpath.shared import SharedFilesystemBackend
-from kubevol.csi.drivers.hostpath.state import FileStore, StateDirLock
+from kubevol.csi.drivers.hostpath.state import SqliteStore, StateDirLock
 from kubevol.csi.server import StoragePlugin
 from kubevol.lifecycle import ClosesOnExit
 
@@ -44,6 +44,7 @@ class HostPathDriver(ClosesOnExit):
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
         self._lock = StateDirLock(config.state_dir)
         self._lock.acquire()
+        self._store = SqliteStore(config.state_dir)
         try:
             backend: HostPathBackend
             if config.shared_filesystem:
@@ -52,8 +53,9 @@ class HostPathDriver(ClosesOnExit):
                 )
             else:
                 backend = HostPathBackend(config.state_dir)
-            self.engine = Engine(config.settings(), backend, FileStore(config.state_dir))
+            self.engine = Engine(config.settings(), backend, self._store)
         except BaseException:
+            self._store.close()
             self._lock.release()
             raise
         self.plugin: StoragePlugin = build_storage_plugin(self.engine)
@@ -61,6 +63,7 @@ class HostPathDriver(ClosesOnExit):
     def close(self) -> None:
         """Release the state directory and idle devices. Idempotent."""
         self.engine.close()
+        self._store.close()
         self._lock.release()
 
     def serve(

@@ -37,7 +37,7 @@ from kubevol.csi.errors import CSIRPCError
 from kubevol.errors import MetricsError, MountError
 from kubevol.metrics import MetricsBlock, MetricsDu
 from kubevol.mount import LinuxMounter, cleanup_mount_point, is_corrupted_mount
-from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.mount.table import MountTable
 
 #: Unmounts tried on one target before giving up (mounts may be stacked there).
 MAX_STACKED_MOUNTS = 8
@@ -126,20 +126,11 @@ def copy_sparse(source: str, dest: str) -> None:
         raise OSError(f"cp {source} {dest} failed: {result.stderr.strip()}")
 
 
-def mounts_under(path: str) -> list[str]:
-    """Mount points at or below ``path`` in this process's mount table."""
-    prefix = path.rstrip("/") + "/"
-    return [
-        e.mount_point
-        for e in parse_mountinfo()
-        if e.mount_point == path or e.mount_point.startswith(prefix)
-    ]
-
-
-def remove_tree(path: str) -> None:
-    """Delete a volume's or snapshot's directory, refusing when a mount lies inside it
-    (deleting through a mount point would destroy someone else's data)."""
-    inside = mounts_under(os.path.realpath(path))
+def remove_tree(path: str, table: MountTable) -> None:
+    """Delete a volume's or snapshot's directory, refusing when ``table`` (the mount table
+    as it is now) has a mount inside it (deleting through a mount point would destroy
+    someone else's data)."""
+    inside = [e.mount_point for e in table.mounted_under(os.path.realpath(path))]
     if inside:
         fail(Code.FAILED_PRECONDITION, f"cannot delete {path}: mounts inside it: {inside}")
     with contextlib.suppress(FileNotFoundError):
@@ -177,13 +168,13 @@ def path_condition(mounter: LinuxMounter, path: str) -> t.VolumeCondition | None
 HEALTHY = t.VolumeCondition(abnormal=False, message="volume is healthy")
 
 
-def bound_device(target: str) -> str:
+def bound_device(target: str, table: MountTable) -> str:
     """The device node bind-mounted at ``target`` (``/dev/loopN``), or "" when the mount
-    there is not a bind of a node of the ``/dev`` filesystem."""
-    entries = [e for e in parse_mountinfo() if e.mount_point == target]
-    if not entries or entries[-1].fs_type != "devtmpfs":
+    there (in ``table``) is not a bind of a node of the ``/dev`` filesystem."""
+    entry = table.find_mount_point(target)
+    if entry is None or entry.fs_type != "devtmpfs":
         return ""
-    return "/dev" + entries[-1].root
+    return "/dev" + entry.root
 
 
 #: What a volume or snapshot id must look like to name a file under the state directory
@@ -283,7 +274,7 @@ class HostPathBackend(VolumeBackend):
 
     def _remove(self, path: str) -> None:
         if os.path.isdir(path) and not os.path.islink(path):
-            remove_tree(path)
+            remove_tree(path, self.mounter.table())
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -474,7 +465,7 @@ class HostPathBackend(VolumeBackend):
     def _own_device(self, volume: VolumeRecord, publication: Publication) -> str:
         """The read-only loop device of the volume's image bound at a read-only block
         publication's target, or ""."""
-        device = bound_device(publication.target_path)
+        device = bound_device(publication.target_path, self.mounter.table())
         image = self.volume_path(volume)
         if not device or not os.path.exists(image) or device not in loop.devices_for(image):
             return ""

@@ -43,7 +43,6 @@ from kubevol.csi.drivers.hostpath.backend import (
 )
 from kubevol.errors import MountError
 from kubevol.mount import LinuxMounter
-from kubevol.mount.mountinfo import parse_mountinfo
 
 #: Where snapshots live inside the shared filesystem.
 SNAPSHOTS_DIR = ".snapshots"
@@ -95,9 +94,9 @@ class SharedFilesystem:
         with self._lock:
             if self._users:
                 return
-            in_use = {e.device for e in parse_mountinfo()}
+            table = self.mounter.table()
             for dev in loop.devices_for(self.image):
-                if loop.device_number(dev) not in in_use:
+                if not table.with_device(*loop.device_number(dev)):
                     loop.detach(dev)
 
     @contextlib.contextmanager

@@ -1,52 +1,188 @@
-"""The hostpath driver's state on disk: one JSON file replaced atomically, and a lock that
-keeps two driver processes off the same state directory."""
+"""The hostpath driver's state on disk: one SQLite row per record, and a lock that keeps two
+driver processes off the same state directory.
+
+Why SQLite: a change must cost the same with 10 volumes as with 2,000 (rewriting one JSON
+file of the whole state took 7 ms at 500 volumes and 40 ms at 2,000), and must survive
+``kill -9`` at any instant. SQLite writes the changed rows in one transaction to its
+write-ahead log, fsynced before the commit returns (``synchronous=FULL``), so a crash
+leaves the state before or after the change, never a mix, and a power loss does not lose
+a change the driver reported done.
+
+A state directory written by an older driver (``state.json``) is taken over on first use:
+its records are copied into the database in one transaction that also notes the migration,
+then the JSON file is removed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
 
-from kubevol.csi.drivers.engine.state import DriverState, DriverStateError, StateStore
-from kubevol.layout import write_json_atomically
+from kubevol.csi.drivers.engine.state import (
+    TABLES,
+    DriverState,
+    DriverStateError,
+    Record,
+    StateStore,
+    record_from_json,
+    record_to_json,
+)
 
-STATE_FILE = "state.json"
+DB_FILE = "state.db"
+#: What drivers before the SQLite store kept (migrated on first use).
+LEGACY_STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
 
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS records ("
+    " kind TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (kind, id)"
+    ") WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
 
-class FileStore(StateStore):
-    """Keeps the state in ``<directory>/state.json``.
 
-    :meth:`save` writes a temporary file in the same directory, flushes it to disk, renames
-    it over the old file and flushes the directory: a crash at any point leaves either the
-    old state or the new one, never a mix. The file is readable by root only (mode 0600).
-    """
+class SqliteStore(StateStore):
+    """Keeps the state in ``<directory>/state.db`` (see the module docstring). The files are
+    readable by root only (mode 0600). Close it when done (the driver does)."""
+
+    incremental = True
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self.path = os.path.join(directory, STATE_FILE)
+        self.path = os.path.join(directory, DB_FILE)
+        self.legacy_path = os.path.join(directory, LEGACY_STATE_FILE)
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
 
     def load(self) -> DriverState:
-        """The stored state; empty when there is no file yet. Raises
+        """The stored state; empty when nothing was stored yet. Raises
         :class:`~kubevol.csi.drivers.engine.state.DriverStateError` naming the file when it
-        cannot be parsed."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return DriverState()
-        except (OSError, ValueError) as exc:
-            raise DriverStateError(f"cannot read driver state {self.path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise DriverStateError(f"driver state {self.path} is not a JSON object")
-        try:
-            return DriverState.from_json(data)
-        except DriverStateError as exc:
-            raise DriverStateError(f"{self.path}: {exc}") from exc
+        cannot be read."""
+        with self._lock:
+            try:
+                db = self._connect()
+                self._migrate_legacy(db)
+                rows = db.execute("SELECT kind, id, data FROM records").fetchall()
+            except sqlite3.Error as exc:
+                raise DriverStateError(f"cannot read driver state {self.path}: {exc}") from exc
+        state = DriverState()
+        for kind, key, data in rows:
+            if kind not in TABLES:
+                raise DriverStateError(f"{self.path}: unknown record kind {kind!r}")
+            try:
+                parsed = json.loads(data)
+            except ValueError as exc:
+                raise DriverStateError(f"{self.path}: {kind} {key!r} is not JSON") from exc
+            if not isinstance(parsed, dict):
+                raise DriverStateError(f"{self.path}: {kind} {key!r} is not a JSON object")
+            try:
+                record = record_from_json(kind, parsed)
+            except DriverStateError as exc:
+                raise DriverStateError(f"{self.path}: {kind} {key!r}: {exc}") from exc
+            state.table(kind)[key] = record
+        return state
+
+    def save_records(self, records: Sequence[Record]) -> None:
+        """Write the changed records in one transaction (a removed record: its row goes)."""
+        rows = [(k, key, _encode(k, rec)) for k, key, rec in records if rec is not None]
+        gone = [(k, key) for k, key, rec in records if rec is None]
+        with self._lock:
+            db = self._connect()
+            with _transaction(db):
+                db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?)", rows)
+                db.executemany("DELETE FROM records WHERE kind = ? AND id = ?", gone)
 
     def save(self, state: DriverState) -> None:
-        """Replace the file atomically with ``state`` (see the class docstring)."""
-        write_json_atomically(self.path, state.to_json())
+        """Replace everything stored with ``state``, in one transaction."""
+        with self._lock:
+            db = self._connect()
+            with _transaction(db):
+                _replace_all(db, state)
+
+    def close(self) -> None:
+        """Close the database. Idempotent; the store reopens it when used again."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            # Create the file ourselves so that it (and SQLite's -wal and -shm files, which
+            # take its mode) is private from the start.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")
+                for statement in _SCHEMA:
+                    db.execute(statement)
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    def _migrate_legacy(self, db: sqlite3.Connection) -> None:
+        if not os.path.exists(self.legacy_path):
+            return
+        done = db.execute("SELECT value FROM meta WHERE key = 'migrated'").fetchone()
+        if done is None:
+            state = _load_legacy(self.legacy_path)
+            with _transaction(db):
+                _replace_all(db, state)
+                db.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('migrated', ?)", (self.legacy_path,)
+                )
+        # Migrated now or by a run that died before removing it: the database has it all.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.legacy_path)
+
+
+def _encode(kind: str, record: object) -> str:
+    return json.dumps(record_to_json(kind, record), separators=(",", ":"), sort_keys=True)
+
+
+def _replace_all(db: sqlite3.Connection, state: DriverState) -> None:
+    db.execute("DELETE FROM records")
+    db.executemany(
+        "INSERT INTO records VALUES (?, ?, ?)",
+        [
+            (kind, key, _encode(kind, record))
+            for kind in TABLES
+            for key, record in state.table(kind).items()
+        ],
+    )
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _load_legacy(path: str) -> DriverState:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DriverStateError(f"cannot read driver state {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DriverStateError(f"driver state {path} is not a JSON object")
+    try:
+        return DriverState.from_json(data)
+    except DriverStateError as exc:
+        raise DriverStateError(f"{path}: {exc}") from exc
 
 
 class StateDirLock:
