@@ -1,4 +1,5 @@
-"""``kubevol driver``: serve a bundled CSI driver, or print its version information.
+"""``kubevol driver``: serve a bundled CSI driver, bootstrap a new driver project, or print
+version information.
 
 ``kubevol driver serve mock|hostpath`` serves until SIGTERM/SIGINT, on ``--endpoint`` (or
 ``$CSI_ENDPOINT``); the framework's ``X_CSI_*`` variables apply (``-v`` turns request and
@@ -23,6 +24,8 @@ from kubevol.csi.drivers.common import DEFAULT_NODE_ID, version_info, version_ya
 from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.server import StoragePlugin, serve
+from kubevol.csi.server.bootstrap import BootstrapError, write_project
+from kubevol.csi.server.bootstrap import __doc__ as bootstrap_doc
 from kubevol.csi.server.config import describe_environment
 
 DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
@@ -96,6 +99,20 @@ def serve_mock(args: argparse.Namespace) -> int:
     if args.state_dir:
         logging.getLogger(__name__).info("the mock keeps its state in memory; --state-dir unused")
     return _serve(mock.MockDriver(config).plugin, args)
+
+
+def new_project(args: argparse.Namespace) -> int:
+    """``kubevol driver new NAME``: write a driver project (see the bootstrap module)."""
+    dest = args.output or args.name
+    try:
+        written = write_project(args.name, dest, driver_name=args.driver_name or "")
+    except BootstrapError as exc:
+        print(f"kubevol driver new: {exc}", file=sys.stderr)
+        return exits.USAGE
+    for path in written:
+        print(path)
+    print(f"next: cd {dest} && pip install -e '.[test]' && pytest", file=sys.stderr)
+    return exits.OK
 
 
 def version(args: argparse.Namespace) -> int:
@@ -201,6 +218,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
             help=f"advertised {kind.__name__} values (default: all csi-sanity knows)",
         )
     mock_parser.set_defaults(func=serve_mock, daemon=True)
+
+    new_parser = verbs.add_parser(
+        "new",
+        help="write a new CSI driver project on kubevol's framework (gocsi's bootstrapper)",
+        description=bootstrap_doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    new_parser.add_argument("name", help="the project's name, like acme-csi")
+    new_parser.add_argument("--output", default="", help="where to write it (default: ./NAME)")
+    new_parser.add_argument(
+        "--driver-name", default="", help="the CSI plugin name (default: NAME.csi.example.com)"
+    )
+    new_parser.set_defaults(func=new_project)
 
     version_parser = verbs.add_parser("version", help="print version information as YAML")
     version_parser.add_argument(
