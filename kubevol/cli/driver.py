@@ -17,7 +17,7 @@ from typing import Any
 
 from kubevol.cli import exits
 from kubevol.cli.output import Table, add_output_flags, columns, emit
-from kubevol.cli.parser import SIZE
+from kubevol.cli.parser import SIZE, plain_text
 from kubevol.csi import types as t
 from kubevol.csi.drivers import mock
 from kubevol.csi.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
@@ -222,7 +222,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     new_parser = verbs.add_parser(
         "new",
         help="write a new CSI driver project on kubevol's framework (gocsi's bootstrapper)",
-        description=bootstrap_doc,
+        description=plain_text(bootstrap_doc or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     new_parser.add_argument("name", help="the project's name, like acme-csi")

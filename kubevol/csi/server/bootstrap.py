@@ -4,7 +4,8 @@
 The project installs with pip and serves out of the box: identity, controller and node
 services with the spec's rules (volumes kept in memory, publishing creates and removes the
 target path; ``TODO`` marks where real storage goes), a ``pyproject.toml`` with a console
-script, a README, and a test that runs :mod:`kubevol.csi.sanity` against the driver::
+script, a README, and a test that runs the conformance suite (``kubevol.csi.sanity``)
+against the driver::
 
     kubevol driver new acme-csi && cd acme-csi && pip install -e '.[test]' && pytest
 """
