@@ -13,9 +13,8 @@ from typing import Any
 
 import grpc
 
-from kubevol.csi import convert
+from kubevol.csi import convert, pb
 from kubevol.csi import types as t
-from kubevol.csi._pb import csi_pb2
 from kubevol.csi.drivers.common import serve_plugin
 from kubevol.csi.errors import CSIRPCError
 from kubevol.csi.server import ControllerService, IdentityService, NodeService, StoragePlugin
@@ -55,8 +54,8 @@ class Controller(ControllerService):
                 vid, have = uuid.uuid4().hex, size
                 (self.root / vid).mkdir()
                 self.by_name[request.name] = (vid, have)
-        return csi_pb2.CreateVolumeResponse(
-            volume=csi_pb2.Volume(volume_id=vid, capacity_bytes=have)
+        return pb.CreateVolumeResponse(
+            volume=pb.Volume(volume_id=vid, capacity_bytes=have)
         )
 
     def validate_volume_capabilities(self, request: Any, context: Any) -> Any:
@@ -64,7 +63,7 @@ class Controller(ControllerService):
             known = any(vid == request.volume_id for vid, _ in self.by_name.values())
         if not known:
             raise CSIRPCError(grpc.StatusCode.NOT_FOUND, f"no volume {request.volume_id}")
-        resp = csi_pb2.ValidateVolumeCapabilitiesResponse()
+        resp = pb.ValidateVolumeCapabilitiesResponse()
         resp.confirmed.volume_capabilities.extend(request.volume_capabilities)
         return resp
 
@@ -74,7 +73,7 @@ class Controller(ControllerService):
                 if vid == request.volume_id:
                     del self.by_name[name]
                     (self.root / vid).rmdir()
-        return csi_pb2.DeleteVolumeResponse()
+        return pb.DeleteVolumeResponse()
 
 
 class Node(NodeService):
@@ -97,19 +96,19 @@ class Node(NodeService):
             if target in self.published:
                 if self.published[target] != request.readonly:
                     raise CSIRPCError(grpc.StatusCode.ALREADY_EXISTS, "other read-only flag")
-                return csi_pb2.NodePublishVolumeResponse()
+                return pb.NodePublishVolumeResponse()
             os.makedirs(target, exist_ok=True)
             options = "bind,ro" if request.readonly else "bind"
             subprocess.run(["mount", "-o", options, str(source), target], check=True)
             self.published[target] = request.readonly
-        return csi_pb2.NodePublishVolumeResponse()
+        return pb.NodePublishVolumeResponse()
 
     def node_unpublish_volume(self, request: Any, context: Any) -> Any:
         with self.lock:
             if self.published.pop(request.target_path, None) is not None:
                 subprocess.run(["umount", request.target_path], check=True)
                 os.rmdir(request.target_path)
-        return csi_pb2.NodeUnpublishVolumeResponse()
+        return pb.NodeUnpublishVolumeResponse()
 
 
 def test_example_driver_passes(tmp_path: Path) -> None:
