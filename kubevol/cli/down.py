@@ -7,6 +7,7 @@ import sys
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
+from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
 from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
@@ -15,6 +16,7 @@ from kubevol.node.records import PodRecord, PodState
 
 
 def run(args: argparse.Namespace) -> int:
+    deadline = Deadline.after(args.timeout)
     require_privileges("kubevol down")
     if bool(args.manifests) == bool(args.pod_uid):
         raise KubevolError("give either POD_MANIFEST files or --pod-uid, not both or neither")
@@ -22,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         uids = [manifest_pod_uid(p) for p in load_manifest_files(args.manifests).pods]
     else:
         uids = [validate_path_segment(u, "pod UID") for u in args.pod_uid]
-    with open_runtime(args) as runtime:
+    with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
         for uid in uids:
             old = runtime.records.read(uid)
             runtime.records.write(PodRecord(

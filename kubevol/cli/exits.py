@@ -16,10 +16,16 @@ FAILED = 1
 BLOCKED = 3
 #: The command line or an input file was wrong; nothing was done.
 USAGE = 64
+#: A bug in kubevol (``EX_SOFTWARE``): one line says what; set :data:`DEBUG_ENV` for the
+#: traceback.
+INTERNAL = 70
 #: Interrupted (SIGINT).
 INTERRUPTED = 130
 #: The reader of the output went away (``kubevol ... | head``): stopped quietly.
 BROKEN_PIPE = 141
+
+#: Set in the environment to see the traceback of an internal error.
+DEBUG_ENV = "KUBEVOL_DEBUG"
 
 EPILOG = f"""\
 exit status:
@@ -29,13 +35,15 @@ exit status:
        UNAUTHENTICATED)
   {BLOCKED:<4} kubevol mount-refs: the unmount is blocked
   {USAGE:<4} usage error: a bad flag, value or input file (never a gRPC code)
+  {INTERNAL:<4} internal error (a bug): set {DEBUG_ENV}=1 to see the traceback
   {INTERRUPTED:<4} interrupted
   {BROKEN_PIPE:<4} the output's reader went away (e.g. | head); nothing is printed
 
 environment:
   KUBEVOL_ROOT   the kubelet-style root of node commands (default: /var/lib/kubelet)
   CSI_ENDPOINT   the driver kubevol csi calls (default of --endpoint)
-  X_CSI_SECRETS  K=V,K=V secrets kubevol csi sends (unless --secrets-file)"""
+  X_CSI_SECRETS  K=V,K=V secrets kubevol csi sends (unless --secrets-file)
+  KUBEVOL_DEBUG  set to show the traceback of an internal error"""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

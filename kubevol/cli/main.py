@@ -123,15 +123,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(args.verbosity, args.log_format, daemon=getattr(args, "daemon", False))
         try:
             code: int = args.func(args)
-        except KubevolError as exc:
-            print(f"kubevol {args.command}: {exc}", file=sys.stderr)
+        except BrokenPipeError:
+            raise  # the reader went away: handled below, quietly
+        except (KubevolError, OSError) as exc:
+            # Expected failures (bad input, a full disk, a state dir that is a file, a
+            # driver that went away): the reason, in one line.
+            print(f"kubevol {args.command}: {one_line(exc)}", file=sys.stderr)
             return exits.FAILED
+        except Exception as exc:
+            if os.environ.get(exits.DEBUG_ENV):
+                raise
+            print(
+                f"kubevol {args.command}: internal error: {type(exc).__name__}: "
+                f"{one_line(exc)} (set {exits.DEBUG_ENV}=1 for the traceback)",
+                file=sys.stderr,
+            )
+            return exits.INTERNAL
         sys.stdout.flush()
     except KeyboardInterrupt:
         return exits.INTERRUPTED
     except BrokenPipeError:
         return _reader_went_away()
     return code
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line; an ``OSError`` says what failed and on which path."""
+    if isinstance(exc, OSError) and not isinstance(exc, KubevolError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        text = f"{exc.strerror}{where}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _reader_went_away() -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
+from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.node.manager import SyncResult
 from kubevol.node.mountcheck import MountCheck
@@ -70,8 +71,16 @@ def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> 
     )
 
 
-def open_runtime(args: argparse.Namespace) -> NodeRuntime:
-    """The node runtime the flags describe. Raises KubevolError for a bad ``--csi-driver``."""
+def open_runtime(
+    args: argparse.Namespace, *, deadline: Deadline | None = None, exclusive: bool = False
+) -> NodeRuntime:
+    """The node runtime the flags describe. Raises KubevolError for a bad ``--csi-driver``.
+
+    ``deadline`` (the command's ``--timeout``, from its start) bounds every CSI call and
+    wait. ``exclusive`` (commands that change the root) holds the root's lock until the
+    runtime closes, waiting for another holder with a message, until the deadline.
+    """
+    from kubevol.node.rootlock import RootLock
     from kubevol.node.runtime import NodeRuntime, parse_driver_flag  # brings grpc: load late
 
     drivers: dict[str, str] = {}
@@ -87,9 +96,16 @@ def open_runtime(args: argparse.Namespace) -> NodeRuntime:
     entry_points: bool | list[str] = (
         False if args.no_entry_points else (args.plugins or True)
     )
+    lock = None
+    if exclusive:
+        lock = RootLock(
+            root, timeout=(deadline or Deadline.never()).remaining(),
+            on_wait=lambda message: print(f"kubevol {args.command}: {message}", file=sys.stderr),
+        )
     runtime = NodeRuntime(
         root, node_name=args.node_name, csi_drivers=drivers,
         guard_policy=args.guard_policy, **api_options(args), entry_points=entry_points,
+        deadline=deadline, lock=lock,
     )
     for problem in runtime.plugin_problems:
         print(f"warning: {problem}", file=sys.stderr)

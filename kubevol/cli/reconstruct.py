@@ -8,14 +8,16 @@ import sys
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DURATION
+from kubevol.deadline import Deadline
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
 
 
 def run(args: argparse.Namespace) -> int:
+    deadline = Deadline.after(args.timeout)
     if args.repair:
         require_privileges("kubevol reconstruct --repair")
-    with open_runtime(args) as runtime:
+    with open_runtime(args, deadline=deadline, exclusive=args.repair) as runtime:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)

@@ -14,6 +14,7 @@ from kubevol.cli.node_common import (
 )
 from kubevol.cli.output import Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
+from kubevol.deadline import Deadline
 from kubevol.node.desired import new_pods
 from kubevol.node.manifests import load_manifest_files
 from kubevol.node.privileges import require_privileges
@@ -22,9 +23,10 @@ TABLE = Table(columns=VOLUME_COLUMNS, name="path")
 
 
 def run(args: argparse.Namespace) -> int:
+    deadline = Deadline.after(args.timeout)
     require_privileges("kubevol up")
     manifests = load_manifest_files(args.manifests)
-    with open_runtime(args) as runtime:
+    with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
         runtime.learn(manifests)
         # Check every pod before recording any: bad input changes nothing.
         adding = new_pods(runtime.mgr, manifests)

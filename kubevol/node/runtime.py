@@ -27,6 +27,7 @@ import attrs
 
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
+from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError, PluginValidationError
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
@@ -38,6 +39,7 @@ from kubevol.node.manager import NodeVolumeManager, SyncResult
 from kubevol.node.manifests import Manifests
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
+from kubevol.node.rootlock import RootLock
 from kubevol.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
 from kubevol.tokens import TokenManager
 
@@ -109,42 +111,56 @@ class NodeRuntime(ClosesOnExit):
         tokens: TokenManager | None = None,
         node_labels: Mapping[str, str] | None = None,
         entry_points: bool | Sequence[str] = True,
+        deadline: Deadline | None = None,
+        lock: RootLock | None = None,
     ) -> None:
-        #: ConfigMaps and Secrets of the manifests given (:meth:`learn`) and of the records;
-        #: then the API server's, when ``kube_client`` is given.
-        self.objects = ManifestObjects()
-        source: APIObjectSource = self.objects
-        if kube_client is not None:
-            source = ChainedObjects([self.objects, KubeAPIObjects(kube_client)])
-        self.host = NodeVolumeHost(
-            root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0],
-            kube_client=kube_client, objects=source, tokens=tokens,
-            node_labels=dict(node_labels or {}),
-        )
-        self.registry = DriverRegistry(
-            node_info_timeout=registration_timeout, client_timeout=csi_timeout
-        )
-        self.csi = CSIPlugin(
-            registry=self.registry, guard_policy=guard_policy, timeout=csi_timeout,
-            attach_timeout=csi_timeout,
-        )
-        self.mgr = VolumePluginMgr()
-        self.mgr.init_plugins(node_plugins(csi=self.csi), host=self.host)
-        #: Why third-party plugins were not loaded (the built-in ones always are).
-        self.plugin_problems = self._add_entry_point_plugins(entry_points)
-        self.records = PodRecords(self.host)
-        self.endpoints = DriverEndpoints(self.host)
-        self._wanted: dict[str, str] = {}
-        self._last_try = 0.0
-        self._lock = threading.Lock()
-        #: Drivers that could not be registered, with why (retried by ensure_drivers).
-        self.unregistered: dict[str, str] = {}
-        known = self.endpoints.load()
-        given = dict(csi_drivers or {})
-        if given and {**known, **given} != known:
-            self.endpoints.save({**known, **given})
-        self._wanted = {**known, **given}
-        self.ensure_drivers(force=True)
+        #: The command's deadline (see :mod:`kubevol.deadline`): every CSI call and
+        #: registration probe gets at most what is left of it.
+        self.deadline = deadline or Deadline.never()
+        self.registration_timeout = registration_timeout
+        #: Held (taken here, before anything is read or written) until :meth:`close`.
+        self.lock = lock
+        if lock is not None and not lock.held:
+            lock.acquire()
+        try:
+            #: ConfigMaps and Secrets of the manifests given (:meth:`learn`) and of the records;
+            #: then the API server's, when ``kube_client`` is given.
+            self.objects = ManifestObjects()
+            source: APIObjectSource = self.objects
+            if kube_client is not None:
+                source = ChainedObjects([self.objects, KubeAPIObjects(kube_client)])
+            self.host = NodeVolumeHost(
+                root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0],
+                kube_client=kube_client, objects=source, tokens=tokens,
+                node_labels=dict(node_labels or {}),
+            )
+            self.registry = DriverRegistry(
+                node_info_timeout=self.registration_timeout, client_timeout=csi_timeout
+            )
+            self.csi = CSIPlugin(
+                registry=self.registry, guard_policy=guard_policy, timeout=csi_timeout,
+                attach_timeout=csi_timeout, deadline=self.deadline,
+            )
+            self.mgr = VolumePluginMgr()
+            self.mgr.init_plugins(node_plugins(csi=self.csi), host=self.host)
+            #: Why third-party plugins were not loaded (the built-in ones always are).
+            self.plugin_problems = self._add_entry_point_plugins(entry_points)
+            self.records = PodRecords(self.host)
+            self.endpoints = DriverEndpoints(self.host)
+            self._wanted: dict[str, str] = {}
+            self._last_try = 0.0
+            self._lock = threading.Lock()
+            #: Drivers that could not be registered, with why (retried by ensure_drivers).
+            self.unregistered: dict[str, str] = {}
+            known = self.endpoints.load()
+            given = dict(csi_drivers or {})
+            if given and {**known, **given} != known:
+                self.endpoints.save({**known, **given})
+            self._wanted = {**known, **given}
+            self.ensure_drivers(force=True)
+        except BaseException:
+            self.close()
+            raise
 
     def _add_entry_point_plugins(self, wanted: bool | Sequence[str]) -> list[str]:
         """Register the plugins of the ``kubevol.plugins`` entry points: all of them
@@ -173,6 +189,7 @@ class NodeRuntime(ClosesOnExit):
                 return dict(self.unregistered)
             self._last_try = now
             missing = {n: e for n, e in self._wanted.items() if not self.registry.is_registered(n)}
+            self.registry.node_info_timeout = self.deadline.cap(self.registration_timeout)
         problems: dict[str, str] = {}
         for name, endpoint in sorted(missing.items()):
             try:
@@ -196,8 +213,14 @@ class NodeRuntime(ClosesOnExit):
         return RecordedPods(self, adding=adding, **kwargs)
 
     def close(self) -> None:
-        """Close the CSI clients. Idempotent."""
-        self.registry.close()
+        """Close the CSI clients, then let go of the root's lock. Idempotent."""
+        registry = getattr(self, "registry", None)  # None: the constructor failed before it
+        try:
+            if registry is not None:
+                registry.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
 
 class RecordedPods:
@@ -305,9 +328,10 @@ class RecordedPods:
         return self.manager.reconstruct(**kwargs)
 
     def sync(self, timeout: float = 120.0) -> SyncResult:
-        """Refresh, reconcile until converged (or stuck, or ``timeout``), forget terminated pods."""
+        """Refresh, reconcile until converged (or stuck, or ``timeout``, or the runtime's
+        deadline), forget terminated pods."""
         self.refresh()
-        result = self.manager.sync(timeout=timeout)
+        result = self.manager.sync(timeout=self.node.deadline.cap(timeout))
         self.forget_terminated()
         return result
 

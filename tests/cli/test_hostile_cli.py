@@ -5,15 +5,33 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from kubevol.cli import exits
+from kubevol.cli import plugins as plugins_cli
+from kubevol.cli.main import main
+from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
+from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.errors import KubevolError
+from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.rootlock import RootLock
 from tests.test_safeyaml import BOMB
 
 #: Address-space cap for commands given hostile input: a bomb that got through would need
 #: gigabytes.
 MEMORY_CAP = 1536 * 1024 * 1024
+
+#: What a kubevol process may take beyond its --timeout to start and stop (imports, gRPC;
+#: the machine running the tests is shared and busy).
+STARTUP_SLACK = 10.0
 
 
 def run_kubevol(*argv: str, cap: int = MEMORY_CAP, timeout: float = 120
@@ -44,3 +62,166 @@ def test_up_refuses_an_alias_bomb_in_bounded_memory(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) <= 2  # the --root notice and the error
     assert "Traceback" not in proc.stderr
     assert not (root / "kubevol" / "pods").exists() or not os.listdir(root / "kubevol" / "pods")
+
+
+# -- a driver that stops answering ------------------------------------------------------------
+
+DRIVER_PROCESS = Path(__file__).resolve().parents[1] / "node" / "driver_process.py"
+POD_UID = "22222222-3333-4444-5555-666666666666"
+
+
+@pytest.fixture
+def driver_proc(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """The hostpath driver in its own process (so that it can be stopped with SIGSTOP), its
+    endpoint; killed and everything under tmp_path unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.fail("the node CLI tests need root (real mounts)")
+    endpoint = f"unix://{tmp_path}/hp.sock"
+    proc = subprocess.Popen([sys.executable, str(DRIVER_PROCESS), "--endpoint", endpoint,
+                             "--state-dir", str(tmp_path / "hp"), "--node-id", "n1"])
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "hp.sock").exists():
+            assert time.monotonic() < deadline, "the driver did not start"
+            time.sleep(0.05)
+        yield proc, endpoint
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        for point in reversed(mounts_under(tmp_path)):
+            subprocess.run(["umount", "-l", point], check=False)
+
+
+def mounts_under(path: Path) -> list[str]:
+    base = os.path.realpath(path)
+    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(base + "/")]
+
+
+def csi_pod(tmp_path: Path, endpoint: str, *, block: bool = False) -> Path:
+    """A pod with one CSI volume of the hostpath driver (created now), its manifest."""
+    with CSIClient(endpoint) as client:
+        cap = t.VolumeCapability.block() if block else t.VolumeCapability.mount()
+        handle = client.create_volume(
+            "v1", [cap], capacity_range=t.CapacityRange(required_bytes=32 << 20)
+        ).volume_id
+    mode = "Block" if block else "Filesystem"
+    use = ("volumeDevices: [{name: data, devicePath: /dev/xvda}]" if block
+           else "volumeMounts: [{name: data, mountPath: /data}]")
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(f"""
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: pv1}}
+spec:
+  capacity: {{storage: 32Mi}}
+  accessModes: [ReadWriteOnce]
+  volumeMode: {mode}
+  csi: {{driver: {DRIVER_NAME}, volumeHandle: "{handle}"}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: default}}
+spec: {{volumeName: pv1, accessModes: [ReadWriteOnce]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: default, uid: {POD_UID}}}
+spec:
+  containers: [{{name: c, image: x, {use}}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]
+""")
+    return manifest
+
+
+def test_timeout_bounds_down_with_a_stopped_driver(
+    tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str]
+) -> None:
+    """``down --timeout 3`` with a driver that accepts connections but never answers
+    (SIGSTOP): done within the deadline (plus start-up), not after every RPC's own timeout;
+    exit 1, the pod still recorded; once the driver runs again, ``down`` finishes (issue 20,
+    point 8)."""
+    proc, endpoint = driver_proc
+    root = str(tmp_path / "root")
+    flags = ("--root", root, "--node-name", "n1")
+    manifest = csi_pod(tmp_path, endpoint)
+    up = run_kubevol("up", *flags, "--csi-driver", f"{DRIVER_NAME}={endpoint}", str(manifest))
+    assert up.returncode == 0, up.stderr
+    proc.send_signal(signal.SIGSTOP)
+    started = time.monotonic()
+    down = run_kubevol("down", *flags, "--timeout", "3", "--pod-uid", POD_UID)
+    elapsed = time.monotonic() - started
+    assert down.returncode == 1, down.stderr
+    assert f"{POD_UID}: still being torn down" in down.stdout
+    assert "Traceback" not in down.stderr
+    print(f"down --timeout 3 with a stopped driver took {elapsed:.1f} s")
+    assert elapsed < 3 + STARTUP_SLACK, f"down --timeout 3 took {elapsed:.1f} s"
+    proc.send_signal(signal.SIGCONT)
+    down = run_kubevol("down", *flags, "--pod-uid", POD_UID)
+    assert down.returncode == 0, down.stderr
+    assert mounts_under(tmp_path / "root") == []
+
+
+def test_a_second_writer_waits_with_a_message_then_gives_up(tmp_path: Path) -> None:
+    """While another process holds the root (an agent, another ``up``), ``up`` says who holds
+    it, waits until its --timeout, and fails in one line having recorded nothing (issue 20,
+    point 11)."""
+    root = tmp_path / "root"
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: 33333333-4444-5555-6666-777777777777}"
+        "\nspec:\n  containers: [{name: c, image: x}]\n"
+        "  volumes: [{name: scratch, emptyDir: {}}]\n"
+    )
+    with RootLock(str(root)):
+        proc = run_kubevol("up", "--root", str(root), "--node-name", "n1", "--timeout", "1",
+                           str(manifest))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert f"waiting for root {root}, in use by process {os.getpid()}" in lines[-2]
+    assert "gave up after" in lines[-1] and "Traceback" not in proc.stderr
+    assert not (root / "pods").exists()
+    assert not (root / "kubevol" / "pods").exists()
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "line"),
+    [
+        (OSError(28, "No space left on device", "/root/kubevol/pods/x.json"), 1,
+         "kubevol plugins: No space left on device: /root/kubevol/pods/x.json"),
+        (NotADirectoryError(20, "Not a directory"), 1, "kubevol plugins: Not a directory"),
+        (AttributeError("'str' object has no attribute 'get'"), 70,
+         "kubevol plugins: internal error: AttributeError: 'str' object has no attribute "
+         "'get' (set KUBEVOL_DEBUG=1 for the traceback)"),
+        (KubevolError("first\nsecond"), 1, "kubevol plugins: first; second"),
+    ],
+    ids=["full-disk", "os-error-without-path", "bug", "multi-line"],
+)
+def test_every_failure_ends_in_one_line_and_a_documented_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    error: Exception, code: int, line: str,
+) -> None:
+    """Whatever a command raises, the dispatcher prints one line and returns a code that
+    ``kubevol --help`` documents (issue 20, point 10)."""
+
+    def fail(args: object) -> int:
+        raise error
+
+    monkeypatch.delenv(exits.DEBUG_ENV, raising=False)
+    monkeypatch.setattr(plugins_cli, "run", fail)
+    assert main(["plugins"]) == code
+    assert capsys.readouterr().err.splitlines() == [line]
+    assert f"\n  {code:<4} " in exits.EPILOG
+
+
+def test_the_traceback_of_an_internal_error_is_there_on_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """KUBEVOL_DEBUG=1 lets the exception through."""
+    def fail(args: object) -> int:
+        raise AttributeError("bug")
+
+    monkeypatch.setenv(exits.DEBUG_ENV, "1")
+    monkeypatch.setattr(plugins_cli, "run", fail)
+    with pytest.raises(AttributeError, match="bug"):
+        main(["plugins"])

@@ -32,6 +32,7 @@ from kubevol.csi.plugin.source import (
     volume_capability,
 )
 from kubevol.csi.registration.registry import DriverNotRegisteredError, DriverRegistry
+from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError, SpecError, TransientOperationError
 from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
@@ -60,13 +61,16 @@ class CSIContext:
         guard_policy: GuardPolicy,
         timeout: float,
         attach_timeout: float,
+        deadline: Deadline | None = None,
     ) -> None:
         self.registry = registry
         self.csi_drivers = csi_drivers
         self._attach_backend = attach_backend
         self.guard_policy = guard_policy
-        self.timeout = timeout
-        self.attach_timeout = attach_timeout
+        self._timeout = timeout
+        self._attach_timeout = attach_timeout
+        #: The deadline of the command the plugin serves: every call gets at most what is left.
+        self.deadline = deadline or Deadline.never()
         self._host: VolumeHost | None = None
         # The parsed CSI source of each Spec seen, for as long as the Spec lives: the node
         # layer asks about one Spec five or six times per operation (name, attach, device
@@ -74,6 +78,16 @@ class CSIContext:
         self._sources: weakref.WeakKeyDictionary[Spec, CSIVolumeSource] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def timeout(self) -> float:
+        """The timeout of the next CSI call: the per-call limit, capped by the deadline."""
+        return self.deadline.cap(self._timeout)
+
+    @property
+    def attach_timeout(self) -> float:
+        """How long the next wait for an attachment may take, capped by the deadline."""
+        return self.deadline.cap(self._attach_timeout)
 
     def bind(self, host: VolumeHost) -> None:
         """Complete the context once the plugin knows its host (the plugin's ``init``): the

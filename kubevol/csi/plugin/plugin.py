@@ -49,6 +49,7 @@ from kubevol.csi.plugin.voldata import (
     with_context,
 )
 from kubevol.csi.registration.registry import DriverRegistry
+from kubevol.deadline import Deadline
 from kubevol.host import VolumeHost
 from kubevol.layout import PodVolumeEntry, csi_pod_volume_entry
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict
@@ -86,7 +87,7 @@ class CSIPlugin(
     ``attach_backend`` defaults to VolumeAttachments when the host has a Kubernetes client,
     else to direct ControllerPublish. ``guard_policy`` picks the unstage guard's rules
     (``safe`` or ``kubelet``). ``timeout`` bounds each CSI call; ``attach_timeout`` the
-    wait for an attachment.
+    wait for an attachment; ``deadline`` (a command's) caps both with the time it has left.
 
     The roles it builds (attacher, mounter, block mapper, expander, metrics) share
     :attr:`context`, a :class:`~kubevol.csi.plugin.context.CSIContext`, and never call
@@ -102,6 +103,7 @@ class CSIPlugin(
         guard_policy: GuardPolicy | str = GuardPolicy.SAFE,
         timeout: float = CSI_TIMEOUT,
         attach_timeout: float = CSI_TIMEOUT,
+        deadline: Deadline | None = None,
     ) -> None:
         self.context = CSIContext(
             registry=registry if registry is not None else DriverRegistry(),
@@ -110,6 +112,7 @@ class CSIPlugin(
             guard_policy=GuardPolicy(guard_policy),
             timeout=timeout,
             attach_timeout=attach_timeout,
+            deadline=deadline,
         )
 
     # --- set-up ---------------------------------------------------------------------
