@@ -9,10 +9,10 @@ from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
-from kubevol.layout import validate_path_segment
 from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
 from kubevol.node.privileges import require_privileges
-from kubevol.node.records import PodRecord, PodState
+from kubevol.node.records import PodRecord, PodState, RecordError
+from kubevol.node.validation import validate_pod_uid
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,10 +23,15 @@ def run(args: argparse.Namespace) -> int:
     if args.manifests:
         uids = [manifest_pod_uid(p) for p in load_manifest_files(args.manifests).pods]
     else:
-        uids = [validate_path_segment(u, "pod UID") for u in args.pod_uid]
+        uids = [validate_pod_uid(u) for u in args.pod_uid]
     with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
         for uid in uids:
-            old = runtime.records.read(uid)
+            try:
+                old = runtime.records.read(uid)
+            except RecordError as exc:
+                # Torn down all the same, from what is on disk; the bad record is replaced.
+                print(f"warning: {exc}; replaced", file=sys.stderr)
+                old = None
             runtime.records.write(PodRecord(
                 uid=uid, state=PodState.TERMINATING,
                 objects=old.objects if old is not None else (),

@@ -25,7 +25,9 @@ TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name
 
 def run(args: argparse.Namespace) -> int:
     with open_runtime(args) as runtime:
-        records = runtime.records.all()
+        records, unreadable = runtime.records.scan()
+        for _, why in sorted(unreadable.items()):
+            print(f"warning: {why}; skipped", file=sys.stderr)
         desired: list[DesiredPod] = []
         for record in records:
             if record.state is not PodState.RUNNING:

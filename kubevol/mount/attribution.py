@@ -7,7 +7,6 @@ A volume's identity is (driver, volume handle) for CSI and (plugin, volume name)
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 
@@ -15,6 +14,7 @@ import attrs
 
 from kubevol import layout
 from kubevol.layout import CSI_PLUGIN_NAME, PathRole, sha256_hex
+from kubevol.safeio import load_json_file
 
 
 @attrs.frozen(kw_only=True)
@@ -110,8 +110,7 @@ def _attribute_subpath(root: str, described: layout.LayoutPath) -> KubeletPath:
 def _csi_from_vol_data(path: str) -> tuple[VolumeIdentity | None, str]:
     """The CSI identity recorded in a ``vol_data.json``, or None and why not."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = load_json_file(path)
     except FileNotFoundError:
         return None, f"{path} is missing"
     except (OSError, ValueError) as exc:

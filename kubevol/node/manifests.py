@@ -19,7 +19,12 @@ import attrs
 
 from kubevol import safeyaml
 from kubevol.errors import SpecError, UntrustedDataError
-from kubevol.layout import validate_path_segment
+from kubevol.node.validation import (
+    validate_claim,
+    validate_persistent_volume,
+    validate_pod,
+    validate_pod_uid,
+)
 from kubevol.objects import config_map_from_dict, secret_from_dict
 from kubevol.spec import deserialize
 
@@ -154,13 +159,18 @@ def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
             raise SpecError(f"{where}: every document must be a mapping, got {type(doc).__name__}")
         kind = doc.get("kind")
         if kind == "List":
-            queue[:0] = list(doc.get("items") or [])
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise SpecError(f"{where}: the items of a List must be a list")
+            queue[:0] = items
         elif kind == "Pod":
-            name_of(doc, where)
+            validate_pod(doc, where)
             pods.append(doc)
         elif kind == "PersistentVolume":
+            validate_persistent_volume(doc, where)
             pvs[name_of(doc, where)] = doc
         elif kind == "PersistentVolumeClaim":
+            validate_claim(doc, where)
             pvcs[(namespace_of(doc), name_of(doc, where))] = doc
         elif kind in ("ConfigMap", "Secret"):
             # Checked now (shapes, base64), so a bad object fails before anything is done.
@@ -196,7 +206,7 @@ def manifest_pod_uid(pod: Mapping[str, Any]) -> str:
     uid = meta.get("uid")
     if not uid:
         uid = str(uuid.uuid5(_UID_NAMESPACE, f"{namespace_of(pod)}/{meta.get('name', '')}"))
-    return validate_path_segment(str(uid), "pod UID")
+    return validate_pod_uid(uid)
 
 
 def pod_object(pod: Mapping[str, Any]) -> Any:

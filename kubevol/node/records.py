@@ -10,9 +10,8 @@ ConfigMaps its pod reads but never a Secret (see :meth:`Manifests.objects_for`).
 from __future__ import annotations
 
 import enum
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -21,9 +20,15 @@ from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment, write_json_atomically
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.manifests import Manifests, manifest_pod_uid, manifests_from_objects, namespace_of
+from kubevol.safeio import load_json_file
 
 #: kubevol's own directory under the kubelet root.
 STATE_DIR = "kubevol"
+
+
+class RecordError(KubevolError, ValueError):
+    """A pod record that cannot be read or does not hold what a record holds. Reported and
+    skipped: one bad record never stops the commands on a root."""
 
 
 class PodState(enum.StrEnum):
@@ -84,33 +89,38 @@ class PodRecords:
         return _stamp(write_json_atomically(self._path(record.uid), data))
 
     def read(self, uid: str) -> PodRecord | None:
-        """The record of pod ``uid``, or None."""
+        """The record of pod ``uid``, or None. Raises :class:`RecordError` for a record that
+        cannot be read (a FIFO, too large, not JSON...) or does not hold a record of
+        ``uid``."""
         try:
-            with open(self._path(uid), encoding="utf-8") as f:
-                data = json.load(f)
+            data = load_json_file(self._path(uid))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise KubevolError(f"the record of pod {uid} is unreadable: {exc}") from exc
-        return PodRecord(
-            uid=str(data["uid"]),
-            state=PodState(data["state"]),
-            objects=tuple(data.get("objects") or ()),
-        )
+            raise RecordError(f"the record of pod {uid} is unreadable: {exc}") from exc
+        return _record_of(uid, data)
 
-    def all(self) -> list[PodRecord]:
-        """Every record, sorted by UID (unreadable ones raise)."""
+    def scan(self) -> tuple[list[PodRecord], dict[str, str]]:
+        """Every readable record sorted by UID, and why each other one is not (by UID)."""
         try:
             names = sorted(os.listdir(self.dir))
         except FileNotFoundError:
-            return []
+            return [], {}
         out = []
-        for name in names:
-            if name.endswith(".json") and not name.startswith("."):
-                record = self.read(name[: -len(".json")])
-                if record is not None:
-                    out.append(record)
-        return out
+        bad: dict[str, str] = {}
+        for uid in _record_uids(names):
+            try:
+                record = self.read(uid)
+            except RecordError as exc:
+                bad[uid] = str(exc)
+                continue
+            if record is not None:
+                out.append(record)
+        return out, bad
+
+    def all(self) -> list[PodRecord]:
+        """Every readable record, sorted by UID (see :meth:`scan` for the others)."""
+        return self.scan()[0]
 
     def remove(self, uid: str) -> None:
         """Forget pod ``uid``. Idempotent."""
@@ -118,6 +128,29 @@ class PodRecords:
             os.unlink(self._path(uid))
         except FileNotFoundError:
             return
+
+
+def _record_uids(names: Iterable[str]) -> list[str]:
+    """The pod UIDs of the record files among directory entries ``names`` (temporary files
+    of an interrupted write start with a dot and are not records)."""
+    return [n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith(".")]
+
+
+def _record_of(uid: str, data: Any) -> PodRecord:
+    """The record in document ``data`` of file ``<uid>.json``, checked field by field."""
+    where = f"the record of pod {uid}"
+    if not isinstance(data, dict):
+        raise RecordError(f"{where} is not a JSON object")
+    if data.get("uid") != uid:
+        raise RecordError(f"{where} holds UID {data.get('uid')!r}, not its file's")
+    try:
+        state = PodState(str(data.get("state")))
+    except ValueError as exc:
+        raise RecordError(f"{where} has an unknown state {data.get('state')!r}") from exc
+    objects = data.get("objects") or []
+    if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
+        raise RecordError(f"{where}: objects must be a list of JSON objects")
+    return PodRecord(uid=uid, state=state, objects=tuple(objects))
 
 
 def records_for(manifests: Manifests, state: PodState) -> list[PodRecord]:
@@ -140,6 +173,9 @@ class RecordWatcher:
     def __init__(self, records: PodRecords) -> None:
         self.records = records
         self._cache: dict[str, tuple[RecordStamp, PodRecord]] = {}
+        #: The records the last :meth:`refresh` could not read, with why (by UID): left out
+        #: of what it returns, so their pods are left alone.
+        self.unreadable: dict[str, str] = {}
 
     def note(self, record: PodRecord, stamp: RecordStamp) -> None:
         """Know ``record`` as the content of its file at ``stamp`` (its writer's own
@@ -155,12 +191,10 @@ class RecordWatcher:
             names = []
         seen: dict[str, tuple[RecordStamp, PodRecord]] = {}
         changed: set[str] = set()
-        for name in names:
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            uid = name[: -len(".json")]
+        unreadable: dict[str, str] = {}
+        for uid in _record_uids(names):
             try:
-                st = os.stat(os.path.join(self.records.dir, name))
+                st = os.stat(os.path.join(self.records.dir, uid + ".json"), follow_symlinks=False)
             except FileNotFoundError:
                 continue
             stamp = _stamp(st)
@@ -168,10 +202,15 @@ class RecordWatcher:
             if cached is not None and cached[0] == stamp:
                 seen[uid] = cached
                 continue
-            record = self.records.read(uid)
+            try:
+                record = self.records.read(uid)
+            except RecordError as exc:
+                unreadable[uid] = str(exc)
+                continue
             if record is not None:
                 seen[uid] = (stamp, record)
                 changed.add(uid)
         changed |= set(self._cache) - set(seen)
         self._cache = seen
+        self.unreadable = unreadable
         return {uid: r for uid, (_, r) in seen.items()}, changed

@@ -14,7 +14,6 @@ This module imports the CSI stack (gRPC); the rest of :mod:`kubevol.node` does n
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -41,6 +40,7 @@ from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.node.rootlock import RootLock
 from kubevol.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
+from kubevol.safeio import load_json_file
 from kubevol.tokens import TokenManager
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,7 @@ class DriverEndpoints:
     def load(self) -> dict[str, str]:
         """The known drivers; ``{}`` when none. Raises KubevolError for a corrupt file."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
+            data = load_json_file(self.path)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
@@ -274,6 +273,14 @@ class RecordedPods:
             except KubevolError as exc:
                 log.error("recorded pod %s cannot be run: %s", uid, exc)
                 self.invalid[uid] = str(exc)
+        # An unreadable record is skipped: its pod is neither run nor torn down (left alone,
+        # as a pod without a record is) until the record is readable or replaced.
+        for uid, why in self.watcher.unreadable.items():
+            if uid not in self.invalid:
+                log.error("pod record %s skipped, its pod left alone: %s", uid, why)
+            self.invalid[uid] = why
+        for uid in set(self.invalid) - set(records) - set(self.watcher.unreadable):
+            del self.invalid[uid]  # the bad record went away
         if self.node.unregistered:
             self.node.ensure_drivers()
 

@@ -3,12 +3,12 @@ through them, so a crash mid-write leaves either the old state or the new, never
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from kubevol.layout import write_json_atomically
 from kubevol.nomad.errors import ManagerStateError
+from kubevol.safeio import load_json_file
 
 #: Bumped when the layout of a state file changes incompatibly.
 STATE_VERSION = 1
@@ -38,8 +38,7 @@ def read_state(path: str, kind: str) -> Any | None:
     another kind of state or a version this kubevol does not know.
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            document = json.load(f)
+        document = load_json_file(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

@@ -225,3 +225,123 @@ def test_the_traceback_of_an_internal_error_is_there_on_request(
     monkeypatch.setattr(plugins_cli, "run", fail)
     with pytest.raises(AttributeError, match="bug"):
         main(["plugins"])
+
+
+# -- hostile metadata files ---------------------------------------------------------------------
+
+HOSTILE_FILES = ("fifo", "link-to-dev-zero", "deep-json", "huge")
+
+
+def plant(path: Path, kind: str) -> None:
+    """A metadata file that hung, exhausted memory or crashed kubevol before."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-to-dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "deep-json":
+        path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    else:
+        with open(path, "wb") as f:
+            f.truncate(64 << 30)  # sparse: 64 GiB that read as zeros
+
+
+@pytest.mark.parametrize("kind", HOSTILE_FILES)
+def test_hostile_vol_data_is_one_reported_volume(tmp_path: Path, kind: str) -> None:
+    """A pod volume's vol_data.json (and a device mount's) that is a FIFO, a link to
+    /dev/zero, 100,000-deep JSON or 64 GiB: status, reconstruct, mount-refs and down finish
+    promptly, report that volume, and never fail the whole command (issue 20, point 5)."""
+    root = tmp_path / "root"
+    vol = root / "pods" / POD_UID / "volumes" / "kubernetes.io~csi" / "pv1"
+    (vol / "mount").mkdir(parents=True)
+    plant(vol / "vol_data.json", kind)
+    device = root / "plugins" / "kubernetes.io" / "csi" / DRIVER_NAME / ("a" * 64)
+    (device / "globalmount").mkdir(parents=True)
+    plant(device / "vol_data.json", kind)
+    flags = ("--root", str(root), "--node-name", "n1")
+    status = run_kubevol("status", *flags, "--no-metrics", "-o", "json", timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert '"unreadable"' in status.stdout
+    found = run_kubevol("reconstruct", *flags, "-o", "json", timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert "vol_data.json" in found.stdout
+    refs = run_kubevol("mount-refs", "--root", str(root), str(device / "globalmount"),
+                       timeout=60)
+    assert "Traceback" not in refs.stderr and refs.returncode in (0, 1, 3), refs.stderr
+    # Nothing is mounted: the volume directory holds only what a tear-down leaves.
+    down = run_kubevol("down", *flags, "--timeout", "3", "--pod-uid", POD_UID, timeout=60)
+    assert down.returncode in (0, 1) and "Traceback" not in down.stderr, down.stderr
+
+
+# -- bad records ---------------------------------------------------------------------------------
+
+EMPTYDIR_POD = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, uid: {uid}}}\n"
+    "spec:\n  containers: [{{name: c, image: x}}]\n"
+    "  volumes: [{{name: scratch, emptyDir: {{}}}}]\n"
+)
+GOOD_UID = "44444444-5555-6666-7777-888888888888"
+BAD_UID = "55555555-6666-7777-8888-999999999999"
+
+
+@pytest.mark.parametrize("content", [b"", b"null", b'{"uid": 5}', b"[" * 100_000, b"\xff"])
+def test_one_unreadable_record_blocks_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    """A corrupt record beside a good one: up, status and down of the good pod work and say
+    which record was skipped; ``down`` of the bad one replaces it (issue 20, point 9)."""
+    root = tmp_path / "root"
+    flags = ["--root", str(root), "--node-name", "n1"]
+    good = tmp_path / "good.yaml"
+    good.write_text(EMPTYDIR_POD.format(name="good", uid=GOOD_UID))
+    records = root / "kubevol" / "pods"
+    records.mkdir(parents=True)
+    (records / f"{BAD_UID}.json").write_bytes(content)
+    assert main(["up", *flags, str(good)]) == 0
+    assert f"{BAD_UID}" in capsys.readouterr().err
+    assert main(["status", *flags, "--no-metrics"]) == 0
+    out, err = capsys.readouterr()
+    assert "good" in out and BAD_UID in err
+    assert main(["down", *flags, "--pod-uid", GOOD_UID]) == 0
+    assert f"{GOOD_UID}: gone" in capsys.readouterr().out
+    assert main(["down", *flags, "--pod-uid", BAD_UID]) == 0
+    assert f"{BAD_UID}: gone" in capsys.readouterr().out
+    assert os.listdir(records) == []
+
+
+def test_up_validates_every_pod_before_recording_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A valid pod and one with an invalid volume name and fsGroup in one manifest: exit 1,
+    nothing recorded, nothing made; a later ``up`` of the valid pod alone works (before, the
+    invalid pod was recorded and every later ``up`` failed)."""
+    root = tmp_path / "root"
+    flags = ["--root", str(root), "--node-name", "n1"]
+    manifest = tmp_path / "pods.yaml"
+    bad = EMPTYDIR_POD.format(name="bad", uid=BAD_UID).replace(
+        "name: scratch", "name: Scratch_1"
+    ).replace("spec:\n", "spec:\n  securityContext: {fsGroup: -1}\n")
+    manifest.write_text(EMPTYDIR_POD.format(name="good", uid=GOOD_UID) + "---\n" + bad)
+    assert main(["up", *flags, str(manifest)]) == 1
+    assert "pod default/bad: " in capsys.readouterr().err
+    assert not (root / "pods").exists()
+    assert not (root / "kubevol" / "pods").exists() or os.listdir(root / "kubevol" / "pods") == []
+    good = tmp_path / "good.yaml"
+    good.write_text(EMPTYDIR_POD.format(name="good", uid=GOOD_UID))
+    assert main(["up", *flags, str(good)]) == 0
+    assert main(["down", *flags, str(good)]) == 0
+
+
+def test_a_hidden_pod_uid_is_refused_by_up_and_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A UID starting with "." was accepted by ``up`` (its record never read back) and
+    ``down`` never finished: both refuse it now."""
+    root = tmp_path / "root"
+    flags = ["--root", str(root), "--node-name", "n1"]
+    manifest = tmp_path / "hidden.yaml"
+    manifest.write_text(EMPTYDIR_POD.format(name="hidden", uid=".hidden"))
+    assert main(["up", *flags, str(manifest)]) == 1
+    assert "must not start with '.'" in capsys.readouterr().err
+    assert main(["down", *flags, "--pod-uid", ".hidden"]) == 1
+    assert not (root / "pods").exists()

@@ -9,11 +9,11 @@ The file is a flat JSON object of strings with the kubelet's keys, written the w
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, UntrustedDataError
 from kubevol.layout import CSI_VOL_DATA_TEMP_PREFIX, csi_vol_data_path, write_file_atomically
+from kubevol.safeio import parse_json, read_regular_file
 
 KEY_SPEC_VOL_ID = "specVolID"
 KEY_VOLUME_HANDLE = "volumeHandle"
@@ -23,8 +23,9 @@ KEY_ATTACHMENT_ID = "attachmentID"
 KEY_LIFECYCLE_MODE = "volumeLifecycleMode"
 KEY_SELINUX_MOUNT_CONTEXT = "seLinuxMountContext"
 
-#: vol_data.json is a few hundred bytes: one read takes it whole.
-_READ_CHUNK = 64 * 1024
+#: vol_data.json is a few hundred bytes (its volume attributes make it longer): far more
+#: than any real one, far less than a reader could be made to swallow.
+MAX_VOL_DATA_BYTES = 1024 * 1024
 
 
 class VolumeDataError(KubevolError, ValueError):
@@ -64,22 +65,6 @@ def save_volume_data(directory: str, data: Mapping[str, str]) -> None:
     )
 
 
-def _read_small_file(path: str) -> bytes:
-    """The whole file, in as few system calls as it takes (open, read, close for a file
-    under 64 KiB): this runs once per volume when a node is reconstructed, and a text-mode
-    ``open`` costs three times as much."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, _READ_CHUNK):
-            chunks.append(chunk)
-            if len(chunk) < _READ_CHUNK:
-                break  # a short read of a regular file is its end
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def load_volume_data(directory: str) -> dict[str, str]:
     """Read ``<directory>/vol_data.json``.
 
@@ -87,15 +72,18 @@ def load_volume_data(directory: str) -> dict[str, str]:
     :class:`VolumeDataError` when it cannot be read or is not a JSON object of strings.
     """
     path = vol_data_path(directory)
+    # Not a plain open: the file may be a FIFO, a link to /dev/zero or nested 100,000 deep
+    # (kubevol.safeio refuses those, in four system calls for the usual file: this runs
+    # once per volume when a node is reconstructed).
     try:
-        text = _read_small_file(path).decode("utf-8")
+        raw = read_regular_file(path, max_bytes=MAX_VOL_DATA_BYTES)
     except FileNotFoundError as exc:
         raise VolumeDataMissingError(f"volume data file [{path}] does not exist") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UntrustedDataError) as exc:
         raise VolumeDataError(f"failed to open volume data file [{path}]: {exc}") from exc
     try:
-        data = json.loads(text)
-    except ValueError as exc:
+        data = parse_json(raw, path)
+    except UntrustedDataError as exc:
         raise VolumeDataError(f"failed to parse volume data file [{path}]: {exc}") from exc
     # JSON object keys are always strings; the values must be too (checked without a
     # Python-level loop: this runs once per volume when a node is reconstructed).

@@ -100,7 +100,7 @@ def test_load_volume_data_reads_large_files_whole_and_refuses_bad_ones(
     assert load_volume_data(str(tmp_path)) == big
     with open(path, "wb") as f:
         f.write(b'{"driverName": "\xff"}')
-    with pytest.raises(VolumeDataError, match=r"failed to open volume data file \[.*vol_data"):
+    with pytest.raises(VolumeDataError, match=r"failed to parse volume data file \[.*vol_data"):
         load_volume_data(str(tmp_path))
     with open(path, "w", encoding="utf-8") as f:
         f.write('{"driverName": "d", "size": 3}')
