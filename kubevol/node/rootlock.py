@@ -126,14 +126,14 @@ class RootLock:
                         f"cannot lock root {self.root_dir}: {exc.strerror}"
                     ) from exc
             holder = _holder(fd)
+            if not told and self.on_wait is not None and self.timeout != 0:
+                self.on_wait(f"waiting for root {self.root_dir}, in use by {holder}")
+                told = True
             if deadline is not None and time.monotonic() >= deadline:
                 raise RootBusyError(
                     f"root {self.root_dir} is in use by {holder} (another kubevol command "
                     f"or agent); gave up after {self.timeout:g} s"
                 )
-            if not told and self.on_wait is not None:
-                self.on_wait(f"waiting for root {self.root_dir}, in use by {holder}")
-                told = True
             pause = POLL_INTERVAL
             if deadline is not None:
                 pause = max(0.0, min(pause, deadline - time.monotonic()))
