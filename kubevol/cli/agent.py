@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with open_runtime(args) as runtime, Agent(
+    # The agent holds the root for its lifetime: a one-shot command waits for it to stop.
+    with open_runtime(args, exclusive=True) as runtime, Agent(
         runtime,
         manifest_dir=args.manifests,
         plugins_registry=(
