@@ -9,6 +9,7 @@ from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
+from kubevol.node.cleanup import CleanupKind
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
 
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         show(result, args)
         report_sync(sync)
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
-        failed = any(c.startswith("failed") for c in outcomes)
+        failed = any(c.kind is CleanupKind.FAILED for c in outcomes)
         return 0 if sync.converged and not failed else 1
 
 

@@ -23,6 +23,7 @@ import attrs
 from kubevol.errors import is_operation_finished
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.executor import (
     INITIAL_BACKOFF,
     MAX_BACKOFF,
@@ -144,7 +145,7 @@ class NodeVolumeManager:
         )
         with self._failed_lock:
             for f in result.failures:
-                if f.cleanup.startswith("left"):
+                if f.cleanup.kind is CleanupKind.LEFT:
                     # Cleaned later, once, if its pod stops being wanted first.
                     self._failed[f.dir.path] = f
         claimed = {v.device_mount_path for v in self.desired.volumes_to_mount()}
@@ -155,9 +156,10 @@ class NodeVolumeManager:
     def _clean_failure(self, failed: FailedVolume, repair_all: bool) -> FailedVolume:
         uid = failed.dir.pod_uid
         if not repair_all and not self.managed(uid):
-            return attrs.evolve(failed, cleanup="left: the pod is not managed here")
+            return attrs.evolve(failed, cleanup=Cleanup.left("the pod is not managed here"))
         if self.desired.pod(uid) is not None:
-            return attrs.evolve(failed, cleanup="left: the pod is desired; set-up redoes it")
+            why = "the pod is desired; set-up redoes it"
+            return attrs.evolve(failed, cleanup=Cleanup.left(why))
         outcome = clean_failed_volume(self.mgr, failed, self.host.get_mounter())
         log.info("volume %s that could not be rebuilt: %s", failed.dir.path, outcome)
         self.reconciler.forget_pod_later(uid)
@@ -165,12 +167,13 @@ class NodeVolumeManager:
 
     def _clean_orphan(self, orphan: OrphanDeviceMount) -> OrphanDeviceMount:
         if orphan.kind != "device":
-            return attrs.evolve(orphan, cleanup="left: block volume mounts are not cleaned here")
+            why = "block volume mounts are not cleaned here"
+            return attrs.evolve(orphan, cleanup=Cleanup.left(why))
         try:
             self.generator.unmount_orphan_device(orphan)()
         except Exception as exc:  # reported to the caller with the orphan
-            return attrs.evolve(orphan, cleanup=f"failed: {exc}")
-        return attrs.evolve(orphan, cleanup="cleaned")
+            return attrs.evolve(orphan, cleanup=Cleanup.failed(str(exc)))
+        return attrs.evolve(orphan, cleanup=CLEANED)
 
     # -- running ----------------------------------------------------------------------------
 

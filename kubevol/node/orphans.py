@@ -15,6 +15,7 @@ from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import MountSnapshot
 
@@ -30,7 +31,7 @@ class OrphanDeviceMount:
     #: ``device`` for a device (staging) mount, ``block`` for a mount of a block volume's
     #: layout (``plugins/<plugin>/volumeDevices/...``), which is reported, never unmounted.
     kind: str = "device"
-    cleanup: str = ""
+    cleanup: Cleanup = NOT_TRIED
 
 
 def find_orphan_device_mounts(

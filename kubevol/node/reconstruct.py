@@ -40,6 +40,7 @@ from kubevol.manager import PluginRoles, VolumePluginMgr
 from kubevol.mount.interface import MountInterface
 from kubevol.mount.subpath import list_subpaths
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import (
@@ -94,8 +95,7 @@ class FailedVolume:
 
     dir: PodVolumeDir
     reason: str
-    #: "" (nothing tried yet), "cleaned", "left: <why>" or "failed: <error>".
-    cleanup: str = ""
+    cleanup: Cleanup = NOT_TRIED
 
 
 @attrs.frozen(kw_only=True)
@@ -181,7 +181,7 @@ class Reconstruction:
                     "volume": f.dir.spec_name,
                     "path": f.dir.path,
                     "reason": f.reason,
-                    "cleanup": f.cleanup,
+                    "cleanup": str(f.cleanup),
                 }
                 for f in self.failures
             ],
@@ -192,7 +192,7 @@ class Reconstruction:
                     "plugin": o.plugin_name,
                     "source": o.source,
                     "fs_type": o.fs_type,
-                    "cleanup": o.cleanup,
+                    "cleanup": str(o.cleanup),
                 }
                 for o in self.orphans
             ],

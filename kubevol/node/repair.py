@@ -11,6 +11,7 @@ from kubevol.manager import VolumePluginMgr
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.mount.interface import MountInterface
 from kubevol.mount.subpath import clean_subpaths
+from kubevol.node.cleanup import CLEANED, Cleanup
 from kubevol.node.poddirs import (
     entry_kind,
     list_entries,
@@ -22,7 +23,9 @@ from kubevol.node.state import VolumeMode
 from kubevol.plugin import VolumePlugin
 
 
-def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: MountInterface) -> str:
+def clean_failed_volume(
+    mgr: VolumePluginMgr, failed: FailedVolume, mounter: MountInterface
+) -> Cleanup:
     """Clean a volume that could not be rebuilt, once; returns what was done.
 
     The plugin's unmounter tears it down when the plugin is known; otherwise, or when that
@@ -35,21 +38,21 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
         try:
             if os.path.islink(d.path):
                 os.unlink(d.path)
-            return "cleaned"
+            return CLEANED
         except OSError as exc:
-            return f"failed: cannot remove the device link {d.path}: {exc.strerror}"
+            return Cleanup.failed(f"cannot remove the device link {d.path}: {exc.strerror}")
     first_error = ""
     plugin: VolumePlugin | None = None
     try:
         # subPath binds go first, as before any tear-down.
         clean_subpaths(mounter, pod_dir_of(d.path), d.spec_name)
     except OSError as exc:
-        return f"failed: cannot remove its subPath binds: {exc}"
+        return Cleanup.failed(f"cannot remove its subPath binds: {exc}")
     try:
         plugin = mgr.find_plugin_by_name(d.plugin_name)
         plugin.new_unmounter(d.spec_name, d.pod_uid).tear_down()
         if not os.path.lexists(d.path):
-            return "cleaned"
+            return CLEANED
     except Exception as exc:  # the plugin could not: fall back to a plain unmount below
         first_error = f"{type(exc).__name__}: {exc}"
     try:
@@ -61,5 +64,5 @@ def clean_failed_volume(mgr: VolumePluginMgr, failed: FailedVolume, mounter: Mou
         remove_volume_dir_leftovers(d.path, mounter, plugin)
     except OSError as exc:
         why = f"{exc}" + (f" (plugin tear-down: {first_error})" if first_error else "")
-        return f"failed: {why}"
-    return "cleaned"
+        return Cleanup.failed(why)
+    return CLEANED

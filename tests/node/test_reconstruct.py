@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.node.cleanup import CleanupKind
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests, manifest_pod_uid
@@ -126,16 +127,16 @@ def test_unreconstructable_volume_is_reported_then_cleaned_once(env: NodeEnv) ->
     readonly = scan(env.host, env.mgr)
     [failure] = readonly.failures
     assert failure.dir.pod_uid == uid and failure.dir.plugin_name == "example.com/staged"
-    assert "cannot reconstruct" in failure.reason and failure.cleanup == ""
+    assert "cannot reconstruct" in failure.reason and failure.cleanup.kind is CleanupKind.NOT_TRIED
     manager = NodeVolumeManager(env.host, env.mgr, workers=2)
     result = manager.reconstruct(clean=True)
     [failure] = result.failures
-    assert failure.cleanup == "cleaned"
+    assert failure.cleanup.kind is CleanupKind.CLEANED
     pod_mount = env.root / "pods" / uid / "volumes" / "example.com~staged" / "pv1"
     assert not pod_mount.exists()
     # The staged device mount no pod leads to any more is an orphan, unmounted too.
     [orphan] = result.orphans
-    assert orphan.plugin_name == "example.com/staged" and orphan.cleanup == "cleaned"
+    assert orphan.plugin_name == "example.com/staged" and orphan.cleanup.kind is CleanupKind.CLEANED
     assert mounts_under(env.root) == []
     assert manager.sync(timeout=20).converged
     assert not (env.root / "pods" / uid).exists()
@@ -157,7 +158,8 @@ def test_failure_of_a_desired_pod_is_left_for_set_up(env: NodeEnv) -> None:
     )
     result = manager.reconstruct(clean=True)
     [failure] = result.failures
-    assert failure.cleanup.startswith("left: the pod is desired")
+    assert str(failure.cleanup).startswith("left: the pod is desired")
+    assert failure.cleanup.kind is CleanupKind.LEFT
     assert result.orphans == ()  # its device mount path is claimed by the desired volume
     assert manager.sync(timeout=20).converged
     assert os.path.exists(env.staged.meta_path("pv1"))
