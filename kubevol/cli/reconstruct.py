@@ -9,6 +9,8 @@ from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
+from kubevol.errors import KubevolError
+from kubevol.layout import validate_path_segment
 from kubevol.node.cleanup import CleanupKind
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
@@ -16,6 +18,9 @@ from kubevol.node.reconstruct import Reconstruction, scan
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
+    if (args.pod_gone or args.pods_gone_file) and not args.repair:
+        raise KubevolError("--pod-gone and --pods-gone-file go with --repair")
+    gone = gone_pods(args)
     if args.repair:
         require_privileges("kubevol reconstruct --repair")
     with open_runtime(args, deadline=deadline, exclusive=args.repair) as runtime:
@@ -23,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)
             return 0
-        pods = runtime.volume_manager()
+        pods = runtime.volume_manager(gone=gone)
         try:
-            result = pods.reconstruct(clean=True, repair_all=True)
+            result = pods.reconstruct(clean=True)
             sync = pods.sync(timeout=args.timeout)
         finally:
             pods.close()
@@ -34,6 +39,32 @@ def run(args: argparse.Namespace) -> int:
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
         failed = any(c.kind is CleanupKind.FAILED for c in outcomes)
         return 0 if sync.converged and not failed else 1
+
+
+#: The largest --pods-gone-file read (a UID a line: room for a million pods).
+MAX_GONE_FILE = 64 << 20
+
+
+def gone_pods(args: argparse.Namespace) -> list[str]:
+    """The UIDs of ``--pod-gone`` and ``--pods-gone-file`` (one a line; blank lines and
+    ``#`` comments skipped), each validated as a path segment."""
+    uids = list(args.pod_gone)
+    for path in args.pods_gone_file:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(MAX_GONE_FILE + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KubevolError(f"--pods-gone-file {path}: {exc}") from exc
+        if len(text) > MAX_GONE_FILE:
+            raise KubevolError(f"--pods-gone-file {path}: larger than {MAX_GONE_FILE} bytes")
+        for line in text.splitlines():
+            uid = line.split("#", 1)[0].strip()
+            if uid:
+                uids.append(uid)
+    try:
+        return [validate_path_segment(u, "pod UID") for u in uids]
+    except ValueError as exc:
+        raise KubevolError(f"--pod-gone: {exc}") from exc
 
 
 #: The reconstruction's three lists, each a table (the last two only when not empty).
@@ -70,13 +101,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Walk pods/<uid>/volumes and volumeDevices under --root, rebuild each volume "
         "with its plugin, check its mount, and report volumes that cannot be rebuilt and "
-        "device mounts no pod leads to. Changes nothing unless --repair: then volumes "
-        "that cannot be rebuilt are cleaned once (their pods not being run by kubevol), "
-        "orphan device mounts are unmounted through the unstage guard, and pods kubevol "
-        "runs are brought up to date."
+        "device mounts no pod leads to. Changes nothing unless --repair, and even then "
+        "only what is kubevol's: pods it runs (its pod records) are brought up to date; "
+        "pods named gone (--pod-gone, --pods-gone-file) are torn down, their volumes that "
+        "cannot be rebuilt cleaned once; orphan device mounts of its plugins and drivers "
+        "are unmounted through the unstage guard when every pod on the root is kubevol's. "
+        "Everything else (other agents' pods, unknown plugins) is reported and left alone."
     )
     add_root_flags(parser)
     parser.add_argument("--repair", action="store_true", help="clean what is broken")
+    parser.add_argument("--pod-gone", action="append", default=[], metavar="UID",
+                        help="with --repair: a pod no agent runs any more, whose volumes "
+                        "may be torn down (repeatable)")
+    parser.add_argument("--pods-gone-file", action="append", default=[], metavar="FILE",
+                        help="with --repair: a file of such pod UIDs, one a line")
     parser.add_argument("--timeout", type=DURATION, default=120.0,
                         help="with --repair: how long to keep retrying, a Go duration or seconds "
                         "(default: 2m)")

@@ -20,6 +20,7 @@ from kubevol.node.manifests import Manifests, load_manifest_files, manifest_pod_
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.operations import OperationGenerator, operation_key
 from kubevol.node.orphans import OrphanDeviceMount
+from kubevol.node.owners import Ownership, Verdict
 from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs
 from kubevol.node.reconciler import Reconciler
 from kubevol.node.reconstruct import (
@@ -63,6 +64,7 @@ __all__ = [
     "OperationKind",
     "OperationPendingError",
     "OrphanDeviceMount",
+    "Ownership",
     "PodRecord",
     "PodRecords",
     "PodState",
@@ -72,6 +74,7 @@ __all__ = [
     "Reconstruction",
     "ReconstructionError",
     "SyncResult",
+    "Verdict",
     "VolumeInUseError",
     "VolumeMode",
     "VolumeToMount",

@@ -14,13 +14,15 @@ disk-usage check, and offers what a node agent needs::
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 
 import attrs
 
-from kubevol.errors import is_operation_finished
+from kubevol import layout
+from kubevol.errors import KubevolError, PluginNotFoundError, is_operation_finished
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
@@ -34,6 +36,7 @@ from kubevol.node.executor import (
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.operations import OperationGenerator
 from kubevol.node.orphans import OrphanDeviceMount
+from kubevol.node.owners import Ownership, Verdict
 from kubevol.node.poddirs import list_pod_volume_dirs
 from kubevol.node.reconciler import Reconciler
 from kubevol.node.reconstruct import FailedVolume, Reconstruction, scan
@@ -61,15 +64,13 @@ class SyncResult:
     stuck: bool = False
 
 
-def _manage_all(_uid: str) -> bool:
-    return True
-
-
 class NodeVolumeManager:
     """Mounts the volumes of the pods it is told about and unmounts those of pods that left.
 
-    ``managed(uid)`` says which pods found on disk it may tear down (default: all, as the
-    kubelet does); ``workers`` threads run operations (0: inline, for tests).
+    ``ownership`` says which pods found on disk it may tear down, which volumes that could
+    not be rebuilt it may clean and which orphan device mounts it may unmount (default:
+    every pod, as the kubelet on its own root: :meth:`Ownership.sole_agent`); ``workers``
+    threads run operations (0: inline, for tests).
     """
 
     def __init__(
@@ -79,7 +80,7 @@ class NodeVolumeManager:
         *,
         workers: int = 8,
         attach_by_node: bool = True,
-        managed: Callable[[str], bool] = _manage_all,
+        ownership: Ownership | None = None,
         mountinfo_path: str = PROC_MOUNTINFO,
         initial_backoff: float = INITIAL_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
@@ -87,7 +88,9 @@ class NodeVolumeManager:
     ) -> None:
         self.host = host
         self.mgr = mgr
-        self.managed = managed
+        self.ownership = ownership if ownership is not None else Ownership.sole_agent()
+        #: Whether a pod's volumes may be torn down (the one model: :attr:`ownership`).
+        self.managed: Callable[[str], bool] = self.ownership
         self.mountinfo_path = mountinfo_path
         self.desired = DesiredState()
         self.actual = ActualState()
@@ -108,7 +111,7 @@ class NodeVolumeManager:
             executor=self.executor,
             generator=self.generator,
             attach_by_node=attach_by_node,
-            managed=managed,
+            managed=self.managed,
         )
 
     # -- pods -------------------------------------------------------------------------------
@@ -124,13 +127,14 @@ class NodeVolumeManager:
 
     # -- reconstruction ---------------------------------------------------------------------
 
-    def reconstruct(self, *, clean: bool = True, repair_all: bool = False) -> Reconstruction:
+    def reconstruct(self, *, clean: bool = True) -> Reconstruction:
         """Rebuild the actual state from disk and merge it in (known volumes are kept).
 
-        With ``clean``, volumes that could not be rebuilt are cleaned once when their pod is
-        managed (any pod with ``repair_all``) and not desired, and orphan device mounts no
-        desired volume claims are unmounted through the guards; what was done is in the
-        result.
+        Pods on disk that :attr:`ownership` gives to kubevol and that are not desired are
+        torn down by the reconciler. With ``clean``, volumes that could not be rebuilt are
+        cleaned once when ownership allows it and their pod is not desired, and orphan
+        device mounts no desired volume claims are unmounted through the guards when
+        ownership allows it; what was done, or why not, is in the result.
         """
         result = scan(self.host, self.mgr, mountinfo_path=self.mountinfo_path)
         self.actual.merge(result.actual_state())
@@ -140,9 +144,7 @@ class NodeVolumeManager:
                 self.reconciler.forget_pod_later(uid)
         if not clean:
             return result
-        result = result.with_failures(
-            [self._clean_failure(f, repair_all) for f in result.failures]
-        )
+        result = result.with_failures([self._clean_failure(f) for f in result.failures])
         with self._failed_lock:
             for f in result.failures:
                 if f.cleanup.kind is CleanupKind.LEFT:
@@ -150,25 +152,54 @@ class NodeVolumeManager:
                     self._failed[f.dir.path] = f
         claimed = {v.device_mount_path for v in self.desired.volumes_to_mount()}
         return result.with_orphans(
-            [self._clean_orphan(o) for o in result.orphans if o.path not in claimed]
+            [self._clean_orphan(o, pods_on_disk) for o in result.orphans
+             if o.path not in claimed]
         )
 
-    def _clean_failure(self, failed: FailedVolume, repair_all: bool) -> FailedVolume:
+    def failure_verdict(self, failed: FailedVolume) -> Verdict:
+        """Whether a volume that could not be rebuilt may be cleaned (its pod not desired)."""
+        return self.ownership.volume(
+            failed.dir.pod_uid, failed.dir.plugin_name,
+            plugin_known=self._plugin_known(failed.dir.plugin_name),
+        )
+
+    def orphan_verdict(self, orphan: OrphanDeviceMount, pods_on_disk: set[str]) -> Verdict:
+        """Whether an orphan device mount may be unmounted."""
+        if orphan.kind != "device":
+            return Verdict(allowed=False, reason="block volume mounts are not cleaned here")
+        plugins_dir = os.path.join(os.path.realpath(self.host.root_dir), layout.PLUGINS_DIR)
+        return self.ownership.device_mount(
+            orphan.path, orphan.plugin_name, plugins_dir=plugins_dir,
+            pods_on_disk=pods_on_disk,
+        )
+
+    def _plugin_known(self, name: str) -> bool:
+        try:
+            self.mgr.find_plugin_by_name(name)
+        except PluginNotFoundError:
+            return False
+        except KubevolError:
+            return False  # several match: nothing knows which one would undo it
+        return True
+
+    def _clean_failure(self, failed: FailedVolume) -> FailedVolume:
         uid = failed.dir.pod_uid
-        if not repair_all and not self.managed(uid):
-            return attrs.evolve(failed, cleanup=Cleanup.left("the pod is not managed here"))
+        verdict = self.failure_verdict(failed)
+        if not verdict.allowed:
+            return attrs.evolve(failed, cleanup=Cleanup.left(verdict.reason))
         if self.desired.pod(uid) is not None:
             why = "the pod is desired; set-up redoes it"
             return attrs.evolve(failed, cleanup=Cleanup.left(why))
         outcome = clean_failed_volume(self.mgr, failed, self.host.get_mounter())
-        log.info("volume %s that could not be rebuilt: %s", failed.dir.path, outcome)
+        log.info("volume %s that could not be rebuilt (%s): %s", failed.dir.path,
+                 verdict.reason, outcome)
         self.reconciler.forget_pod_later(uid)
         return attrs.evolve(failed, cleanup=outcome)
 
-    def _clean_orphan(self, orphan: OrphanDeviceMount) -> OrphanDeviceMount:
-        if orphan.kind != "device":
-            why = "block volume mounts are not cleaned here"
-            return attrs.evolve(orphan, cleanup=Cleanup.left(why))
+    def _clean_orphan(self, orphan: OrphanDeviceMount, pods_on_disk: set[str]) -> OrphanDeviceMount:
+        verdict = self.orphan_verdict(orphan, pods_on_disk)
+        if not verdict.allowed:
+            return attrs.evolve(orphan, cleanup=Cleanup.left(verdict.reason))
         try:
             self.generator.unmount_orphan_device(orphan)()
         except Exception as exc:  # reported to the caller with the orphan
@@ -196,7 +227,7 @@ class NodeVolumeManager:
                 )
                 if not mounted:
                     continue  # set-up will redo it
-            elif self.managed(uid) and not self.reconciler.busy(uid):
+            elif self.failure_verdict(f).allowed and not self.reconciler.busy(uid):
                 outcome = clean_failed_volume(self.mgr, f, self.host.get_mounter())
                 log.info("volume %s that could not be rebuilt: %s", f.dir.path, outcome)
                 self.reconciler.forget_pod_later(uid)

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +36,7 @@ from kubevol.node.desired import NewPod, desired_pod
 from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.manager import NodeVolumeManager, SyncResult
 from kubevol.node.manifests import Manifests
+from kubevol.node.owners import Ownership
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.node.rootlock import RootLock
@@ -227,8 +228,9 @@ class RecordedPods:
 
     Recorded ``running`` pods are desired; ``terminating`` ones are torn down and their
     record removed once nothing of them is left; pods found on disk without a record are
-    not managed (left alone). :meth:`refresh` re-reads changed records; it runs before each
-    pass of :meth:`sync` and :meth:`run`.
+    not managed (left alone) unless named in ``gone`` (pods the operator says no agent
+    runs any more: their volumes are torn down). :meth:`refresh` re-reads changed records;
+    it runs before each pass of :meth:`sync` and :meth:`run`.
 
     The records of ``adding`` (pods already checked and built, :func:`new_pods`) are written
     first, before anything could be mounted, and their desired pods used as they are: they
@@ -236,7 +238,12 @@ class RecordedPods:
     """
 
     def __init__(
-        self, node: NodeRuntime, *, adding: Sequence[NewPod] = (), **kwargs: Any
+        self,
+        node: NodeRuntime,
+        *,
+        adding: Sequence[NewPod] = (),
+        gone: Iterable[str] = (),
+        **kwargs: Any,
     ) -> None:
         self.node = node
         self.watcher = RecordWatcher(node.records)
@@ -246,9 +253,13 @@ class RecordedPods:
         self._records: dict[str, PodRecord] = {}
         #: Records whose manifests could not be turned into desired pods, with why.
         self.invalid: dict[str, str] = {}
-        self.manager = NodeVolumeManager(
-            node.host, node.mgr, managed=lambda uid: uid in self.known, **kwargs
+        #: What this manager may destroy: recorded pods, pods named ``gone``, and device
+        #: mounts of the CSI drivers registered here.
+        self.ownership = Ownership(
+            recorded=lambda: self.known, gone=gone,
+            drivers=lambda: {d.name for d in node.registry.drivers()},
         )
+        self.manager = NodeVolumeManager(node.host, node.mgr, ownership=self.ownership, **kwargs)
         self.refresh()
         for pod in adding:
             self.manager.set_pod(pod.desired)

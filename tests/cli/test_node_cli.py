@@ -202,12 +202,14 @@ def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
     assert mounts_under(tmp_path) == []
 
 
-def test_reconstruct_repair_cleans_an_unreadable_volume(
+def test_reconstruct_repair_cleans_an_unreadable_volume_only_of_a_pod_named_gone(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A pod volume with a corrupt vol_data.json is reported read-only; --repair unmounts
-    it and tries the device no pod leads to any more, reporting the driver's refusal (it
-    still counts the publish kubevol could not tell it about) with exit status 1."""
+    """A pod volume with a corrupt vol_data.json is reported read-only. --repair leaves
+    it and everything of its pod alone while the pod is nobody's kubevol knows; with the
+    pod named gone it unmounts it, tears the pod's other volumes down, and tries the device
+    no pod leads to any more, reporting the driver's refusal (it still counts the publish
+    kubevol could not tell it about) with exit status 1."""
     manifest = write_manifest(tmp_path, create_volume(driver))
     root = str(tmp_path / "root")
     flags = ["--root", root, "--node-name", "n1"]
@@ -223,7 +225,16 @@ def test_reconstruct_repair_cleans_an_unreadable_volume(
     assert failure["volume"] == "pv1" and failure["cleanup"] == ""
     assert vol_data.read_text() == "{broken" and len(mounts_under(tmp_path)) == 3
 
-    code, repaired = run_json(capsys, "reconstruct", *flags, "--repair", "-o", "json")
+    code, left = run_json(capsys, "reconstruct", *flags, "--repair", "-o", "json")
+    assert isinstance(left, dict) and code == 0
+    assert left["failures"][0]["cleanup"].startswith("left: not kubevol's")
+    # The staging no rebuilt volume leads to is reported; the foreign pod may use it.
+    [orphan] = left["orphan_device_mounts"]
+    assert orphan["cleanup"].startswith("left: 1 pod(s) of another owner")
+    assert vol_data.read_text() == "{broken" and len(mounts_under(tmp_path)) == 3
+
+    code, repaired = run_json(capsys, "reconstruct", *flags, "--repair", "--pod-gone", UID,
+                              "-o", "json")
     assert isinstance(repaired, dict)
     assert repaired["failures"][0]["cleanup"] == "cleaned"
     assert not os.path.exists(f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1")
@@ -231,8 +242,21 @@ def test_reconstruct_repair_cleans_an_unreadable_volume(
     assert orphan["path"].endswith("/globalmount")
     assert orphan["cleanup"].startswith("failed:") and "still published" in orphan["cleanup"]
     assert code == 1
-    # The staging stays (the driver refused) and so does the unrecorded pod's emptyDir.
-    assert sorted(m.rsplit("/", 1)[1] for m in mounts_under(tmp_path)) == ["cache", "globalmount"]
+    # The staging stays (the driver refused); the pod's emptyDir is torn down.
+    assert [m.rsplit("/", 1)[1] for m in mounts_under(tmp_path)] == ["globalmount"]
+
+
+def test_pod_gone_needs_repair_and_valid_uids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--pod-gone without --repair, or a UID that is not a path segment, is refused."""
+    flags = ["--root", str(tmp_path / "root")]
+    assert main(["reconstruct", *flags, "--pod-gone", "u1"]) == 1
+    assert "--pod-gone and --pods-gone-file go with --repair" in capsys.readouterr().err
+    gone = tmp_path / "gone.txt"
+    gone.write_text("# pods drained\nu1\n\n../etc\n")
+    assert main(["reconstruct", *flags, "--repair", "--pods-gone-file", str(gone)]) == 1
+    assert "'../etc'" in capsys.readouterr().err
 
 
 def test_privilege_errors_say_what_is_missing_and_how_to_run(tmp_path: Path) -> None:

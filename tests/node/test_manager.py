@@ -14,6 +14,7 @@ from kubevol.node.desired import desired_pod
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests, manifest_pod_uid
+from kubevol.node.owners import Ownership
 from kubevol.node.state import AttachedVolume, MountState, VolumeMode
 from tests.node.conftest import NodeEnv, mounts_under
 from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest
@@ -265,14 +266,15 @@ def test_final_error_stops_sync_early(env: NodeEnv) -> None:
     manager.close()
 
 
-def test_unmanaged_pods_are_left_alone(env: NodeEnv) -> None:
-    """Pods found on disk that the caller does not manage keep their volumes."""
+def test_pods_not_owned_are_left_alone(env: NodeEnv) -> None:
+    """Pods found on disk that the ownership model does not give the manager keep their
+    volumes."""
     pod = pod_manifest("web", [{"name": "cache", "emptyDir": {"medium": "Memory"}}])
     first = make_manager(env)
-    uid = add(first, env, pod)
+    add(first, env, pod)
     assert first.sync(timeout=20).converged
     first.close()
-    second = make_manager(env, managed=lambda u: u != uid)
+    second = make_manager(env, ownership=Ownership(recorded=lambda: {'other'}))
     second.reconstruct()
     assert second.sync(timeout=5).converged
     assert len(mounts_under(env.root)) == 1

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
-from kubevol.node.cleanup import CleanupKind
+from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.mountcheck import MountCheck
+from kubevol.node.owners import Ownership
 from kubevol.node.poddirs import list_pod_volume_dirs, only_leftovers, remove_volume_dir_leftovers
 from kubevol.node.reconstruct import scan
 from kubevol.node.state import MountState, VolumeMode
@@ -276,3 +277,36 @@ def test_leftovers_are_what_the_plugin_says_they_are(env: NodeEnv) -> None:
     with pytest.raises(OSError, match="more than a plugin's leftovers"):
         remove_volume_dir_leftovers(str(vol), mounter, None)
     assert (vol / "vol_data.json").read_text() == "{}" and (vol / "mount").is_dir()
+
+
+def test_failure_and_orphan_of_a_pod_not_owned_are_left_alone(env: NodeEnv) -> None:
+    """A manager that does not own the pod (no record, not named gone) neither cleans its
+    volume that could not be rebuilt nor unmounts the device mount it led to: both are
+    reported with the reason, and every mount stays."""
+    pv = local_pv_manifest("pv1", str(env.source("pv1")))
+    [uid] = set_up(env, staged_pod("db"), extra=(pv, claim_manifest("pv1")))
+    Path(env.staged.meta_path("pv1")).write_text("{not json")
+    before = mounts_under(env.root)
+    manager = NodeVolumeManager(env.host, env.mgr, workers=2,
+                                ownership=Ownership(recorded=lambda: {"other"}))
+    result = manager.reconstruct(clean=True)
+    [failure] = result.failures
+    assert failure.dir.pod_uid == uid
+    assert failure.cleanup == Cleanup.left(
+        "not kubevol's: no pod record and not named gone (--pod-gone)"
+    )
+    [orphan] = result.orphans
+    assert orphan.cleanup.kind is CleanupKind.LEFT
+    assert orphan.cleanup.detail.startswith("1 pod(s) of another owner")
+    assert uid in orphan.cleanup.detail
+    assert manager.sync(timeout=5).converged
+    assert mounts_under(env.root) == before
+    manager.close()
+    # Named gone, the same pod is the manager's: cleaned, and its device mount unmounted.
+    manager = NodeVolumeManager(env.host, env.mgr, workers=2, ownership=Ownership(gone=[uid]))
+    result = manager.reconstruct(clean=True)
+    assert [f.cleanup for f in result.failures] == [CLEANED]
+    assert [o.cleanup for o in result.orphans] == [CLEANED]
+    assert manager.sync(timeout=20).converged
+    assert mounts_under(env.root) == []
+    manager.close()

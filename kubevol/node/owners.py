@@ -1,0 +1,153 @@
+"""Who owns what on a kubelet root: the one model every destructive action asks first.
+
+kubevol may unmount, remove, unstage or detach only what belongs to
+
+* a pod it runs: its pod record under ``<root>/kubevol/pods`` (``up`` writes it, ``down``
+  marks it terminating);
+* a pod the operator names as gone (``--pod-gone UID``, ``--pods-gone-file``): the operator
+  vouches that no agent on the node still runs it.
+
+Everything else on the root is someone else's: a live kubelet shares the layout, and an
+offline tool cannot know which of its pods are gone, so it must not guess. A volume of an
+unknown plugin and a device mount under ``plugins/`` of a plugin (or CSI driver) kubevol
+does not have are left alone even for a pod it owns: nothing knows how to undo them safely.
+
+Every answer is a :class:`Verdict` saying why, so that a plan can show it and a refusal can
+be explained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+
+import attrs
+
+from kubevol import layout
+from kubevol.layout import validate_path_segment
+
+#: The CSI plugin's name: its device mounts are ``plugins/kubernetes.io/csi/<driver>/...``.
+CSI_PLUGIN_NAME = "kubernetes.io/csi"
+
+
+@attrs.frozen(kw_only=True)
+class Verdict:
+    """Whether something may be destroyed, and why (shown in plans and reports)."""
+
+    allowed: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def _nothing() -> Collection[str]:
+    return ()
+
+
+class Ownership:
+    """Answers "may I destroy X, and why" for pods, pod volumes and orphan device mounts.
+
+    ``recorded()`` gives the UIDs of the pods kubevol runs (read on each question: records
+    change while an agent runs); ``gone`` the UIDs the operator named as gone;
+    ``drivers()`` the CSI drivers kubevol has (registered), whose device mounts it may
+    unstage. ``every_pod`` makes every pod on the root owned: for an agent that is the only
+    one on its root (as the kubelet is on its own), never for a shared root.
+    """
+
+    def __init__(
+        self,
+        *,
+        recorded: Callable[[], Collection[str]] = _nothing,
+        gone: Iterable[str] = (),
+        drivers: Callable[[], Collection[str]] | None = None,
+        every_pod: bool = False,
+    ) -> None:
+        self._recorded = recorded
+        self.gone = frozenset(validate_path_segment(u, "pod UID") for u in gone)
+        self._drivers = drivers
+        self.every_pod = every_pod
+
+    @classmethod
+    def sole_agent(cls) -> Ownership:
+        """Every pod on the root is the caller's (a node agent alone on its root)."""
+        return cls(every_pod=True)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def pod(self, uid: str) -> Verdict:
+        """Whether pod ``uid``'s volumes and directory may be torn down (when not wanted)."""
+        if self.every_pod:
+            return Verdict(allowed=True, reason="the agent runs every pod on this root")
+        if uid in self._recorded():
+            return Verdict(allowed=True, reason="kubevol runs it (pod record)")
+        if uid in self.gone:
+            return Verdict(allowed=True, reason="named gone by the operator")
+        return Verdict(
+            allowed=False,
+            reason="not kubevol's: no pod record and not named gone (--pod-gone)",
+        )
+
+    def __call__(self, uid: str) -> bool:
+        """``pod(uid).allowed``: the ``managed`` predicate of the reconciler."""
+        return self.pod(uid).allowed
+
+    def foreign_pods(self, uids: Iterable[str]) -> list[str]:
+        """Those of ``uids`` that are not kubevol's, sorted."""
+        return sorted(u for u in set(uids) if not self.pod(u).allowed)
+
+    # -- volumes and device mounts ----------------------------------------------------------
+
+    def volume(self, uid: str, plugin_name: str, *, plugin_known: bool) -> Verdict:
+        """Whether a volume of pod ``uid`` by ``plugin_name`` may be cleaned."""
+        pod = self.pod(uid)
+        if not pod.allowed:
+            return pod
+        if not plugin_known:
+            return Verdict(
+                allowed=False, reason=f"unknown plugin {plugin_name!r}, left alone"
+            )
+        return pod
+
+    def device_mount(
+        self, path: str, plugin_name: str, *, plugins_dir: str, pods_on_disk: Iterable[str]
+    ) -> Verdict:
+        """Whether a device mount no pod volume leads to may be unmounted.
+
+        It needs a plugin kubevol has (for CSI: a driver it has), and no pod of another
+        owner on the root: such a pod may be about to use it (the kubelet stages a device
+        before it publishes it to the pod), and nothing on disk says whose it is.
+        """
+        if not plugin_name:
+            return Verdict(allowed=False, reason="unknown plugin, left alone")
+        if plugin_name == CSI_PLUGIN_NAME and self._drivers is not None:
+            driver = csi_driver_of(path, plugins_dir)
+            if driver not in self._drivers():
+                return Verdict(
+                    allowed=False,
+                    reason=f"CSI driver {driver or '?'} is not kubevol's, left alone",
+                )
+        foreign = self.foreign_pods(pods_on_disk)
+        if foreign:
+            return Verdict(
+                allowed=False,
+                reason=(
+                    f"{len(foreign)} pod(s) of another owner on this root (e.g. {foreign[0]}) "
+                    "may use it, left alone"
+                ),
+            )
+        return Verdict(
+            allowed=True,
+            reason="no pod volume leads to it and every pod on this root is kubevol's",
+        )
+
+
+def csi_driver_of(path: str, plugins_dir: str) -> str:
+    """The driver segment of ``plugins/kubernetes.io/csi/<driver>/...``, or ``""``."""
+    rel = layout.relative_to(path, plugins_dir)
+    if rel is None:
+        return ""
+    segs = rel.split("/")
+    prefix = layout.plugin_name_segments(CSI_PLUGIN_NAME)
+    if segs[: len(prefix)] != prefix or len(segs) <= len(prefix):
+        return ""
+    return segs[len(prefix)]
