@@ -4,8 +4,9 @@ manager loop, with its static-pod source and metrics).
 Start-up: the pod records of the root are read and the volumes on disk reconstructed
 (everything found is uncertain until an operation confirms it), then the sources are read
 and the loop converges. The loop runs a reconciler pass every ``period`` seconds while
-there is work (the kubelet's 100 ms), and otherwise sleeps until a source changes or
-``idle_period`` passes, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
+there is work (the kubelet's 100 ms); once converged it runs one only when a source changed,
+an operation ended, or every ``RESYNC_PERIOD`` seconds, and otherwise sleeps on its
+sources, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
 by SIGTERM) takes no new work, lets running operations finish, and never tears a volume
 down because the agent stops.
 
@@ -45,6 +46,8 @@ LOOP_PERIOD = 0.1
 IDLE_PERIOD = 1.0
 #: The kubelet's --volume-stats-agg-period default (seconds).
 VOLUME_STATS_PERIOD = 60.0
+#: How often an idle agent reconciles anyway (seconds).
+RESYNC_PERIOD = 10.0
 #: A loop that has not finished a pass for this long is reported unhealthy (seconds).
 STALL_AFTER = 60.0
 
@@ -122,6 +125,8 @@ class Agent(ClosesOnExit):
         self.invalid: dict[str, str] = {}
         #: Set once the first reconciler pass finished.
         self.ready = threading.Event()
+        #: Set when the state may have changed (an operation ended, the sources changed).
+        self._changed = threading.Event()
         self._last_pass = 0.0
         self._running = False
 
@@ -138,6 +143,7 @@ class Agent(ClosesOnExit):
     ) -> None:
         # The executor is built before the metrics (they read the manager it belongs to).
         self.metrics.observe(key, kind, seconds, error)
+        self._changed.set()
 
     # -- health -----------------------------------------------------------------------------
 
@@ -186,6 +192,7 @@ class Agent(ClosesOnExit):
         if adding or gone:
             log.info("static pods: %d to run or update, %d to stop", len(adding), len(gone))
         self.pods.apply(adding=adding, terminating=gone)
+        self._changed.set()
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -219,22 +226,29 @@ class Agent(ClosesOnExit):
 
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0
+        busy = True
         while not stop.is_set():
-            started = self.pods.manager.reconcile()
-            self.pods.forget_terminated()
-            self._last_pass = time.monotonic()
-            if not self.ready.is_set():
-                self.ready.set()
-                self.notifier.notify("READY=1")
-                log.info("first reconcile pass done; %d pods desired",
-                         len(self.pods.manager.desired.pods()))
+            now = time.monotonic()
+            # A pass only when something may have changed: a source, an operation that
+            # ended, work in flight, or the periodic resync. An idle agent wakes only to
+            # look at its sources.
+            if busy or self._changed.is_set() or now - self._last_pass >= RESYNC_PERIOD:
+                self._changed.clear()
+                started = self.pods.manager.reconcile()
+                self.pods.forget_terminated()
+                self._last_pass = time.monotonic()
+                busy = bool(started or self.pods.manager.executor.pending() or self._has_work())
+                if not self.ready.is_set():
+                    self.ready.set()
+                    self.notifier.notify("READY=1")
+                    log.info("first reconcile pass done; %d pods desired",
+                             len(self.pods.manager.desired.pods()))
             interval = self.notifier.watchdog_interval
-            if interval is not None and self._last_pass - last_watchdog >= interval:
+            if interval is not None and now - last_watchdog >= interval:
                 self.notifier.notify("WATCHDOG=1")
-                last_watchdog = self._last_pass
+                last_watchdog = now
             if self.runtime.unregistered:
                 self.runtime.ensure_drivers()
-            busy = started or self.pods.manager.executor.pending() or self._has_work()
             if self._wait(stop, self.period if busy else self.idle_period):
                 self.apply_sources()
 
