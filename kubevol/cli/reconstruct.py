@@ -6,35 +6,53 @@ import argparse
 import sys
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
-from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
+from kubevol.cli.output import (
+    Column,
+    OutputFormat,
+    Table,
+    add_output_flags,
+    columns,
+    emit,
+    render,
+)
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
 from kubevol.node.cleanup import CleanupKind
+from kubevol.node.plan import RepairPlan, plan_repair
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
 
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
-    if (args.pod_gone or args.pods_gone_file) and not args.repair:
-        raise KubevolError("--pod-gone and --pods-gone-file go with --repair")
+    if (args.pod_gone or args.pods_gone_file or args.dry_run) and not args.repair:
+        raise KubevolError("--pod-gone, --pods-gone-file and --dry-run go with --repair")
     gone = gone_pods(args)
-    if args.repair:
+    if args.repair and not args.dry_run:
         require_privileges("kubevol reconstruct --repair")
-    with open_runtime(args, deadline=deadline, exclusive=args.repair) as runtime:
+    with open_runtime(args, deadline=deadline, exclusive=args.repair and not args.dry_run) \
+            as runtime:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)
             return 0
         pods = runtime.volume_manager(gone=gone)
         try:
-            result = pods.reconstruct(clean=True)
+            # The plan is made from the same scan, ownership and desired state the repair
+            # then uses: it does these actions and no others.
+            found = pods.reconstruct(clean=False)
+            plan = plan_repair(found, pods.manager)
+            if args.dry_run:
+                emit(plan.to_dict(), PLAN_TABLES, args, sys.stdout)
+                return 0
+            render(plan.to_dict(), PLAN_TABLES, OutputFormat("table"), sys.stderr)
+            result = pods.manager.clean(found)
             sync = pods.sync(timeout=args.timeout)
         finally:
             pods.close()
-        show(result, args)
+        show(result, args, plan)
         report_sync(sync)
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
         failed = any(c.kind is CleanupKind.FAILED for c in outcomes)
@@ -93,8 +111,28 @@ TABLES = (
 )
 
 
-def show(result: Reconstruction, args: argparse.Namespace) -> None:
-    emit(result.to_dict(), TABLES, args, sys.stdout)
+def show(result: Reconstruction, args: argparse.Namespace,
+         plan: RepairPlan | None = None) -> None:
+    data = result.to_dict()
+    if plan is not None:
+        data["plan"] = plan.to_dict()
+    emit(data, TABLES, args, sys.stdout)
+
+
+#: A repair's plan: its actions, then what it leaves alone.
+PLAN_TABLES = (
+    Table(
+        columns=columns("action", "pod_uid", "plugin", "volume", "path", "reason"),
+        at="actions",
+        name="path",
+    ),
+    Table(
+        columns=columns("pod_uid", "plugin", "volume", "path", "reason"),
+        at="left",
+        title="left alone",
+        name="path",
+    ),
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -106,10 +144,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "pods named gone (--pod-gone, --pods-gone-file) are torn down, their volumes that "
         "cannot be rebuilt cleaned once; orphan device mounts of its plugins and drivers "
         "are unmounted through the unstage guard when every pod on the root is kubevol's. "
-        "Everything else (other agents' pods, unknown plugins) is reported and left alone."
+        "Everything else (other agents' pods, unknown plugins) is reported and left alone. "
+        "The repair's plan is printed first (--dry-run: only the plan)."
     )
     add_root_flags(parser)
     parser.add_argument("--repair", action="store_true", help="clean what is broken")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="with --repair: print the plan (every unmount, directory "
+                        "removal, unstage and detach, with the reason it is allowed, and "
+                        "what is left alone) and change nothing")
     parser.add_argument("--pod-gone", action="append", default=[], metavar="UID",
                         help="with --repair: a pod no agent runs any more, whose volumes "
                         "may be torn down (repeatable)")

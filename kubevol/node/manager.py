@@ -138,23 +138,35 @@ class NodeVolumeManager:
         """
         result = scan(self.host, self.mgr, mountinfo_path=self.mountinfo_path)
         self.actual.merge(result.actual_state())
-        pods_on_disk = {d.pod_uid for d in list_pod_volume_dirs(self.host.get_pods_dir())}
-        for uid in pods_on_disk | {f.dir.pod_uid for f in result.volumes}:
+        for uid in self.pods_on_disk() | {f.dir.pod_uid for f in result.volumes}:
             if self.managed(uid) and self.desired.pod(uid) is None:
                 self.reconciler.forget_pod_later(uid)
-        if not clean:
-            return result
+        return self.clean(result) if clean else result
+
+    def pods_on_disk(self) -> set[str]:
+        """The UIDs of the pods with volume directories under the root."""
+        return {d.pod_uid for d in list_pod_volume_dirs(self.host.get_pods_dir())}
+
+    def clean(self, result: Reconstruction) -> Reconstruction:
+        """Clean, once, what :meth:`reconstruct` (with ``clean=False``) found broken and
+        ownership allows: volumes that could not be rebuilt (pod not desired) and orphan
+        device mounts no desired volume claims. Returns ``result`` with what was done."""
+        pods_on_disk = self.pods_on_disk()
         result = result.with_failures([self._clean_failure(f) for f in result.failures])
         with self._failed_lock:
             for f in result.failures:
                 if f.cleanup.kind is CleanupKind.LEFT:
                     # Cleaned later, once, if its pod stops being wanted first.
                     self._failed[f.dir.path] = f
-        claimed = {v.device_mount_path for v in self.desired.volumes_to_mount()}
+        claimed = self.claimed_device_mounts()
         return result.with_orphans(
             [self._clean_orphan(o, pods_on_disk) for o in result.orphans
              if o.path not in claimed]
         )
+
+    def claimed_device_mounts(self) -> set[str]:
+        """The device mount paths of the desired volumes (never orphans)."""
+        return {v.device_mount_path for v in self.desired.volumes_to_mount()}
 
     def failure_verdict(self, failed: FailedVolume) -> Verdict:
         """Whether a volume that could not be rebuilt may be cleaned (its pod not desired)."""

@@ -252,7 +252,7 @@ def test_pod_gone_needs_repair_and_valid_uids(
     """--pod-gone without --repair, or a UID that is not a path segment, is refused."""
     flags = ["--root", str(tmp_path / "root")]
     assert main(["reconstruct", *flags, "--pod-gone", "u1"]) == 1
-    assert "--pod-gone and --pods-gone-file go with --repair" in capsys.readouterr().err
+    assert "--pods-gone-file and --dry-run go with --repair" in capsys.readouterr().err
     gone = tmp_path / "gone.txt"
     gone.write_text("# pods drained\nu1\n\n../etc\n")
     assert main(["reconstruct", *flags, "--repair", "--pods-gone-file", str(gone)]) == 1

@@ -1,0 +1,152 @@
+"""The plan of a repair: every destructive action ``reconstruct --repair`` takes (unmount,
+unmap, remove a directory, clean a volume that could not be rebuilt, unstage, detach), each
+with its pod, volume, plugin and the reason the ownership model allows it, and everything
+found that is left alone, with why.
+
+:func:`plan_repair` only reads: it is the ``--dry-run`` output, and the same plan is shown
+before a real repair, which then runs with the same :class:`~kubevol.node.owners.Ownership`
+and desired state, so it does these actions and no others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from kubevol.node.manager import NodeVolumeManager
+from kubevol.node.mountcheck import MountCheck
+from kubevol.node.reconstruct import FoundVolume, Reconstruction
+from kubevol.node.state import VolumeMode
+
+#: What a planned action does.
+UNMOUNT = "unmount"
+UNMAP = "unmap"
+REMOVE_DIR = "remove dir"
+CLEAN = "clean"
+UNSTAGE = "unstage"
+DETACH = "detach"
+REMOVE_POD_DIR = "remove pod dir"
+
+#: Mount checks that mean something is mounted there (to unmount).
+_MOUNTED = (MountCheck.MOUNTED, MountCheck.CORRUPTED)
+
+
+@attrs.frozen(kw_only=True)
+class PlannedAction:
+    """One destructive action of a repair, or one thing it leaves alone (``action`` "")."""
+
+    action: str
+    pod_uid: str
+    volume: str
+    plugin: str
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen(kw_only=True)
+class RepairPlan:
+    """What a repair does, and what it leaves alone."""
+
+    actions: tuple[PlannedAction, ...]
+    left: tuple[PlannedAction, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actions": [a.to_dict() for a in self.actions],
+            "left": [a.to_dict() for a in self.left],
+        }
+
+
+def plan_repair(result: Reconstruction, manager: NodeVolumeManager) -> RepairPlan:
+    """The repair of ``result`` (a scan not cleaned yet) by ``manager`` (its desired state
+    and ownership as they will be when it runs). Reads only."""
+    plan = _Planner(manager)
+    for found in result.volumes:
+        plan.volume(found)
+    plan.devices(result.volumes)
+    for failed in result.failures:
+        uid = failed.dir.pod_uid
+        verdict = manager.failure_verdict(failed)
+        where = {"pod_uid": uid, "volume": failed.dir.spec_name, "plugin": failed.dir.plugin_name,
+                     "path": failed.dir.path}
+        if not verdict.allowed:
+            plan.leave(**where, reason=verdict.reason)
+        elif manager.desired.pod(uid) is not None:
+            plan.leave(**where, reason="the pod is desired; set-up redoes it")
+        else:
+            plan.act(CLEAN, **where, reason=f"{verdict.reason}; could not be rebuilt")
+            plan.torn_pods.add(uid)
+    pods_on_disk = manager.pods_on_disk()
+    claimed = manager.claimed_device_mounts()
+    for orphan in result.orphans:
+        if orphan.path in claimed:
+            continue
+        verdict = manager.orphan_verdict(orphan, pods_on_disk)
+        where = {"pod_uid": "", "volume": "", "plugin": orphan.plugin_name, "path": orphan.path}
+        if verdict.allowed:
+            plan.act(UNSTAGE, **where, reason=f"orphan device mount: {verdict.reason}")
+        else:
+            plan.leave(**where, reason=f"orphan device mount: {verdict.reason}")
+    for uid in sorted(pods_on_disk | plan.torn_pods):
+        verdict = manager.ownership.pod(uid)
+        if verdict.allowed and manager.desired.pod(uid) is None:
+            plan.act(REMOVE_POD_DIR, pod_uid=uid, volume="", plugin="",
+                     path=manager.host.get_pod_dir(uid), reason=verdict.reason)
+    return RepairPlan(actions=tuple(plan.actions), left=tuple(plan.left))
+
+
+class _Planner:
+    def __init__(self, manager: NodeVolumeManager) -> None:
+        self.manager = manager
+        self.actions: list[PlannedAction] = []
+        self.left: list[PlannedAction] = []
+        self.torn_pods: set[str] = set()
+        #: unique volume name -> pods whose use of it is torn down
+        self._torn: dict[str, set[str]] = {}
+
+    def act(self, action: str, **fields: str) -> None:
+        self.actions.append(PlannedAction(action=action, **fields))
+
+    def leave(self, **fields: str) -> None:
+        self.left.append(PlannedAction(action="", **fields))
+
+    def volume(self, found: FoundVolume) -> None:
+        d = found.dir
+        where = {"pod_uid": d.pod_uid, "volume": d.spec_name, "plugin": d.plugin_name}
+        verdict = self.manager.ownership.pod(d.pod_uid)
+        if not verdict.allowed:
+            self.leave(**where, path=d.path, reason=verdict.reason)
+            return
+        if self.manager.desired.pod(d.pod_uid) is not None:
+            return  # set up again, not torn down: nothing destructive
+        reason = f"{verdict.reason}; not wanted"
+        for sub in found.subpaths:
+            self.act(UNMOUNT, **where, path=sub, reason=f"{reason} (subPath bind)")
+        if d.mode is VolumeMode.BLOCK:
+            self.act(UNMAP, **where, path=found.mount_path, reason=reason)
+        elif found.mount in _MOUNTED:
+            self.act(UNMOUNT, **where, path=found.mount_path, reason=reason)
+        self.act(REMOVE_DIR, **where, path=d.path, reason=reason)
+        self._torn.setdefault(found.unique_name, set()).add(d.pod_uid)
+        self.torn_pods.add(d.pod_uid)
+
+    def devices(self, volumes: tuple[FoundVolume, ...]) -> None:
+        users: dict[str, set[str]] = {}
+        first: dict[str, FoundVolume] = {}
+        for found in volumes:
+            users.setdefault(found.unique_name, set()).add(found.dir.pod_uid)
+            first.setdefault(found.unique_name, found)
+        for unique, torn in self._torn.items():
+            if users[unique] - torn or self.manager.desired.is_desired(unique):
+                continue  # another pod still uses it
+            found = first[unique]
+            where = {"pod_uid": "", "volume": found.volume_name, "plugin": found.dir.plugin_name}
+            reason = "its last pod volume is torn down"
+            if found.device_mount_path and found.device in _MOUNTED:
+                self.act(UNSTAGE, **where, path=found.device_mount_path, reason=reason)
+            if found.attachable:
+                self.act(DETACH, **where, path="", reason=reason)
