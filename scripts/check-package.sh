@@ -39,6 +39,7 @@ smoke() {
     (
         cd "$WORK"
         "$venv/bin/python" -c 'import kubevol; assert "site-packages" in kubevol.__file__, kubevol.__file__'
+        "$venv/bin/python" -c 'import kubevol.metrics._duwalk, kubevol.mount._mountinfo'  # abi3 loads
         "$venv/bin/kubevol" --help >/dev/null
         "$venv/bin/kubevol" plugins
         "$venv/bin/kubevol" metrics -o wide "$WORK" | tee "$WORK/metrics.txt"

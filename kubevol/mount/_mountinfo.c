@@ -249,7 +249,7 @@ static PyObject *containing(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*O!:containing", &data, &PyTuple_Type, &paths)) {
         return NULL;
     }
-    Py_ssize_t npaths = PyTuple_GET_SIZE(paths);
+    Py_ssize_t npaths = PyTuple_Size(paths);
     const char **want = PyMem_Calloc((size_t)npaths + 1, sizeof(char *));
     Py_ssize_t *want_len = PyMem_Calloc((size_t)npaths + 1, sizeof(Py_ssize_t));
     Py_ssize_t *found = PyMem_Calloc((size_t)npaths + 1, 2 * sizeof(Py_ssize_t));
@@ -259,13 +259,13 @@ static PyObject *containing(PyObject *self, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t k = 0; k < npaths; k++) {
-        PyObject *item = PyTuple_GET_ITEM(paths, k);
+        PyObject *item = PyTuple_GetItem(paths, k); /* borrowed */
         if (!PyBytes_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "paths must be bytes");
             goto done;
         }
-        want[k] = PyBytes_AS_STRING(item);
-        want_len[k] = PyBytes_GET_SIZE(item);
+        want[k] = PyBytes_AsString(item);
+        want_len[k] = PyBytes_Size(item);
         found[2 * k] = found[2 * k + 1] = -1;
     }
     const char *base = data.buf;
@@ -314,7 +314,10 @@ static PyObject *containing(PyObject *self, PyObject *args) {
                 goto done;
             }
         }
-        PyList_SET_ITEM(out, k, span);
+        if (PyList_SetItem(out, k, span) < 0) { /* steals span */
+            Py_CLEAR(out);
+            goto done;
+        }
     }
 done:
     PyMem_Free(want);

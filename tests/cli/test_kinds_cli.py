@@ -40,8 +40,8 @@ def driver(tmp_path: Path) -> Iterator[RunningDriver]:
 
 
 def example(tmp_path: Path, handle: str) -> Path:
-    """examples/app.yaml with the placeholders filled and a canary password."""
-    text = (REPO / "examples" / "app.yaml").read_text()
+    """kubevol/examples/app.yaml with the placeholders filled and a canary password."""
+    text = (REPO / "kubevol" / "examples" / "app.yaml").read_text()
     text = text.replace("${DEMO_DIR}", str(tmp_path)).replace("created-by-the-demo", handle)
     text = text.replace("demo-only-password", CANARY_SECRET)
     (tmp_path / "local-disk").mkdir()
