@@ -28,8 +28,13 @@ def _is_map(field: Any) -> bool:
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
-def _is_repeated(field: Any) -> bool:
-    # ``is_repeated`` is the newer spelling; ``label`` works on every protobuf 5.x.
+def is_repeated(field: Any) -> bool:
+    """Whether a field descriptor is a repeated (or map) field, on every protobuf release:
+    ``is_repeated`` where it exists (newer releases, which dropped ``label``), else
+    ``label`` (protobuf 5.x, which has no ``is_repeated``)."""
+    repeated = getattr(field, "is_repeated", None)
+    if repeated is not None:
+        return bool(repeated)
     return bool(field.label == field.LABEL_REPEATED)
 
 
@@ -90,7 +95,7 @@ class Redactor:
                     if value_field.message_type is not None:
                         for item in value.values():
                             self._strip(item)
-                elif _is_repeated(field):
+                elif is_repeated(field):
                     for item in value:
                         self._strip(item)
                 else:
@@ -110,7 +115,7 @@ def _strip_field(message: Message, field: Any, value: Any) -> None:
         else:
             message.ClearField(field.name)
     elif field.type == field.TYPE_STRING:
-        if _is_repeated(field):
+        if is_repeated(field):
             value[:] = [STRIPPED] * len(value)
         else:
             setattr(message, field.name, STRIPPED)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kubevol.csi import pb
 from kubevol.csi._pb import csi_pb2
+from kubevol.csi.redact import is_repeated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +65,19 @@ def test_mypy_strict_accepts_correct_driver_code_and_catches_mistakes(tmp_path: 
     assert bad.returncode == 1, bad.stdout
     assert '"CreateVolumeRequest" has no attribute "nmae"' in bad.stdout
     assert "capacity_bytes" in bad.stdout and "str" in bad.stdout
+
+
+class _NewDescriptor:
+    """A field descriptor as protobuf 7 has it: ``is_repeated``, no ``label``."""
+
+    def __init__(self, repeated: bool) -> None:
+        self.is_repeated = repeated
+
+
+def test_repeated_fields_are_recognised_on_every_protobuf_release() -> None:
+    """``is_repeated`` reads the newer attribute where it exists (protobuf 7 dropped
+    ``label``: the generated project's fresh environment gets it) and ``label`` on 5.x."""
+    fields = csi_pb2.CreateVolumeRequest.DESCRIPTOR.fields_by_name
+    assert is_repeated(fields["volume_capabilities"]) and is_repeated(fields["parameters"])
+    assert not is_repeated(fields["name"])
+    assert is_repeated(_NewDescriptor(True)) and not is_repeated(_NewDescriptor(False))

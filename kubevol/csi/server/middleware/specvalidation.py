@@ -19,6 +19,7 @@ import attrs
 import grpc
 
 from kubevol.csi.errors import CSIRPCError
+from kubevol.csi.redact import is_repeated
 from kubevol.csi.server.config import ServerConfig
 from kubevol.csi.server.middleware.base import CallInfo, Message, Middleware, Proceed
 
@@ -134,7 +135,7 @@ def _present(message: Message, path: str) -> bool:
         message = getattr(message, name)
     field = message.DESCRIPTOR.fields_by_name[last]
     value = getattr(message, last)
-    if field.label == field.LABEL_REPEATED:
+    if is_repeated(field):
         return len(value) > 0
     if field.message_type is not None:
         return bool(message.HasField(last))
@@ -228,14 +229,14 @@ def find_size_problem(message: Message, path_limit: int, prefix: str = "") -> st
                     if problem:
                         return problem
         elif field.message_type is not None:
-            items = value if field.label == field.LABEL_REPEATED else [value]
+            items = value if is_repeated(field) else [value]
             for index, item in enumerate(items):
-                sub = f"{name}[{index}]." if field.label == field.LABEL_REPEATED else f"{name}."
+                sub = f"{name}[{index}]." if is_repeated(field) else f"{name}."
                 problem = find_size_problem(item, path_limit, sub)
                 if problem:
                     return problem
         elif field.type == field.TYPE_STRING:
-            items = list(value) if field.label == field.LABEL_REPEATED else [value]
+            items = list(value) if is_repeated(field) else [value]
             if field.name == "mount_flags":
                 total = sum(len(s.encode()) for s in items)
                 if total > MAP_LIMIT:
