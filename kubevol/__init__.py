@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 from kubevol._version import __version__
 
 if TYPE_CHECKING:
+    from kubevol.atomic_writer import (
+        AtomicWriter,
+        FileProjection,
+    )
     from kubevol.errors import (
         AmbiguousPluginError,
         CorruptedMountError,
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
         FilesystemMismatchError,
         HostPathTypeError,
         InvalidPathSegmentError,
+        InvalidPayloadPathError,
         KubevolError,
         MetricsError,
         MetricsErrorCode,
@@ -74,6 +79,14 @@ if TYPE_CHECKING:
         path_exists,
     )
     from kubevol.node.host import NodeVolumeHost
+    from kubevol.objects import (
+        APIObjectSource,
+        ConfigMap,
+        KubeAPIObjects,
+        ManifestObjects,
+        ObjectNotFoundError,
+        Secret,
+    )
     from kubevol.ownership import set_volume_ownership
     from kubevol.plugin import (
         AttachableVolumePlugin,
@@ -97,6 +110,14 @@ if TYPE_CHECKING:
         validate_recycler_pod_template,
     )
     from kubevol.spec import Spec
+    from kubevol.tokens import (
+        APITokenProvider,
+        CommandTokenProvider,
+        IssuedToken,
+        TokenManager,
+        TokenProvider,
+        TokenRequest,
+    )
     from kubevol.types import (
         CSI_VOLUME_PUBLISHED,
         CSI_VOLUME_STAGED,
@@ -132,6 +153,26 @@ if TYPE_CHECKING:
 
 #: Where each public name lives: module -> names.
 _EXPORTS: dict[str, tuple[str, ...]] = {
+    "kubevol.atomic_writer": (
+        "AtomicWriter",
+        "FileProjection",
+    ),
+    "kubevol.objects": (
+        "APIObjectSource",
+        "ConfigMap",
+        "KubeAPIObjects",
+        "ManifestObjects",
+        "ObjectNotFoundError",
+        "Secret",
+    ),
+    "kubevol.tokens": (
+        "APITokenProvider",
+        "CommandTokenProvider",
+        "IssuedToken",
+        "TokenManager",
+        "TokenProvider",
+        "TokenRequest",
+    ),
     "kubevol.errors": (
         "AmbiguousPluginError",
         "CorruptedMountError",
@@ -139,6 +180,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "FilesystemMismatchError",
         "HostPathTypeError",
         "InvalidPathSegmentError",
+        "InvalidPayloadPathError",
         "KubevolError",
         "MetricsError",
         "MetricsErrorCode",
@@ -255,7 +297,10 @@ __all__ = [
     "CSI_VOLUME_STAGED",
     "ENTRY_POINT_GROUP",
     "VOLUME_PARAMETER_FS_TYPE",
+    "APIObjectSource",
+    "APITokenProvider",
     "AmbiguousPluginError",
+    "AtomicWriter",
     "AttachDetachVolumeHost",
     "AttachableVolumePlugin",
     "Attacher",
@@ -267,6 +312,8 @@ __all__ = [
     "BulkVolumeVerifier",
     "CSIVolumePhase",
     "CachedMetrics",
+    "CommandTokenProvider",
+    "ConfigMap",
     "CorruptedMountError",
     "CustomBlockVolumeMapper",
     "CustomBlockVolumeUnmapper",
@@ -281,14 +328,19 @@ __all__ = [
     "DynamicPluginProber",
     "ExpandableVolumePlugin",
     "FSGroupChangePolicy",
+    "FileProjection",
     "FilesystemErrorsError",
     "FilesystemMismatchError",
     "GuardPolicy",
     "HostPathTypeError",
     "InvalidPathSegmentError",
+    "InvalidPayloadPathError",
+    "IssuedToken",
+    "KubeAPIObjects",
     "KubeletVolumeHost",
     "KubevolError",
     "LinuxMounter",
+    "ManifestObjects",
     "Metrics",
     "MetricsBlock",
     "MetricsDu",
@@ -305,6 +357,7 @@ __all__ = [
     "NodeExpandableVolumePlugin",
     "NodeResizeOptions",
     "NodeVolumeHost",
+    "ObjectNotFoundError",
     "OperationError",
     "PersistentVolumePlugin",
     "PluginNotFoundError",
@@ -319,8 +372,12 @@ __all__ = [
     "RecyclableVolumePlugin",
     "RefKind",
     "SafeFormatAndMount",
+    "Secret",
     "Spec",
     "SpecError",
+    "TokenManager",
+    "TokenProvider",
+    "TokenRequest",
     "TransientOperationError",
     "UncertainProgressError",
     "UnformattedReadOnlyError",

@@ -50,6 +50,11 @@ raised (so that ``import kubevol`` needs no grpc)::
     ├── kubevol.csi.drivers.engine.state.DriverStateError (ValueError)
     ├── kubevol.nomad: PluginWaitTimeoutError (a PluginNotFoundError, TimeoutError),
     │   ManagerStateError, ManagerShutdownError, PluginUnhealthyError
+    ├── kubevol.objects: ObjectNotFoundError (LookupError), ObjectSourceError
+    ├── kubevol.tokens: TokenError
+    │   └── TokenProviderMissingError          no token provider is configured
+    ├── kubevol.mount.subpath.SubPathError (ValueError)   a subPath that escapes or is invalid
+    ├── kubevol.plugins.atomic_volume.PayloadError        several sources of a volume failed
     └── kubevol.node.errors: OperationPendingError, OperationBackoffError, VolumeInUseError,
         ReconstructionError, PrivilegeError (PermissionError)
 
