@@ -132,3 +132,63 @@ def test_a_token_without_a_provider_is_a_clear_error(
     assert "--token-provider" in err and "--kubeconfig" in err
     assert main(["down", *flags, str(manifest)]) == 0
     assert mounts_under(tmp_path) == []
+
+
+def test_up_reads_objects_and_tokens_from_an_api_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With --kubeconfig, ConfigMaps and Secrets missing from the manifests come from the
+    API server and the token from its TokenRequest API, bound to the pod."""
+    from kubevol.testing.kube_api import KubeAPIServer
+
+    if os.geteuid() != 0:
+        pytest.fail("the node CLI tests need root (real mounts)")
+    caplog.set_level(logging.DEBUG)
+    with KubeAPIServer() as api:
+        api.add_config_map("shop", "settings", {"mode": "fast"})
+        api.add_secret("shop", "db", {"password": CANARY_SECRET})
+        api.add_service_account("shop", "web")
+        api.token_factory = lambda ns, sa, spec: f"{CANARY_TOKEN}-{ns}-{sa}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: c, cluster: {{server: '{api.url}'}}}}]\n"
+            "users: [{name: u, user: {token: kubeconfig-bearer}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        )
+        manifest = tmp_path / "web.yaml"
+        manifest.write_text("""
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, uid: 99999999-2222-3333-4444-555555555555}
+spec:
+  serviceAccountName: web
+  containers: [{name: c, image: x}]
+  volumes:
+  - {name: settings, configMap: {name: settings}}
+  - {name: db, secret: {secretName: db}}
+  - name: api
+    projected:
+      sources:
+      - serviceAccountToken: {path: token, audience: shop-api}
+""")
+        root = tmp_path / "root"
+        flags = ["--root", str(root), "--node-name", "n1"]
+        code, rows = run_json(capsys, "up", *flags, "--kubeconfig", str(kubeconfig),
+                              "-o", "json", str(manifest))
+        assert code == 0, rows
+        assert isinstance(rows, list)
+        paths = {r["volume"]: Path(r["path"]) for r in rows}
+        assert (paths["settings"] / "mode").read_text() == "fast"
+        assert (paths["db"] / "password").read_text() == CANARY_SECRET
+        assert (paths["api"] / "token").read_text() == f"{CANARY_TOKEN}-shop-web"
+        [(_, _, body)] = api.token_requests
+        assert body["spec"]["audiences"] == ["shop-api"]
+        assert body["spec"]["boundObjectRef"]["name"] == "web"
+        assert ("GET", "/api/v1/namespaces/shop/secrets/db") in api.requests
+        assert main(["down", *flags, str(manifest)]) == 0
+    assert mounts_under(tmp_path) == []
+    out = capsys.readouterr()
+    for canary in (CANARY_SECRET, CANARY_TOKEN):
+        assert canary not in out.out + out.err
+        assert canary not in caplog.text
