@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from kubevol.cli.demo import examples_dir
 from kubevol.cli.main import main
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from tests.cli.test_node_cli import create_volume, mounts_under, run_json
 
-REPO = Path(__file__).resolve().parents[2]
 CANARY_SECRET = "canary-secret-9d41c"
 CANARY_TOKEN = "canary-token-5be07"
 NODE = "demo-node"
@@ -41,7 +41,7 @@ def driver(tmp_path: Path) -> Iterator[RunningDriver]:
 
 def example(tmp_path: Path, handle: str) -> Path:
     """kubevol/examples/app.yaml with the placeholders filled and a canary password."""
-    text = (REPO / "kubevol" / "examples" / "app.yaml").read_text()
+    text = (examples_dir() / "app.yaml").read_text()
     text = text.replace("${DEMO_DIR}", str(tmp_path)).replace("created-by-the-demo", handle)
     text = text.replace("demo-only-password", CANARY_SECRET)
     (tmp_path / "local-disk").mkdir()
@@ -192,3 +192,17 @@ spec:
     for canary in (CANARY_SECRET, CANARY_TOKEN):
         assert canary not in out.out + out.err
         assert canary not in caplog.text
+
+
+def test_the_packaged_examples_hold_every_kind(tmp_path: Path) -> None:
+    """The demo's examples (shipped in the package) include the pod with every common kind,
+    so ``kubevol demo`` shows and checks them."""
+    from kubevol.cli.demo import load_examples
+
+    manifests = load_examples(examples_dir(), str(tmp_path))
+    assert ("demo", "app-config") in manifests.config_maps
+    assert ("demo", "app-credentials") in manifests.secrets
+    [app] = [p for p in manifests.pods if p["metadata"]["name"] == "app"]
+    kinds = {next(k for k in v if k != "name") for v in app["spec"]["volumes"]}
+    assert kinds == {"configMap", "secret", "downwardAPI", "projected",
+                     "persistentVolumeClaim", "emptyDir"}
