@@ -9,6 +9,7 @@ import datetime
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -351,3 +352,55 @@ def test_bad_item_paths_write_nothing(set_up: Any, node_root: Path, bad: str) ->
             {"key": "b.conf", "path": "ok"}, {"key": "a.conf", "path": bad}]}))
     assert not (node_root / "pods" / UID / "volumes" / "kubernetes.io~configmap" / "bad").exists()
     assert not ready(node_root, "bad").exists()
+
+
+def test_readers_of_a_secret_volume_never_see_a_mix_during_updates(
+    set_up: Any, objects: ManifestObjects
+) -> None:
+    """While the Secret changes and the volume is set up again and again (on tmpfs), a
+    reader going through ``..data`` always sees both keys from one version."""
+    def secret(version: int) -> dict[str, Any]:
+        return {"kind": "Secret", "metadata": {"name": "pair", "namespace": "prod"},
+                "stringData": {"left": f"v{version}", "right": f"v{version}"}}
+
+    objects.add(secret(0))
+    m = set_up(volume("pair", secret={"secretName": "pair"}))
+    data = os.path.join(m.get_path(), "..data")
+    stop = threading.Event()
+    mixes: list[tuple[str, str]] = []
+    seen: set[str] = set()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                fd = os.open(data, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue
+            try:
+                pair = []
+                for name in ("left", "right"):
+                    f = os.open(name, os.O_RDONLY, dir_fd=fd)
+                    try:
+                        pair.append(os.read(f, 64).decode())
+                    finally:
+                        os.close(f)
+            except FileNotFoundError:
+                continue  # the version was retired while read: try the next one
+            finally:
+                os.close(fd)
+            seen.add(pair[0])
+            if pair[0] != pair[1]:
+                mixes.append((pair[0], pair[1]))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for version in range(1, 60):
+            objects.add(secret(version))
+            m.set_up(MounterArgs())
+    finally:
+        stop.set()
+        thread.join()
+    assert mixes == []
+    assert len(seen) > 1
+    assert Path(m.get_path(), "left").read_text() == "v59"
