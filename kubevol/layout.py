@@ -35,10 +35,13 @@ durable atomic file write and the path-containment test.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
+import functools
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -494,6 +497,69 @@ def write_file_atomically(
     return written
 
 
+def write_files_atomically(
+    files: Sequence[tuple[str, bytes]], *, mode: int = 0o600, temp_prefix: str = ".tmp-"
+) -> list[os.stat_result]:
+    """:func:`write_file_atomically` for many files at once, flushing the lot twice instead
+    of each file twice (a flush costs milliseconds, hundreds of files seconds): every
+    temporary file is written, each filesystem involved is synced once (``syncfs``), every
+    file is renamed into place, and each directory involved is fsynced.
+
+    A crash leaves each path with its old content or its new one, never a part (not
+    necessarily all paths alike). Returns each written file's status, in order. Raises
+    ``OSError``; temporary files not yet renamed are then removed.
+    """
+    temps: list[tuple[str, str]] = []
+    written: list[os.stat_result] = []
+    one_dir_per_device: dict[int, str] = {}
+    try:
+        for path, data in files:
+            directory = os.path.dirname(path) or "."
+            fd, tmp = _create_temp(directory, temp_prefix)
+            temps.append((tmp, path))
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if mode != 0o600:
+                    os.fchmod(fd, mode)
+                written.append(os.fstat(fd))
+            finally:
+                os.close(fd)
+            one_dir_per_device.setdefault(written[-1].st_dev, directory)
+        for directory in one_dir_per_device.values():
+            _syncfs(directory)
+        while temps:
+            os.replace(*temps[0])
+            temps.pop(0)
+    finally:
+        for tmp, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    for directory in dict.fromkeys(os.path.dirname(path) or "." for path, _ in files):
+        fsync_dir(directory)
+    return written
+
+
+def _syncfs(directory: str) -> None:
+    """Flush the filesystem holding ``directory`` (``syncfs``; ``sync`` where missing)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        syncfs = getattr(_libc(), "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), directory)
+    finally:
+        os.close(fd)
+
+
+@functools.cache  # one handle on the C library for the process, like an import
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _create_temp(directory: str, prefix: str) -> tuple[int, str]:
     """A new file (mode 0600) named ``<prefix><random>`` in ``directory``, opened for writing."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -519,5 +585,10 @@ def write_json_atomically(path: str, document: Any, *, mode: int = 0o600) -> os.
     """:func:`write_file_atomically` of ``document`` as JSON (keys sorted, indented one space,
     a final newline). Raises ``OSError``, or ``TypeError``/``ValueError`` when ``document``
     is not JSON-serialisable (before anything is written)."""
-    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
-    return write_file_atomically(path, text.encode(), mode=mode)
+    return write_file_atomically(path, json_document(document), mode=mode)
+
+
+def json_document(document: Any) -> bytes:
+    """``document`` as the JSON files kubevol writes hold it (keys sorted, indented one
+    space, a final newline). Raises ``TypeError``/``ValueError`` when not serialisable."""
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()

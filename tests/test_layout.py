@@ -208,3 +208,27 @@ def test_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: Path
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
     with pytest.raises(FileNotFoundError):
         layout.write_file_atomically(str(tmp_path / "missing" / "f"), b"x")
+
+
+def test_write_files_atomically_writes_all_then_renames(tmp_path: Path) -> None:
+    """Many files in two directories are written with their content and mode, no temporary
+    file is left; when one cannot be written, none is replaced (every temporary file is
+    written before the first rename) and the temporaries are gone."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "1").write_text("old")
+    files = [(str(a / "1"), b"one"), (str(a / "2"), b"two"), (str(b / "3"), b"three")]
+    stats = layout.write_files_atomically(files, mode=0o640)
+    assert [(a / "1").read_text(), (a / "2").read_text(), (b / "3").read_text()] == [
+        "one", "two", "three"
+    ]
+    assert [st.st_size for st in stats] == [3, 3, 5]
+    assert stat.S_IMODE((b / "3").stat().st_mode) == 0o640
+    assert sorted(p.name for p in a.iterdir()) == ["1", "2"]
+    with pytest.raises(OSError):
+        layout.write_files_atomically(
+            [(str(a / "1"), b"new"), (str(tmp_path / "missing" / "x"), b"x")]
+        )
+    assert (a / "1").read_text() == "one"
+    assert sorted(p.name for p in a.iterdir()) == ["1", "2"]

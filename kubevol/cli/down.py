@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         uids = [validate_pod_uid(u) for u in args.pod_uid]
     with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
+        terminating = []
         for uid in uids:
             try:
                 old = runtime.records.read(uid)
@@ -32,10 +33,12 @@ def run(args: argparse.Namespace) -> int:
                 # Torn down all the same, from what is on disk; the bad record is replaced.
                 print(f"warning: {exc}; replaced", file=sys.stderr)
                 old = None
-            runtime.records.write(PodRecord(
+            terminating.append(PodRecord(
                 uid=uid, state=PodState.TERMINATING,
                 objects=old.objects if old is not None else (),
             ))
+        # One flush for all the records, not two per pod.
+        runtime.records.write_many(terminating)
         pods = runtime.volume_manager(workers=args.workers)
         try:
             pods.reconstruct()

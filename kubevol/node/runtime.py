@@ -247,8 +247,9 @@ class RecordedPods:
     ) -> None:
         self.node = node
         self.watcher = RecordWatcher(node.records)
-        for pod in adding:
-            self.watcher.note(pod.record, node.records.write(pod.record))
+        stamps = node.records.write_many([pod.record for pod in adding])
+        for pod, stamp in zip(adding, stamps, strict=True):
+            self.watcher.note(pod.record, stamp)
         self.known: set[str] = set()
         self._records: dict[str, PodRecord] = {}
         #: Records whose manifests could not be turned into desired pods, with why.
@@ -305,8 +306,9 @@ class RecordedPods:
         of the same UID) and mark the recorded pods ``terminating`` to be torn down; for a
         long-running caller that decides the desired pods itself. Records are written
         before the desired state changes, so a crash leaves enough on disk to finish."""
-        for pod in adding:
-            self.watcher.note(pod.record, self.node.records.write(pod.record))
+        stamps = self.node.records.write_many([pod.record for pod in adding])
+        for pod, stamp in zip(adding, stamps, strict=True):
+            self.watcher.note(pod.record, stamp)
             self._records[pod.record.uid] = pod.record
             self.known.add(pod.record.uid)
             self.invalid.pop(pod.record.uid, None)
