@@ -159,20 +159,31 @@ def pod_dir(root: str, pod_uid: str) -> str:
     return _join(root, PODS_DIR, validate_path_segment(pod_uid, "pod UID"))
 
 
+def _escaped_plugin_segment(plugin_name: str) -> str:
+    return validate_path_segment(escape_plugin_name(plugin_name), "plugin name")
+
+
+# Flat joins, not built on pod_dir: reconstruction builds these several times per volume.
 def _pod_plugin_sub_dir(root: str, pod_uid: str, kind: str, plugin_name: str) -> str:
-    return _join(
-        pod_dir(root, pod_uid),
+    return "/".join((
+        root,
+        PODS_DIR,
+        validate_path_segment(pod_uid, "pod UID"),
         kind,
-        validate_path_segment(escape_plugin_name(plugin_name), "plugin name"),
-    )
+        _escaped_plugin_segment(plugin_name),
+    ))
 
 
 def pod_volume_dir(root: str, pod_uid: str, plugin_name: str, volume_name: str) -> str:
     """``pods/<uid>/volumes/<escaped plugin>/<volume>``."""
-    return _join(
-        _pod_plugin_sub_dir(root, pod_uid, POD_VOLUMES_DIR, plugin_name),
+    return "/".join((
+        root,
+        PODS_DIR,
+        validate_path_segment(pod_uid, "pod UID"),
+        POD_VOLUMES_DIR,
+        _escaped_plugin_segment(plugin_name),
         validate_path_segment(volume_name, "volume name"),
-    )
+    ))
 
 
 def pod_plugin_dir(root: str, pod_uid: str, plugin_name: str) -> str:
