@@ -7,9 +7,9 @@ The kubernetes client's model classes are imported only when a manifest is loade
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from inspect import signature
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -17,6 +17,8 @@ from kubevol import safeyaml, units
 from kubevol.errors import SpecError, UntrustedDataError
 from kubevol.layout import validate_path_segment
 from kubevol.units import UnitError
+
+_T = TypeVar("_T")
 
 
 def _exactly_one_source(instance: Spec, _attribute: object, _value: object) -> None:
@@ -37,6 +39,10 @@ class Spec:
 
     Exactly one of ``volume`` and ``persistent_volume`` is set, else :class:`SpecError`
     (a ``ValueError``) is raised.
+
+    Like the kubelet, kubevol treats the API objects inside a Spec as immutable: what a
+    plugin reads out of them may be kept with the Spec (:meth:`derived`), for as long as the
+    Spec lives and no longer.
     """
 
     volume: Any = attrs.field(default=None, validator=_exactly_one_source)
@@ -44,6 +50,17 @@ class Spec:
     read_only: bool = False
     inline_volume_spec_for_csi_migration: bool = False
     migrated: bool = False
+    _derived: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
+
+    def derived(self, key: str, read: Callable[[Spec], _T]) -> _T:
+        """``read(self)``, computed once per Spec and ``key`` (a plugin names its key, e.g.
+        ``"kubernetes.io/csi:source"``). Raises what ``read`` raises; a failure is not
+        remembered."""
+        try:
+            value: _T = self._derived[key]
+        except KeyError:
+            value = self._derived[key] = read(self)
+        return value
 
     @classmethod
     def from_volume(cls, volume: Any) -> Spec:

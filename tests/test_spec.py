@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from kubernetes import client
 
@@ -36,6 +37,33 @@ def test_spec_is_frozen() -> None:
     spec = Spec.from_volume(client.V1Volume(name="a"))
     with pytest.raises(AttributeError):
         spec.read_only = True  # type: ignore[misc]
+
+
+def test_derived_is_read_once_per_spec_and_key_and_failures_are_not_kept() -> None:
+    """Spec.derived calls the reader once per key and returns the same object after; a
+    reader that raises is asked again next time; another Spec, or an evolved copy, reads
+    anew."""
+    spec = Spec.from_volume(client.V1Volume(name="a"))
+    calls: list[str] = []
+
+    def read(s: Spec) -> list[str]:
+        calls.append(s.name())
+        return [s.name()]
+
+    first = spec.derived("test:name", read)
+    assert spec.derived("test:name", read) is first and calls == ["a"]
+    assert spec.derived("test:other", read) == ["a"] and len(calls) == 2
+
+    def failing(s: Spec) -> str:
+        calls.append("failed")
+        raise SpecError("no")
+
+    for _ in range(2):
+        with pytest.raises(SpecError):
+            spec.derived("test:failing", failing)
+    assert calls.count("failed") == 2
+    assert Spec.from_volume(client.V1Volume(name="a")).derived("test:name", read) is not first
+    assert attrs.evolve(spec, read_only=True).derived("test:name", read) is not first
 
 
 def test_from_manifest_yaml_pod_volume_uses_client_models() -> None:

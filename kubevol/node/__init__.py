@@ -27,6 +27,7 @@ from kubevol.node.reconstruct import (
     FailedVolume,
     FoundVolume,
     Reconstruction,
+    ScanPass,
     reconstruct_pod_volume,
     scan,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "Reconciler",
     "Reconstruction",
     "ReconstructionError",
+    "ScanPass",
     "SyncResult",
     "Verdict",
     "VolumeInUseError",

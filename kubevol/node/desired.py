@@ -13,7 +13,7 @@ from kubevol.errors import SpecError
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.manifests import Manifests, manifest_pod_uid, name_of, namespace_of, pod_object
 from kubevol.node.records import PodRecord, PodState
-from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, unique_volume_name
+from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, volume_identity
 from kubevol.spec import Spec, quantity_bytes
 
 
@@ -101,35 +101,25 @@ def volume_to_mount(
     """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its roles (one
     lookup), the unique name and the device mount path (filesystem volumes)."""
     roles = mgr.find_roles_by_spec(spec)
-    name = roles.name
-    device_plugin, attachable = roles.device_mountable, roles.attachable is not None
-    volume_name = roles.plugin.get_volume_name(spec)
-    device_mount_path = ""
-    if mode is VolumeMode.BLOCK:
-        # The global map path is learnt when mapping: making a mapper may write metadata.
-        if roles.mapper is None:
-            raise SpecError(f"volume {outer_name!r}: plugin {name!r} cannot map block volumes")
-    elif device_plugin is not None:
-        device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
+    identity = volume_identity(roles, spec, pod_uid=uid, spec_name=spec.name(), mode=mode)
+    # The global map path is learnt when mapping: making a mapper may write metadata.
+    if mode is VolumeMode.BLOCK and roles.mapper is None:
+        raise SpecError(f"volume {outer_name!r}: plugin {roles.name!r} cannot map block volumes")
     return VolumeToMount(
-        unique_name=unique_volume_name(
-            name, volume_name, shared=device_plugin is not None or attachable, pod_uid=uid,
-            spec_name=spec.name(),
-        ),
-        volume_name=volume_name,
-        plugin_name=name,
+        unique_name=identity.unique_name,
+        volume_name=identity.volume_name,
+        plugin_name=roles.name,
         pod_uid=uid,
         pod=pod,
         outer_name=outer_name,
         spec=spec,
         mode=mode,
-        attachable=attachable,
-        device_mountable=device_plugin is not None,
-        device_mount_path=device_mount_path,
+        attachable=identity.attachable,
+        device_mountable=identity.device_mountable,
+        device_mount_path=identity.device_mount_path,
         fs_group=fs_group,
         size=size,
     )
-
 
 @attrs.frozen(kw_only=True)
 class NewPod:

@@ -57,7 +57,7 @@ from kubevol.node.state import (
     MountedVolume,
     MountState,
     VolumeMode,
-    unique_volume_name,
+    volume_identity,
 )
 from kubevol.spec import Spec, api_object
 from kubevol.types import VolumeOptions
@@ -224,22 +224,31 @@ def reconstruct_pod_volume(
         checker = mounts.check
     else:
         checker = functools.partial(check_mount, mounter)
-    return _Scan(mgr, checker).reconstruct(d)
+    return ScanPass(mgr, checker).reconstruct(d)
 
 
-class _Scan:
-    """Rebuilds pod volumes one by one, reusing across them what one scan may: the plugins
-    by name and the minimal pods by UID (a scan is one moment; plugins are not
-    re-probed between its volumes). ``check`` tells what is at a path; None skips checks."""
+class ScanPass:
+    """One pass over pod volume directories (a :func:`scan`, one disk-usage check): rebuilds
+    them one by one, reusing across them what one pass may and nothing longer: each
+    plugin's roles by name (plugins are not re-probed within a pass) and the minimal pod
+    of each UID. ``check`` tells what is at a path (:meth:`MountSnapshot.check` of the
+    pass's one reading of the mount table); None skips mount checks.
 
-    def __init__(self, mgr: VolumePluginMgr, check: Callable[[str], MountCheck] | None) -> None:
+    Created by the node layer for the pass and dropped with it. What a plugin derives from
+    a Spec is kept with that Spec (:meth:`~kubevol.spec.Spec.derived`), not here: plugins
+    are called with the Spec, not with the pass."""
+
+    def __init__(
+        self, mgr: VolumePluginMgr, check: Callable[[str], MountCheck] | None = None
+    ) -> None:
         self._mgr = mgr
         self._check = check
         self._roles: dict[str, PluginRoles] = {}
         self._pods: dict[str, Any] = {}
 
     def reconstruct(self, d: PodVolumeDir) -> FoundVolume:
-        """:func:`reconstruct_pod_volume` of ``d``."""
+        """Rebuild ``d`` (:func:`reconstruct_pod_volume`). Reads only. Raises
+        :class:`~kubevol.node.errors.ReconstructionError` naming the directory and why."""
         try:
             return self._reconstruct(d)
         except ReconstructionError:
@@ -283,17 +292,10 @@ class _Scan:
         # Asked about the spec, not the plugin: an inline CSI volume is neither attachable
         # nor device-mounted (the kubelet looks plugins up by spec for this; it is the same
         # plugin).
-        for_spec = roles.for_spec(spec)
-        device_plugin, attachable = for_spec.device_mountable, for_spec.attachable is not None
-        volume_name = plugin.get_volume_name(spec)
-        unique = unique_volume_name(
-            d.plugin_name,
-            volume_name,
-            shared=device_plugin is not None or attachable,
-            pod_uid=d.pod_uid,
-            spec_name=d.spec_name,
+        identity = volume_identity(
+            roles.for_spec(spec), spec, pod_uid=d.pod_uid, spec_name=d.spec_name, mode=d.mode
         )
-        device_mount_path = ""
+        device_mount_path = identity.device_mount_path
         if d.mode is VolumeMode.BLOCK:
             assert roles.mapper is not None
             # The unmapper only reads what is on disk (a mapper may write its metadata).
@@ -307,19 +309,17 @@ class _Scan:
                 device = stat_problem(device_mount_path) or MountCheck.MOUNTED
         else:
             mount_path = plugin.new_mounter(spec, self._pod(d.pod_uid), _NO_OPTIONS).get_path()
-            if device_plugin is not None:
-                device_mount_path = device_plugin.new_device_mounter().get_device_mount_path(spec)
             # hostPath's "mount path" is the node's own path, not something of the pod.
             own = mount_path if layout.is_within(mount_path, d.path) else ""
             mount = check(own) if check is not None else MountCheck.MISSING
             device = check(device_mount_path) if check is not None and device_mount_path else None
         return FoundVolume(
             dir=d,
-            unique_name=unique,
-            volume_name=volume_name,
+            unique_name=identity.unique_name,
+            volume_name=identity.volume_name,
             spec=spec,
-            attachable=attachable,
-            device_mountable=device_plugin is not None,
+            attachable=identity.attachable,
+            device_mountable=identity.device_mountable,
             mount_path=mount_path,
             mount=mount,
             device_mount_path=device_mount_path,
@@ -342,7 +342,7 @@ def scan(
     """Rebuild every pod volume under the host's root (or only ``pod_uids``'). Reads only."""
     table = MountTable(read_mountinfo_bytes(mountinfo_path))
     mounts = MountSnapshot(table, host.root_dir)
-    volumes = _Scan(mgr, mounts.check)
+    volumes = ScanPass(mgr, mounts.check)
     found: list[FoundVolume] = []
     failed: list[FailedVolume] = []
     for d in list_pod_volume_dirs(host.get_pods_dir(), pod_uids):

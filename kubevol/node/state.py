@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from kubevol.manager import PluginRoles
 from kubevol.spec import Spec
 
 
@@ -48,6 +49,43 @@ def unique_volume_name(
     if shared:
         return f"{plugin_name}/{volume_name}"
     return f"{plugin_name}/{pod_uid}-{spec_name}"
+
+
+@attrs.frozen(kw_only=True)
+class VolumeIdentity:
+    """How the node names a volume and where its device is mounted, as its plugin says."""
+
+    unique_name: str
+    volume_name: str
+    attachable: bool
+    device_mountable: bool
+    #: The device (staging) mount path of a filesystem volume the plugin device-mounts,
+    #: else ``""`` (a block volume's global map path is learnt from its mapper).
+    device_mount_path: str
+
+
+def volume_identity(
+    roles: PluginRoles, spec: Spec, *, pod_uid: str, spec_name: str, mode: VolumeMode
+) -> VolumeIdentity:
+    """The identity of ``spec`` in pod ``pod_uid`` (volume directory ``spec_name``), from the
+    roles its plugin plays for it (:meth:`~kubevol.manager.PluginRoles.for_spec`): one
+    unique name for every pod when the volume is attached or device-mounted, one per pod
+    otherwise. Raises what the plugin raises about the Spec."""
+    device, attachable = roles.device_mountable, roles.attachable is not None
+    volume_name = roles.plugin.get_volume_name(spec)
+    device_mount_path = ""
+    if mode is VolumeMode.FILESYSTEM and device is not None:
+        device_mount_path = device.new_device_mounter().get_device_mount_path(spec)
+    return VolumeIdentity(
+        unique_name=unique_volume_name(
+            roles.name, volume_name, shared=device is not None or attachable, pod_uid=pod_uid,
+            spec_name=spec_name,
+        ),
+        volume_name=volume_name,
+        attachable=attachable,
+        device_mountable=device is not None,
+        device_mount_path=device_mount_path,
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -22,7 +22,7 @@ from kubevol.mount.table import MountTableCache
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.poddirs import PodVolumeDir
-from kubevol.node.reconstruct import reconstruct_pod_volume
+from kubevol.node.reconstruct import ScanPass
 from kubevol.node.state import VolumeMode
 
 #: Parsed mountinfo lines kept (a node's pod mounts, with room to spare).
@@ -63,11 +63,12 @@ class VolumeUsage:
         else:
             candidates = self._mounted_candidates(pods_dir, escaped)
         users = []
+        names = ScanPass(self._mgr)  # names only: no mount checks
         for (uid, spec_name, vol_dir), paths in sorted(candidates.items()):
             d = PodVolumeDir(
                 pod_uid=uid, plugin_name=plugin_name, spec_name=spec_name, path=vol_dir, mode=mode
             )
-            if self._unique_name(d) == unique_name:
+            if self._unique_name(d, names) == unique_name:
                 users.extend(paths)
         return sorted(users)
 
@@ -134,7 +135,7 @@ class VolumeUsage:
                 out[(uid, name, link)] = [link]
         return out
 
-    def _unique_name(self, d: PodVolumeDir) -> str | None:
+    def _unique_name(self, d: PodVolumeDir, names: ScanPass) -> str | None:
         try:
             st = os.lstat(d.path)
         except OSError:
@@ -145,9 +146,7 @@ class VolumeUsage:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         try:
-            name: str | None = reconstruct_pod_volume(
-                self._mgr, d, self._host.get_mounter(), check=False
-            ).unique_name
+            name: str | None = names.reconstruct(d).unique_name
         except ReconstructionError:
             name = None
         with self._lock:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kubevol.manager import PluginRoles
 from kubevol.mount.mountinfo import PROC_MOUNTINFO
 from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.desired import desired_pod
@@ -21,7 +22,7 @@ from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.owners import Ownership
 from kubevol.node.poddirs import list_pod_volume_dirs, only_leftovers, remove_volume_dir_leftovers
-from kubevol.node.reconstruct import scan
+from kubevol.node.reconstruct import ScanPass, scan
 from kubevol.node.state import MountState, VolumeMode
 from kubevol.testing.mount_rig import MountRig
 from tests.node.conftest import NodeEnv, mounts_under
@@ -99,6 +100,34 @@ def test_walk_unescapes_plugins_and_checks_mounts(env: NodeEnv) -> None:
     manager.reconstruct()
     assert manager.sync(timeout=20).converged
     assert mounts_under(env.root) == []
+    manager.close()
+
+
+def test_a_pass_looks_each_plugin_up_once(env: NodeEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan is one pass: its volumes share one lookup per plugin name; the next scan (a
+    new pass) looks them up again, so a plugin change between passes is seen."""
+    pods = [pod_manifest(f"p{i}", [{"name": "a", "emptyDir": {}}, {"name": "b", "emptyDir": {}}])
+            for i in range(3)]
+    set_up(env, *pods)
+    asked: list[str] = []
+    find = env.mgr.find_roles_by_name
+
+    def counting(name: str) -> PluginRoles:
+        asked.append(name)
+        return find(name)
+
+    monkeypatch.setattr(env.mgr, "find_roles_by_name", counting)
+    for expected in (1, 2):
+        result = scan(env.host, env.mgr)
+        assert len(result.volumes) == 6 and result.failures == ()
+        assert asked == ["kubernetes.io/empty-dir"] * expected
+    pass_ = ScanPass(env.mgr)
+    names = {pass_.reconstruct(f.dir).unique_name for f in result.volumes}
+    assert names == {f.unique_name for f in result.volumes}
+    assert asked == ["kubernetes.io/empty-dir"] * 3
+    manager = NodeVolumeManager(env.host, env.mgr, workers=2)
+    manager.reconstruct()
+    assert manager.sync(timeout=20).converged
     manager.close()
 
 

@@ -1,9 +1,10 @@
 """What the CSI plugin's roles share: one :class:`CSIContext` per :class:`CSIPlugin`.
 
 The attacher, mounter, block mapper, expander and metrics provider each need the host, the
-registered drivers, the CSIDriver information, the secrets, the parsed source of a Spec, the
-attach backend and the unstage guard. They get exactly that, as this object, instead of
-calling back into the plugin: the plugin builds roles, roles never import the plugin.
+registered drivers, the CSIDriver information, the secrets, the parsed source of a Spec
+(kept with the Spec), the attach backend and the unstage guard. They get exactly that, as
+this object, instead of calling back into the plugin: the plugin builds roles, roles never
+import the plugin.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import base64
 import binascii
 import logging
 import os
-import weakref
 from collections.abc import Mapping
 
 from kubevol.csi import types as t
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 #: The kubelet's ``csiTimeout``: per CSI call, and for waiting on attachments.
 CSI_TIMEOUT = 120.0
 
+#: Where a Spec keeps its parsed CSI source (:meth:`~kubevol.spec.Spec.derived`).
+_SOURCE_KEY = "kubernetes.io/csi:source"
+
 
 class CSIContext:
     """The host, drivers, CSIDriver lookup, secrets, source memo, attach backend and guard
@@ -72,12 +75,6 @@ class CSIContext:
         #: The deadline of the command the plugin serves: every call gets at most what is left.
         self.deadline = deadline or Deadline.never()
         self._host: VolumeHost | None = None
-        # The parsed CSI source of each Spec seen, for as long as the Spec lives: the node
-        # layer asks about one Spec five or six times per operation (name, attach, device
-        # mount, mounter, paths) and parsing it each time was a third of reconstruction.
-        self._sources: weakref.WeakKeyDictionary[Spec, CSIVolumeSource] = (
-            weakref.WeakKeyDictionary()
-        )
 
     @property
     def timeout(self) -> float:
@@ -169,10 +166,7 @@ class CSIContext:
         once per Spec: like the kubelet, kubevol treats the API objects inside a Spec as
         immutable. Raises :class:`~kubevol.errors.SpecError` as ``csi_source`` does (a
         failure is not remembered)."""
-        source = self._sources.get(spec)
-        if source is None:
-            source = self._sources[spec] = csi_source(spec)
-        return source
+        return spec.derived(_SOURCE_KEY, csi_source)
 
     def persistent_source(self, spec: Spec) -> CSIVolumeSource:
         """:meth:`source` for a CSI PersistentVolume only (the kubelet's
