@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint system-deps clean generate check-generated wheel docs
+.PHONY: demo test lint system-deps clean generate check-generated wheel docs bench
 
 # Tools of the packaging targets, installed on first use (kept out of `make test`'s set).
 PACKAGE_TOOLS := $(VENV)/.package-tools
@@ -55,3 +55,7 @@ docs: $(PACKAGE_TOOLS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
+
+# Every benchmark against its reference, then one table (as root: real mounts).
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks

@@ -3,7 +3,7 @@ the same tree, in the same run.
 
 Usage::
 
-    .venv/bin/python benchmarks/reconstruct.py [--volumes 10000] [--repeat 5] [--mounted 200]
+    .venv/bin/python -m benchmarks.reconstruct [--volumes 10000] [--repeat 5] [--mounted 200]
 
 Builds, under a temporary root, ``--volumes`` pod volumes as the kubelet lays them out:
 2,500 pods with, each, two CSI volumes (``volumes/kubernetes.io~csi/<pv>/`` with its
@@ -21,6 +21,11 @@ namespace: ``unshare -m --propagation private``). Then it times, warm, ``--repea
 
 It prints both, the ratio, and exits 1 if the scan found the wrong number of volumes or
 took longer than the target (1 s).
+
+Then, from the command line as an operator runs it, start-up included: ``kubevol
+reconstruct --root ROOT -o json`` against ``find ROOT -name vol_data.json`` (the strongest
+reference for finding the volumes on disk). Targets: <= 1.5 s per 10,000 volumes and <= 2x
+find.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from benchmarks.report import Row, emit, load_average
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.host import NodeVolumeHost, node_plugins
@@ -44,6 +50,8 @@ from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import Reconstruction, scan
 
 TARGET_SECONDS = 1.0
+#: The CLI's target per 10,000 volumes, start-up included (issue 18).
+CLI_TARGET_SECONDS = 1.5
 DRIVER = "bench.csi.kubevol.io"
 
 
@@ -106,6 +114,26 @@ def walk_tree(pods_dir: str) -> int:
     return count
 
 
+def cli_against_find(root: str, repeat: int) -> tuple[float, float]:
+    """Median seconds of ``kubevol reconstruct --root ROOT -o json`` (a fresh process each
+    time: start-up counts, with the bytecode cache on) and of ``find ROOT -name
+    vol_data.json``, interleaved."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    commands = {
+        "cli": [sys.executable, "-m", "kubevol.cli.main", "reconstruct", "--root", root,
+                "-o", "json"],
+        "find": ["find", root, "-name", "vol_data.json"],
+    }  # fmt: skip
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for round_ in range(repeat + 1):
+        for name, command in commands.items():
+            started = time.perf_counter()
+            subprocess.run(command, stdout=subprocess.DEVNULL, check=True, env=env)
+            if round_:  # the first round warms the caches
+                samples[name].append(time.perf_counter() - started)
+    return statistics.median(samples["cli"]), statistics.median(samples["find"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--volumes", type=int, default=10_000)
@@ -145,7 +173,21 @@ def main() -> int:
         ok = len(volumes) == args.volumes and mounted == args.mounted and took <= TARGET_SECONDS
         if not ok:
             print("FAILED: wrong volume count or over the target", file=sys.stderr)
-        return 0 if ok else 1
+        cli, find = cli_against_find(root, args.repeat)
+        print(f"kubevol reconstruct -o json (CLI, start-up included): median {cli:.3f} s; "
+              f"find ROOT -name vol_data.json: median {find:.3f} s")
+        row = Row(
+            work=f"kubevol reconstruct -o json, {args.volumes} volumes (CLI)",
+            unit="s",
+            kubevol=cli,
+            reference=find,
+            reference_name="find ROOT -name vol_data.json",
+            max_ratio=2.0,
+            max_value=CLI_TARGET_SECONDS * args.volumes / 10_000,
+        )
+        emit(row)
+        print(load_average())
+        return 0 if ok and row.met else 1
     finally:
         for target in reversed(made):
             subprocess.run(["umount", target], check=False)
