@@ -35,7 +35,7 @@ from kubevol.cli.node_common import USAGE_COLUMNS, add_metrics, report_sync, vol
 from kubevol.cli.output import write_table
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
-from kubevol.layout import is_below, is_within
+from kubevol.layout import CSI_PLUGIN_NAME, POD_VOLUME_DEVICES_DIR, is_below, is_within
 from kubevol.node.desired import new_pods
 from kubevol.node.manifests import Manifests, parse_manifests
 from kubevol.node.privileges import require_privileges
@@ -177,7 +177,7 @@ def _markers(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     for row in rows:
         path, key = row["path"], (row["pod"], row["volume"])
         text = f"{row['pod']} {row['volume']}\n".encode()
-        if row["plugin"] == "kubernetes.io/csi" and "/volumeDevices/" in path:
+        if row["plugin"] == CSI_PLUGIN_NAME and f"/{POD_VOLUME_DEVICES_DIR}/" in path:
             with open(path, "r+b") as dev:
                 dev.write(text.ljust(512, b"\0"))
             written[key] = "block:" + path

@@ -30,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kubevol.errors import KubevolError, MetricsError
+from kubevol.layout import CSI_PLUGIN_NAME
 from kubevol.lifecycle import RunsWhileEntered
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.executor import OperationKey, OperationKind
@@ -56,9 +57,6 @@ OPERATION_NAMES: Mapping[OperationKind, str] = {
 
 #: The kubelet's buckets for storage_operation_duration_seconds.
 OPERATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600)
-
-CSI_PLUGIN = "kubernetes.io/csi"
-
 
 @attrs.frozen(kw_only=True)
 class ClaimStats:
@@ -218,8 +216,8 @@ class AgentMetrics:
             self.mgr.find_plugin_by_name(name)
         except KubevolError:
             name = parts[0]  # a plugin name without a domain part
-        if name == CSI_PLUGIN and len(parts) > 2:
-            return f"{CSI_PLUGIN}:{parts[2].split('^', 1)[0]}"
+        if name == CSI_PLUGIN_NAME and len(parts) > 2:
+            return f"{CSI_PLUGIN_NAME}:{parts[2].split('^', 1)[0]}"
         return name
 
     def observe(

@@ -23,10 +23,7 @@ from collections.abc import Callable, Collection, Iterable
 import attrs
 
 from kubevol import layout
-from kubevol.layout import validate_path_segment
-
-#: The CSI plugin's name: its device mounts are ``plugins/kubernetes.io/csi/<driver>/...``.
-CSI_PLUGIN_NAME = "kubernetes.io/csi"
+from kubevol.layout import CSI_PLUGIN_NAME, validate_path_segment
 
 
 @attrs.frozen(kw_only=True)
