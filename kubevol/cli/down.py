@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
+from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
+from kubevol.node.mountcheck import pod_mounts
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import PodRecord, PodState, RecordError
 from kubevol.node.validation import validate_pod_uid
+
+if TYPE_CHECKING:
+    from kubevol.node.runtime import NodeRuntime  # brings grpc: loaded by open_runtime
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,11 +51,27 @@ def run(args: argparse.Namespace) -> int:
             result = pods.sync(timeout=args.timeout)
         finally:
             pods.close()
-        left = [u for u in uids if runtime.records.read(u) is not None]
+        # Never "gone" while anything of the pod is mounted, whatever the records say.
+        table = MountTable(read_mountinfo_bytes())
+        mounted = {u: pod_mounts(runtime.host.root_dir, u, table) for u in uids}
+        left = [u for u in uids if mounted[u] or _recorded(runtime, u)]
         for uid in uids:
-            print(f"{uid}: {'still being torn down' if uid in left else 'gone'}")
+            if uid not in left:
+                print(f"{uid}: gone")
+            elif mounted[uid]:
+                print(f"{uid}: still being torn down ({len(mounted[uid])} mounts left, "
+                      f"e.g. {mounted[uid][0]})")
+            else:
+                print(f"{uid}: still being torn down")
         report_sync(result, sys.stderr)
         return 0 if result.converged and not left else 1
+
+
+def _recorded(runtime: NodeRuntime, uid: str) -> bool:
+    try:
+        return runtime.records.read(uid) is not None
+    except RecordError:
+        return True
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -54,16 +54,14 @@ def unmap_block_device(
     volume_map_name: str,
     pod_uid: str,
 ) -> None:
-    """Undo :func:`map_block_device`: remove the pod's link, unmount and remove the bind.
+    """Undo :func:`map_block_device`: unmount and remove the bind, then remove the pod's
+    link, last: the link is what tells a later run that something is left to undo.
     Idempotent; a corrupted bind (the device went away) is unmounted too."""
-    link = os.path.join(pod_device_dir, volume_map_name)
-    if os.path.islink(link):
-        os.unlink(link)
     bind = os.path.join(global_map_path, pod_uid)
     try:
         mounted = not mounter.is_likely_not_mount_point(bind)
     except FileNotFoundError:
-        return
+        mounted = False
     except OSError as exc:
         if not is_corrupted_error(exc):
             raise
@@ -73,6 +71,9 @@ def unmap_block_device(
         mounted = mounter.is_mount_point(bind)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(bind)
+    link = os.path.join(pod_device_dir, volume_map_name)
+    if os.path.islink(link):
+        os.unlink(link)
 
 
 def mapped_pods(mounter: MountInterface, global_map_path: str) -> list[str]:

@@ -88,3 +88,26 @@ class MountSnapshot:
         if problem is not None:
             return problem
         return MountCheck.MOUNTED if self.real(path) in self.points else MountCheck.NOT_MOUNTED
+
+
+def pod_mounts(root_dir: str, pod_uid: str, table: MountTable) -> list[str]:
+    """The mount points under ``root_dir`` that belong to pod ``pod_uid`` in ``table``:
+    under its pod directory (volumes, subPaths), its CSI block publish path, and its bind
+    under a block volume's global map path (``.../volumeDevices/<spec>/dev/<uid>``). What
+    must be gone before anyone may say the pod is."""
+    base = os.path.realpath(root_dir)
+    found = []
+    for entry in table.entries():
+        rel = layout.relative_to(entry.mount_point, base)
+        if not rel:
+            continue
+        segments = rel.split("/")
+        described = layout.describe(rel)
+        if (described is not None and described.pod_uid == pod_uid) or (
+            segments[-1] == pod_uid
+            and len(segments) >= 4
+            and segments[-2] == layout.CSI_BLOCK_DEV
+            and layout.VOLUME_DEVICES_DIR in segments
+        ):
+            found.append(entry.mount_point)
+    return found

@@ -432,19 +432,23 @@ class OperationGenerator:
         return run
 
     def unmap(self, av: AttachedVolume, m: MountedVolume) -> Operation:
-        """Undo :meth:`map` for one pod."""
+        """Undo :meth:`map` for one pod: the plugin's unmap (CSI: NodeUnpublishVolume)
+        first, then the bind and last the pod's device link. The link is the record of what
+        to undo (a restarted agent finds the pod's block volumes by it): were it removed
+        before an unpublish that fails (a driver down), the publish and the device would
+        leak, with nothing left to say so (the kubelet removes it first)."""
 
         def run() -> None:
             plugin = self._mapper_plugin(av.plugin_name)
             unmapper = plugin.new_block_volume_unmapper(m.spec_name, m.pod_uid)
             global_map_path = av.device_mount_path or unmapper.get_global_map_path(av.spec)
             map_dir, link = unmapper.get_pod_device_map_path()
+            if isinstance(unmapper, CustomBlockVolumeUnmapper):
+                unmapper.unmap_pod_device()
             unmap_block_device(
                 self.host.get_mounter(), global_map_path=global_map_path,
                 pod_device_dir=map_dir, volume_map_name=link, pod_uid=m.pod_uid,
             )
-            if isinstance(unmapper, CustomBlockVolumeUnmapper):
-                unmapper.unmap_pod_device()
             self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
 
         return run

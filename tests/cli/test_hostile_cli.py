@@ -3,6 +3,7 @@ documented exit code, changes nothing it should not, and stays within bounded me
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -345,3 +346,81 @@ def test_a_hidden_pod_uid_is_refused_by_up_and_down(
     assert "must not start with '.'" in capsys.readouterr().err
     assert main(["down", *flags, "--pod-uid", ".hidden"]) == 1
     assert not (root / "pods").exists()
+
+
+# -- tear-down with corrupt metadata or an unavailable driver ---------------------------------
+
+def corrupt(path: Path, kind: str) -> None:
+    """Nine ways a pod's vol_data.json goes bad (crash, disk, hand edit)."""
+    data = json.loads(path.read_text())
+    text = {
+        "truncated": path.read_text()[: len(path.read_text()) // 2],
+        "empty": "",
+        "null": "null",
+        "list": json.dumps(list(data.values())),
+        "wrong-types": json.dumps(dict.fromkeys(data, 7)),
+        "no-handle": json.dumps({k: v for k, v in data.items() if k != "volumeHandle"}),
+        "no-driver": json.dumps({k: v for k, v in data.items() if k != "driverName"}),
+        "other-handle": json.dumps({**data, "volumeHandle": "ghost"}),
+        "binary": "\udcff\udcfe",
+    }[kind]
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+
+
+CORRUPTIONS = ("truncated", "empty", "null", "list", "wrong-types", "no-handle", "no-driver",
+               "other-handle", "binary")
+
+
+@pytest.mark.parametrize("kind", CORRUPTIONS)
+def test_a_volume_with_corrupt_metadata_is_torn_down_from_the_mount_table(
+    tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str], kind: str
+) -> None:
+    """The pod's vol_data.json corrupted while the volume is published: ``down`` tears it
+    down from what the mount table and the staging directory say (NodeUnpublish and
+    NodeUnstage with the real handle), so nothing stays mounted, the driver forgets it and
+    DeleteVolume works; before, ``down`` said "gone" while the staging mount stayed and
+    DeleteVolume failed for ever (issue 20, point 4)."""
+    _, endpoint = driver_proc
+    root = tmp_path / "root"
+    flags = ("--root", str(root), "--node-name", "n1")
+    manifest = csi_pod(tmp_path, endpoint)
+    up = run_kubevol("up", *flags, "--csi-driver", f"{DRIVER_NAME}={endpoint}", str(manifest))
+    assert up.returncode == 0, up.stderr
+    corrupt(root / "pods" / POD_UID / "volumes" / "kubernetes.io~csi" / "pv1" / "vol_data.json",
+            kind)
+    down = run_kubevol("down", *flags, "--timeout", "30", "--pod-uid", POD_UID)
+    assert "Traceback" not in down.stderr
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert f"{POD_UID}: gone" in down.stdout
+    assert mounts_under(root) == []
+    with CSIClient(endpoint) as client:
+        handle = client.list_volumes().entries[0].volume.volume_id
+        client.delete_volume(handle)
+
+
+def test_a_block_volume_keeps_its_device_link_until_node_unpublish_succeeded(
+    tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str]
+) -> None:
+    """``down`` of a CSI block volume while the driver does not answer: the pod's device
+    link stays (what tells the next run to unpublish), exit 1; once the driver answers,
+    ``down`` unpublishes, unstages and leaves nothing mounted (issue 20, point 4)."""
+    proc, endpoint = driver_proc
+    root = tmp_path / "root"
+    flags = ("--root", str(root), "--node-name", "n1")
+    manifest = csi_pod(tmp_path, endpoint, block=True)
+    up = run_kubevol("up", *flags, "--csi-driver", f"{DRIVER_NAME}={endpoint}", str(manifest))
+    assert up.returncode == 0, up.stderr
+    link = root / "pods" / POD_UID / "volumeDevices" / "kubernetes.io~csi" / "pv1"
+    assert link.is_symlink()
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        down = run_kubevol("down", *flags, "--timeout", "3", "--pod-uid", POD_UID)
+        assert down.returncode == 1, down.stdout + down.stderr
+        assert link.is_symlink()
+        assert mounts_under(root) != []
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    down = run_kubevol("down", *flags, "--timeout", "30", "--pod-uid", POD_UID)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert mounts_under(root) == []
+    assert not link.exists()

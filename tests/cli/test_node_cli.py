@@ -205,11 +205,12 @@ def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
 def test_reconstruct_repair_cleans_an_unreadable_volume_only_of_a_pod_named_gone(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A pod volume with a corrupt vol_data.json is reported read-only. --repair leaves
+    """A pod volume whose vol_data.json is corrupt, and its device mount's too (so that
+    the mount table cannot tell it either), is reported read-only. --repair leaves
     it and everything of its pod alone while the pod is nobody's kubevol knows; with the
-    pod named gone it unmounts it, tears the pod's other volumes down, and tries the device
-    no pod leads to any more, reporting the driver's refusal (it still counts the publish
-    kubevol could not tell it about) with exit status 1."""
+    pod named gone it unmounts it, tears the pod's other volumes down, and reports that
+    the device no pod leads to any more cannot be unstaged (nothing says which volume it is)
+    with exit status 1."""
     manifest = write_manifest(tmp_path, create_volume(driver))
     root = str(tmp_path / "root")
     flags = ["--root", root, "--node-name", "n1"]
@@ -218,6 +219,8 @@ def test_reconstruct_repair_cleans_an_unreadable_volume_only_of_a_pod_named_gone
     os.unlink(f"{root}/kubevol/pods/{UID}.json")
     vol_data = Path(f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1/vol_data.json")
     vol_data.write_text("{broken")
+    [device_vol_data] = Path(root, "plugins", "kubernetes.io", "csi").glob("*/*/vol_data.json")
+    device_vol_data.write_text("{broken too")
     capsys.readouterr()
     code, found = run_json(capsys, "reconstruct", *flags, "-o", "json")
     assert code == 0 and isinstance(found, dict)
@@ -240,9 +243,9 @@ def test_reconstruct_repair_cleans_an_unreadable_volume_only_of_a_pod_named_gone
     assert not os.path.exists(f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1")
     [orphan] = repaired["orphan_device_mounts"]
     assert orphan["path"].endswith("/globalmount")
-    assert orphan["cleanup"].startswith("failed:") and "still published" in orphan["cleanup"]
+    assert orphan["cleanup"].startswith("failed:") and "vol_data.json" in orphan["cleanup"]
     assert code == 1
-    # The staging stays (the driver refused); the pod's emptyDir is torn down.
+    # The staging stays (unknown volume); the pod's emptyDir is torn down.
     assert [m.rsplit("/", 1)[1] for m in mounts_under(tmp_path)] == ["globalmount"]
 
 

@@ -28,6 +28,7 @@ from kubevol.csi.plugin.block import CSIBlockMapper, new_block_mapper, new_block
 from kubevol.csi.plugin.context import CSI_TIMEOUT, CSIContext
 from kubevol.csi.plugin.expander import expand_volume_device, node_expand
 from kubevol.csi.plugin.mounter import CSIMounter
+from kubevol.csi.plugin.recovery import volume_data_from_mounts
 from kubevol.csi.plugin.rules import attach_limit_key
 from kubevol.csi.plugin.source import (
     READ_ONLY_MANY,
@@ -51,7 +52,7 @@ from kubevol.csi.plugin.voldata import (
 from kubevol.csi.registration.registry import DriverRegistry
 from kubevol.deadline import Deadline
 from kubevol.host import VolumeHost
-from kubevol.layout import PodVolumeEntry, csi_pod_volume_entry
+from kubevol.layout import PodVolumeEntry, csi_pod_mount_path, csi_pod_volume_entry
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict
 from kubevol.plugin import (
     AttachableVolumePlugin,
@@ -195,13 +196,11 @@ class CSIPlugin(
     def new_unmounter(self, volume_name: str, pod_uid: str) -> CSIMounter:
 
         directory = paths.pod_volume_dir(self.host, pod_uid, volume_name)
-        try:
-            data = load_volume_data(directory)
-            driver, handle = require(data, directory, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
-        except VolumeDataError as exc:
-            raise with_context(exc, (
-                f"unmounter failed to load volume data file [{directory}]"
-            )) from exc
+        data = self._pod_volume_data(
+            directory, f"unmounter failed to load volume data file [{directory}]",
+            KEY_DRIVER_NAME, KEY_VOLUME_HANDLE,
+        )
+        driver, handle = data[KEY_DRIVER_NAME], data[KEY_VOLUME_HANDLE]
         return CSIMounter(
             ctx=self.context,
             spec=None,
@@ -222,13 +221,12 @@ class CSIPlugin(
         Filesystem PersistentVolume. Raises :class:`VolumeDataError` (a ValueError) when
         the file is missing, corrupt or lacks a key.
         """
-        try:
-            data = load_volume_data(volume_path)
-            spec_name, driver = require(data, volume_path, KEY_SPEC_VOL_ID, KEY_DRIVER_NAME)
-        except VolumeDataError as exc:
-            raise with_context(exc, (
-                f"plugin.ConstructVolumeSpec failed loading volume data using [{volume_path}]"
-            )) from exc
+        data = self._pod_volume_data(
+            volume_path,
+            f"plugin.ConstructVolumeSpec failed loading volume data using [{volume_path}]",
+            KEY_SPEC_VOL_ID, KEY_DRIVER_NAME,
+        )
+        spec_name, driver = data[KEY_SPEC_VOL_ID], data[KEY_DRIVER_NAME]
         selinux = data.get(KEY_SELINUX_MOUNT_CONTEXT, "")
         if data.get(KEY_LIFECYCLE_MODE) == LIFECYCLE_EPHEMERAL:
             volume = api_object("V1Volume", {"name": spec_name, "csi": {"driver": driver}})
@@ -238,6 +236,63 @@ class CSIPlugin(
         return ReconstructedVolume(
             spec=Spec.from_persistent_volume(pv), selinux_mount_context=selinux
         )
+
+    def _pod_volume_data(self, directory: str, context: str, *keys: str) -> dict[str, str]:
+        """The pod volume's vol_data.json, with ``keys`` (the driver and handle always).
+
+        It is the record of what to undo, and may be corrupt (truncated, empty, wrong
+        types) or name another volume. When it cannot be read, or names a volume whose
+        device mount is not on disk while the pod's target is mounted, the volume is taken
+        from what the mount table and its device mount say (:mod:`.recovery`), so that it
+        is unpublished and unstaged for real. Raises :class:`VolumeDataError` (prefixed by
+        ``context``) when neither can tell.
+        """
+        keys = (*keys, KEY_DRIVER_NAME, KEY_VOLUME_HANDLE)
+        try:
+            data = load_volume_data(directory)
+            require(data, directory, *keys)
+        except VolumeDataError as exc:
+            found = self._from_mounts(directory)
+            if found is None:
+                raise with_context(exc, context) from exc
+            log.warning("%s: %s; taking %s^%s from the mount table and its device mount",
+                        directory, exc, found[KEY_DRIVER_NAME], found[KEY_VOLUME_HANDLE])
+            return found
+        if self._device_dir_exists(data) or self._not_mounted(csi_pod_mount_path(directory)):
+            return data  # the usual case: no mount table needed
+        found = self._from_mounts(directory)
+        if found is not None and (found[KEY_DRIVER_NAME], found[KEY_VOLUME_HANDLE]) != (
+            data[KEY_DRIVER_NAME], data[KEY_VOLUME_HANDLE]
+        ):
+            log.warning("%s/vol_data.json names %s^%s, but its target shows %s^%s: taking the "
+                        "mount table's", directory, data[KEY_DRIVER_NAME],
+                        data[KEY_VOLUME_HANDLE], found[KEY_DRIVER_NAME],
+                        found[KEY_VOLUME_HANDLE])
+            return {**data, **found}
+        return data
+
+    def _not_mounted(self, target: str) -> bool:
+        try:
+            return self.host.get_mounter().is_likely_not_mount_point(target)
+        except OSError:
+            return True  # missing; or corrupted, where a NodeUnpublish is due all the same
+
+    def _device_dir_exists(self, data: dict[str, str]) -> bool:
+        try:
+            device = paths.device_mount_path(
+                self.host, data[KEY_DRIVER_NAME], data[KEY_VOLUME_HANDLE]
+            )
+        except ValueError:  # a driver name that is no path segment
+            return False
+        return os.path.isdir(os.path.dirname(device))
+
+    def _from_mounts(self, directory: str) -> dict[str, str] | None:
+        try:
+            table = self.context.mount_table()
+        except OSError as exc:
+            log.warning("cannot read the mount table: %s", exc)
+            return None
+        return volume_data_from_mounts(self.host.get_plugin_dir(CSI_PLUGIN_NAME), directory, table)
 
     def supports_mount_option(self) -> bool:
         return True
