@@ -58,7 +58,8 @@ def find_orphan_device_mounts(
     known = {mounts.real(p) for p in claimed if p}
     blocks = set(block_names)
     out: dict[str, OrphanDeviceMount] = {}
-    for entry in table.entries():
+    # Only the lines under plugins/ (the snapshot already parsed the whole table once).
+    for entry in table.mounted_under(plugins_dir):
         point = entry.mount_point
         if not layout.is_below(point, plugins_dir) or point in out:
             continue
