@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from kubevol import layout
+from kubevol import fdtree, layout
 from kubevol.layout import PodVolumeEntry
 from kubevol.mount.helpers import is_corrupted_error, remove_tree_on_one_device
 from kubevol.mount.interface import MountInterface
@@ -155,24 +155,39 @@ def remove_pod_dir(pod_dir: str) -> bool:
 
     Refused (False) while any volume directory or device link is left under ``volumes``,
     ``volumeDevices`` or ``volume-subpaths``, or anything under it is a mount point: nothing
-    is ever deleted through a mount.
+    is ever deleted through a mount. Everything is reached through directory descriptors
+    opened without following links (:mod:`kubevol.fdtree`): a link at the pod directory or
+    at one of its kind directories is refused, and what it points to is left untouched.
     """
     if not os.path.lexists(pod_dir):
         return True
-    for kind in layout.POD_VOLUME_KINDS:
-        kind_dir = os.path.join(pod_dir, kind)
-        try:
-            plugin_dirs = os.listdir(kind_dir)
-        except FileNotFoundError:
-            continue
-        for name in plugin_dirs:
-            try:
-                os.rmdir(os.path.join(kind_dir, name))  # only when empty
-            except OSError:
-                log.info("pod directory %s still holds %s/%s", pod_dir, kind, name)
-                return False
+    pods_dir = os.path.dirname(pod_dir.rstrip("/"))
     try:
-        remove_tree_on_one_device(pod_dir)
+        pod_fd = fdtree.open_dir(pod_dir, beneath=pods_dir)
+    except OSError as exc:
+        log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
+        return False
+    try:
+        for kind in layout.POD_VOLUME_KINDS:
+            try:
+                kind_fd = fdtree.open_dir_at(pod_fd, kind, os.path.join(pod_dir, kind))
+            except FileNotFoundError:
+                continue
+            try:
+                for name in os.listdir(kind_fd):
+                    os.rmdir(name, dir_fd=kind_fd)  # only when empty
+            except OSError:
+                log.info("pod directory %s still holds something under %s", pod_dir, kind)
+                return False
+            finally:
+                os.close(kind_fd)
+    except OSError as exc:
+        log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
+        return False
+    finally:
+        os.close(pod_fd)
+    try:
+        remove_tree_on_one_device(pod_dir, beneath=pods_dir)
     except OSError as exc:
         log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
         return False
