@@ -25,6 +25,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("csi_lifecycle", ("--skip-suite", "--lifecycles", "20", "--baseline", "3d26097"), False),
     ("down", (), False),
     ("du", ("--repeat", "5"), False),
+    ("manifests", (), False),
 )
 
 

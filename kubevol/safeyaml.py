@@ -52,6 +52,7 @@ _Loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(
 
 #: Where block content starts on each line: indentation, then a document start, compact
 #: indicators (``- - key``) and node properties, each of which may open one more level.
+_DOCUMENT_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|$)", re.MULTILINE)
 _BLOCK_PREFIX = re.compile(r"^[ \t]*(?:(?:---|[-?:]|[&!]\S*)[ \t]+)*", re.MULTILINE)
 
 
@@ -67,10 +68,13 @@ def allowed_alias_ratio(decodes: int) -> float:
 
 def _depth_upper_bound(text: str) -> int:
     """A bound on the nesting depth of ``text`` that needs no parsing: every flow collection
-    opens with a bracket, and a block collection nests only under more indentation or a
-    compact indicator (two levels per column at most, a sequence sharing its key's)."""
+    opens with a bracket and cannot span a document marker (``---``/``...`` at a line's
+    start ends any scalar and collection), and a block collection nests only under more
+    indentation or a compact indicator (two levels per column at most, a sequence sharing
+    its key's)."""
     widest = max((len(m.group()) for m in _BLOCK_PREFIX.finditer(text)), default=0)
-    return text.count("[") + text.count("{") + 2 * (widest + 1)
+    flow = max(doc.count("[") + doc.count("{") for doc in _DOCUMENT_MARKER.split(text))
+    return flow + 2 * (widest + 1)
 
 
 class _Frame:

@@ -114,6 +114,9 @@ HOSTILE_DEPTHS = {
     "with-anchors": "''.join(f'- &a{i} ' for i in range(100_000)) + 'x'",
     "indented": "''.join(' ' * i + 'k:\\n' for i in range(3_000)) + ' ' * 3_000 + 'v'",
     "mapping-flow": "'{a: ' * 100_000 + '1' + '}' * 100_000",
+    # Document markers inside a flow collection: each piece looks shallow on its own.
+    "flow-across-markers": "('[' * 90 + '\\n---\\n') * 3_000",
+    "quoted-markers": "'a: \"\\n---\\n\"\\nb: ' + '[' * 100_000",
 }
 
 
