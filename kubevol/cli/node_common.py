@@ -213,12 +213,19 @@ def volume_rows(
     return [rows[k] for k in sorted(rows, key=lambda k: (rows[k]["pod"], k[2]))]
 
 
-def add_metrics(runtime: NodeRuntime, rows: Iterable[dict[str, Any]]) -> None:
+def add_metrics(
+    runtime: NodeRuntime, rows: Iterable[dict[str, Any]], deadline: Deadline | None = None
+) -> None:
     """Fill ``used``/``capacity``/``available`` (bytes, None when unknown) of each row from
-    its plugin; ``metrics_error`` says why they are unknown when measuring failed."""
+    its plugin; ``metrics_error`` says why they are unknown when measuring failed. Once
+    ``deadline`` has passed, the volumes not measured yet are left unknown with that reason
+    (a CSI call in flight is bounded by the runtime's deadline already)."""
     for row in rows:
         row.update(used=None, capacity=None, available=None)
         if row["state"] in ("not set up", "unreadable", "missing", "corrupted"):
+            continue
+        if deadline is not None and deadline.expired:
+            row["metrics_error"] = "not measured: --timeout reached"
             continue
         try:
             plugin = runtime.mgr.find_plugin_by_name(row["plugin"])

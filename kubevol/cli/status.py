@@ -14,6 +14,8 @@ from kubevol.cli.node_common import (
     volume_rows,
 )
 from kubevol.cli.output import Column, Table, add_output_flags, emit
+from kubevol.cli.parser import DURATION
+from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.node.desired import desired_pod
 from kubevol.node.reconstruct import scan
@@ -24,7 +26,8 @@ TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_runtime(args) as runtime:
+    deadline = Deadline.after(args.timeout)
+    with open_runtime(args, deadline=deadline) as runtime:
         records, unreadable = runtime.records.scan()
         for _, why in sorted(unreadable.items()):
             print(f"warning: {why}; skipped", file=sys.stderr)
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             row["desired"] = wanted.get(row["pod_uid"], "unknown")
         if not args.no_metrics:
-            add_metrics(runtime, rows)
+            add_metrics(runtime, rows, deadline)
         emit(rows, TABLE, args, sys.stdout)
         return 0
 
@@ -58,5 +61,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_root_flags(parser)
     parser.add_argument("--no-metrics", action="store_true", help="do not measure volumes")
+    parser.add_argument("--timeout", type=DURATION, default=60.0,
+                        help="how long the whole listing may take, measuring included (a "
+                        "driver that does not answer leaves its volumes' usage unknown): a "
+                        "Go duration (30s, 2m) or seconds (default: 60)")
     add_output_flags(parser)
     parser.set_defaults(func=run)

@@ -424,3 +424,28 @@ def test_a_block_volume_keeps_its_device_link_until_node_unpublish_succeeded(
     assert down.returncode == 0, down.stdout + down.stderr
     assert mounts_under(root) == []
     assert not link.exists()
+
+
+def test_status_timeout_bounds_metrics_of_a_stopped_driver(
+    tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str]
+) -> None:
+    """``status --timeout 3`` with a SIGSTOPped driver: done in time, the CSI volume's usage
+    unknown with a reason, exit 0 (before: 60 s per CSI volume, no way to bound it)."""
+    proc, endpoint = driver_proc
+    root = tmp_path / "root"
+    flags = ("--root", str(root), "--node-name", "n1")
+    manifest = csi_pod(tmp_path, endpoint)
+    up = run_kubevol("up", *flags, "--csi-driver", f"{DRIVER_NAME}={endpoint}", str(manifest))
+    assert up.returncode == 0, up.stderr
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        status = run_kubevol("status", *flags, "--timeout", "3", "-o", "json")
+        elapsed = time.monotonic() - started
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert status.returncode == 0, status.stderr
+    [row] = [r for r in json.loads(status.stdout) if r["plugin"] == "kubernetes.io/csi"]
+    assert row["used"] is None and row["metrics_error"]
+    assert elapsed < 3 + STARTUP_SLACK, f"status --timeout 3 took {elapsed:.1f} s"
+    assert run_kubevol("down", *flags, "--pod-uid", POD_UID).returncode == 0
