@@ -6,7 +6,9 @@ every part against the real thing (real mounts, real gRPC).
 Modules that start real servers import their dependencies on use:
 ``kubevol.testing.etcd`` (a real etcd), ``kubevol.testing.kube_api`` (a stand-in
 Kubernetes API server on loopback), ``kubevol.testing.mount_rig`` (loop devices, tmpfs,
-bind and corrupted mounts that clean up after themselves), ``kubevol.testing.csi_driver``
+bind and corrupted mounts that clean up after themselves), ``kubevol.testing.kubelet_root``
+(a kubelet root shaped as a real node has it, on real mounts, built from the kubelet's code),
+``kubevol.testing.csi_driver``
 (a configurable, recording, fault-injecting CSI driver on kubevol's server framework, served
 in-process or as ``python -m kubevol.testing.csi_driver``).
 """

@@ -64,8 +64,10 @@ class MountRig:
         return dev
 
     def mount(self, source: str, target: Path, *options: str, fstype: str = "") -> Path:
-        """``mount [-t fstype] [-o options] source target`` (creating target)."""
-        target.mkdir(parents=True, exist_ok=True)
+        """``mount [-t fstype] [-o options] source target`` (creating target as a directory
+        unless something, such as a file to bind a file onto, is there already)."""
+        if not os.path.lexists(target):
+            target.mkdir(parents=True)
         args = ["mount"]
         if fstype:
             args += ["-t", fstype]

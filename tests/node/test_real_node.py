@@ -1,0 +1,88 @@
+"""Reconstruction on a kubelet root shaped as a real node has it (built from the kubelet's
+code, not kubevol's writers: :mod:`kubevol.testing.kubelet_root`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.node.reconstruct import scan
+from kubevol.node.runtime import NodeRuntime
+from kubevol.testing.kubelet_root import (
+    EPHEMERAL_DRIVER,
+    PV_DRIVER,
+    KubeletRoot,
+    attachment_id,
+    inline_volume_handle,
+    sha256_hex,
+)
+from tests.node.real_node import real_node
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[KubeletRoot]:
+    """The real-node root (3 pods), mounts undone after."""
+    with real_node(tmp_path) as built:
+        yield built
+
+
+def mounts_below(path: Path) -> list[str]:
+    prefix = str(path) + "/"
+    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(prefix)]
+
+
+def test_the_fixture_has_a_real_nodes_shape(node: KubeletRoot) -> None:
+    """Every pod has a kube-api-access projected tmpfs and the atomic writer's layout;
+    wrapped emptyDir ready markers; both PVs staged from one loop device; the vol_data.json
+    files carry the kubelet's keys; the non-pod files exist."""
+    root = node.root
+    mounts = {e.mount_point: e for e in parse_mountinfo()}
+    for uid in node.pods:
+        [token] = [v for v in node.volumes_of(uid) if v.name.startswith("kube-api-access-")]
+        assert mounts[str(token.path)].fs_type == "tmpfs"
+        data = os.readlink(token.path / "..data")
+        assert data.startswith("..") and os.path.isdir(token.path / data)
+        assert os.readlink(token.path / "token") == "..data/token"
+        ready = root / "pods" / uid / "plugins/kubernetes.io~empty-dir" / f"wrapped_{token.name}"
+        assert (ready / "ready").is_file()
+        inline = json.loads((root / "pods" / uid / "volumes/kubernetes.io~csi/secrets-store"
+                             / "vol_data.json").read_text())
+        handle = inline_volume_handle(uid, "secrets-store")
+        assert inline == {
+            "specVolID": "secrets-store", "volumeHandle": handle,
+            "driverName": EPHEMERAL_DRIVER, "nodeName": node.node_name,
+            "attachmentID": attachment_id(handle, EPHEMERAL_DRIVER, node.node_name),
+            "volumeLifecycleMode": "Ephemeral",
+        }
+    sources = {mounts[str(p)].source for p in node.staging.values()}
+    assert len(sources) == 1 and next(iter(sources)).startswith("/dev/loop")
+    logs_dir = node.staging["pv-logs"].parent
+    assert logs_dir.name == sha256_hex("vol-4e5f6a7b") and logs_dir.parent.name == PV_DRIVER
+    assert set(json.loads((logs_dir / "vol_data.json").read_text())) == {
+        "volumeHandle", "driverName", "seLinuxMountContext"}
+    assert all(os.path.lexists(p) for p in node.non_pod_paths)
+    assert len(node.subpaths) == len(node.pods) + 1
+
+
+def test_scan_rebuilds_every_volume_of_a_known_kind(node: KubeletRoot) -> None:
+    """The kinds kubevol has plugins for (projected, configMap, secret, downwardAPI,
+    emptyDir, CSI PVs, local PVs) come back mounted as they are, with their subPath binds;
+    the scan changes no mount."""
+    before = mounts_below(node.root)
+    with NodeRuntime(str(node.root), node_name=node.node_name, entry_points=False) as runtime:
+        result = scan(runtime.host, runtime.mgr)
+    found = {(f.dir.pod_uid, f.dir.plugin_name, f.dir.spec_name): f for f in result.volumes}
+    known = [v for v in node.known if v.name != "secrets-store"]
+    for v in known:
+        f = found[(v.pod_uid, v.plugin, v.name)]
+        assert (f.mount.value == "mounted") == v.mounted, (v, f.mount)
+    for bind in node.subpaths:
+        [f] = [f for k, f in found.items() if k[0] == bind.pod_uid and k[2] == bind.volume]
+        assert str(bind.path) in f.subpaths
+    assert not result.orphans
+    assert mounts_below(node.root) == before
