@@ -8,12 +8,14 @@ The hostpath driver is served in this process on a unix socket, every RPC it ans
 counted by name. ``kubevol up`` (the CLI, a separate process, not timed) brings the pods
 up; then ``kubevol down`` tears them all down: its wall time and its CPU time (the child
 process's user + system) are measured. The pods are brought up again, and the reference
-does the same tear-down directly, from a process of its own (start-up counted, as for the
-CLI), on as many threads as kubevol's workers (8): exactly the
-RPCs the driver answered during ``kubevol down`` (NodeUnpublishVolume and
-NodeUnstageVolume on each pod's paths, and as many of every other RPC), then the removals
-(``vol_data.json`` files, the pod's directories, the emptyDir's files). The same is done
-with ``--small`` pods to see how kubevol's CPU grows with the number of pods.
+(:mod:`benchmarks.down_direct`) does the same tear-down directly, from a process of its
+own (start-up counted, as for the CLI; it imports only grpc and the generated stubs), on as
+many threads as kubevol's workers (8): exactly the RPCs the driver answered during
+``kubevol down`` (NodeUnpublishVolume and NodeUnstageVolume on each pod's paths, and as
+many of every other RPC), then the removals (``vol_data.json`` files, the pod's
+directories, the emptyDir's files). ``--repeat`` rounds alternate the two sides and the
+medians are compared. The same is done with ``--small`` pods to see how kubevol's CPU
+grows with the number of pods.
 
 Targets: ``kubevol down`` wall time <= 1.2x the reference's; CPU per pod at ``--pods``
 <= 1.25x CPU per pod at ``--small`` (linear).
@@ -23,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import inspect
 import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +44,11 @@ from benchmarks.report import Row, emit, load_average
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from kubevol.layout import sha256_hex
 from kubevol.mount.mountinfo import parse_mountinfo
 
 NS_MARKER = "KUBEVOL_BENCH_PRIVATE_NS"
-WORKERS = 8
 CAP = t.VolumeCapability.mount()
 SIZE = t.CapacityRange(required_bytes=16 << 20)
-ARGUMENT_FREE = frozenset({
-    "get_plugin_info", "get_plugin_capabilities", "probe", "controller_get_capabilities",
-    "node_get_capabilities", "node_get_info", "group_controller_get_capabilities",
-})  # fmt: skip
 
 
 def reexec_in_private_namespace() -> None:
@@ -136,55 +130,11 @@ def kubevol(*args: str) -> tuple[float, float]:
     return wall, cpu
 
 
-def direct_down(plan_file: str) -> None:
-    """The reference tear-down, run as its own process (start-up included, like the CLI's):
-    the plan names the root, the driver, the volumes and the RPCs to issue."""
-    plan = json.loads(Path(plan_file).read_text())
-    root, handles = Path(plan["root"]), plan["handles"]
-    rpcs: collections.Counter[str] = collections.Counter(plan["rpcs"])
-    client = CSIClient(plan["endpoint"], timeout=60)
-    per_pod = {"node_unpublish_volume", "node_unstage_volume"}
-    extra = {name: n for name, n in rpcs.items() if name not in per_pod}
-
-    def pod(i: int) -> None:
-        uid = str(uuid.UUID(int=i + 1))
-        pod_dir = root / "pods" / uid
-        volume_dir = pod_dir / "volumes" / "kubernetes.io~csi" / f"pv{i}"
-        staging_dir = root / "plugins/kubernetes.io/csi" / DRIVER_NAME / sha256_hex(handles[i])
-        if rpcs["node_unpublish_volume"]:
-            client.node_unpublish_volume(handles[i], str(volume_dir / "mount"))
-        os.unlink(volume_dir / "vol_data.json")
-        with contextlib.suppress(FileNotFoundError):  # the driver removes its target
-            os.rmdir(volume_dir / "mount")
-        os.rmdir(volume_dir)
-        if rpcs["node_unstage_volume"]:
-            client.node_unstage_volume(handles[i], str(staging_dir / "globalmount"))
-        os.unlink(staging_dir / "vol_data.json")
-        os.rmdir(staging_dir / "globalmount")
-        os.rmdir(staging_dir)
-        shutil.rmtree(pod_dir)
-
-    def other(name: str) -> None:
-        # The argument-free RPCs (info, capabilities, probe); the client's capability
-        # calls answer from a cache unless asked to refresh.
-        if name not in ARGUMENT_FREE:
-            raise SystemExit(f"the reference does not know how to repeat {name}")
-        method = getattr(client, name)
-        if "refresh" in inspect.signature(method).parameters:
-            method(refresh=True)
-        else:
-            method()
-
-    with ThreadPoolExecutor(WORKERS) as pool:
-        jobs = [pool.submit(pod, i) for i in range(len(handles))]
-        jobs += [pool.submit(other, name) for name, n in extra.items() for _ in range(n)]
-        for job in jobs:
-            job.result()
-    client.close()
-
-
-def measure(pods: int) -> tuple[float, float, float, collections.Counter[str]]:
-    """(kubevol down wall, its CPU, reference wall, the RPCs of kubevol down) for ``pods``."""
+def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Counter[str]]:
+    """Medians of (kubevol down wall, its CPU, reference wall) over ``repeat`` rounds for
+    ``pods``, and the RPCs of kubevol down. The two sides alternate (kubevol first in even
+    rounds, the reference first in odd ones), so a load that changes meanwhile falls on
+    both; the pods are brought up again (not timed) before each side."""
     work = Path(tempfile.mkdtemp(prefix="kubevol-bench-down-"))
     counter = RpcCounter()
     driver = HostPathDriver(HostPathConfig(state_dir=str(work / "hp"), node_id="n1"))
@@ -192,28 +142,47 @@ def measure(pods: int) -> tuple[float, float, float, collections.Counter[str]]:
         counter.wrap_service(service)
     running = driver.serve()
     root = work / "root"
+    walls: list[float] = []
+    cpus: list[float] = []
+    references: list[float] = []
+    rpcs: collections.Counter[str] = collections.Counter()
     try:
         with CSIClient(running.endpoint, timeout=60) as client:
             handles = [
                 client.create_volume(f"v{i}", [CAP], capacity_range=SIZE).volume_id
                 for i in range(pods)
             ]
-            manifest = work / "pods.yaml"
-            manifest.write_text(manifests(handles))
-            common = ["--root", str(root), "--node-name", "n1",
-                      "--csi-driver", f"{DRIVER_NAME}={running.endpoint}"]  # fmt: skip
+        manifest = work / "pods.yaml"
+        manifest.write_text(manifests(handles))
+        common = ["--root", str(root), "--node-name", "n1",
+                  "--csi-driver", f"{DRIVER_NAME}={running.endpoint}"]  # fmt: skip
+        plan = work / "plan.json"
+
+        def kubevol_side() -> None:
+            nonlocal rpcs
             kubevol("up", *common, str(manifest))
             counter.take()
             wall, cpu = kubevol("down", *common, str(manifest))
+            walls.append(wall)
+            cpus.append(cpu)
             rpcs = counter.take()
+
+        def reference_side() -> None:
             kubevol("up", *common, str(manifest))
-            plan = work / "plan.json"
-            plan.write_text(json.dumps({"root": str(root), "endpoint": running.endpoint,
-                                        "handles": handles, "rpcs": dict(rpcs)}))
+            plan.write_text(json.dumps({
+                "root": str(root), "endpoint": running.endpoint, "driver": DRIVER_NAME,
+                "handles": handles, "rpcs": dict(rpcs),
+            }))  # fmt: skip
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "benchmarks.down", "--direct", str(plan)],
-                           check=True)
-            reference = time.perf_counter() - started
+            subprocess.run([sys.executable, "-m", "benchmarks.down_direct", str(plan)],
+                           check=True)  # fmt: skip
+            references.append(time.perf_counter() - started)
+
+        kubevol_side()  # first: the reference repeats the RPCs it caused
+        reference_side()
+        for i in range(1, repeat):
+            for side in (kubevol_side, reference_side)[:: 1 if i % 2 == 0 else -1]:
+                side()
         left = [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(str(work))]
         if left:
             sys.exit(f"left mounted: {left[:3]}")
@@ -223,7 +192,13 @@ def measure(pods: int) -> tuple[float, float, float, collections.Counter[str]]:
             if e.mount_point.startswith(str(work)):
                 subprocess.run(["umount", "-l", e.mount_point], check=False)
         shutil.rmtree(work, ignore_errors=True)
-    return wall, cpu, reference, rpcs
+    print(f"{pods} pods, {repeat} rounds: kubevol down {_fmt(walls)} s, CPU {_fmt(cpus)} s; "
+          f"direct {_fmt(references)} s")  # fmt: skip
+    return statistics.median(walls), statistics.median(cpus), statistics.median(references), rpcs
+
+
+def _fmt(values: list[float]) -> str:
+    return "/".join(f"{v:.2f}" for v in values)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,17 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--small", type=int, default=100)
-    parser.add_argument("--direct", metavar="PLAN", help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds per size, the two sides alternating; medians are compared")
     args = parser.parse_args(argv)
-    if args.direct:
-        direct_down(args.direct)
-        return 0
     reexec_in_private_namespace()
     print(load_average())
-    small = measure(args.small)
-    big = measure(args.pods)
+    small = measure(args.small, args.repeat)
+    big = measure(args.pods, args.repeat)
     for pods, (wall, cpu, reference, rpcs) in ((args.small, small), (args.pods, big)):
-        print(f"{pods} pods: kubevol down {wall:.2f} s wall, {cpu:.2f} s CPU "
+        print(f"{pods} pods (medians): kubevol down {wall:.2f} s wall, {cpu:.2f} s CPU "
               f"({cpu / pods * 1000:.1f} ms per pod); direct {reference:.2f} s; "
               f"RPCs: {dict(rpcs)}")  # fmt: skip
     wall, cpu, reference, _ = big

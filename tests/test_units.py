@@ -2,9 +2,56 @@
 
 from __future__ import annotations
 
-import pytest
+from decimal import Decimal
 
-from kubevol.units import UnitError, duration_seconds, quantity_bytes
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes.utils import parse_quantity
+
+from kubevol.units import UnitError, duration_seconds, quantity_bytes, quantity_value
+
+_QUANTITY_TEXT = st.one_of(
+    st.builds(
+        "".join,
+        st.tuples(
+            st.sampled_from(["", "-", "+"]),
+            st.from_regex(r"\A(\d{1,30}(\.\d{0,8})?|\.\d{1,8})\Z"),
+            st.sampled_from(["", "e3", "E-2", "e40"]),
+            st.sampled_from(["", "n", "u", "m", "k", "K", "M", "G", "T", "P", "E",
+                             "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "ki", "mi", "i", "B", "iB"]),
+        ),
+    ),
+    st.text(alphabet="0123456789.eEiKMGTPkmnu+-x ", max_size=12),
+)
+
+
+def _client_reading(text: str) -> Decimal | None:
+    try:
+        return Decimal(parse_quantity(text))
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _our_reading(text: str) -> Decimal | None:
+    try:
+        return quantity_value(text)
+    except UnitError:
+        return None
+
+
+@given(_QUANTITY_TEXT)
+def test_quantities_read_as_the_kubernetes_client_reads_them(text: str) -> None:
+    """The same value (or the same refusal) as the client's ``parse_quantity``, which
+    kubevol does not import for the cost of importing that client."""
+    text = text.strip()
+    if not text:
+        return
+    ours, theirs = _our_reading(text), _client_reading(text)
+    if theirs is None or not theirs.is_finite():
+        assert ours is None or not ours.is_finite() or ours == theirs
+    else:
+        assert ours == theirs
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ Exit codes are listed in :mod:`kubevol.cli.exits`.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import os
 import sys
@@ -118,6 +120,12 @@ def build_parser(argv: Sequence[str] | None = None) -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kubevol`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    # At exit the interpreter collects garbage over every object still alive (modules, the
+    # kubernetes client's classes, a command's state): up to a second for a `down` of 500
+    # pods, measured. Frozen objects are skipped and the process's memory goes back to the
+    # system anyway. Registered once however often main runs (tests call it in-process).
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
     try:
         args = build_parser(args_list).parse_args(args_list)
         setup_logging(args.verbosity, args.log_format, daemon=getattr(args, "daemon", False))

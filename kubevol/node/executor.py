@@ -143,7 +143,12 @@ class OperationExecutor:
         self._clock = clock
         self._backoff = Backoff(initial=initial_backoff, maximum=max_backoff)
         self._observer = observer
-        self._records: list[_Record] = []
+        #: The records by volume, each list in the order its records were made: every key
+        #: that matches another names the same volume, so a lookup reads one short list,
+        #: not every record (starting n operations is O(n), not O(n²)).
+        self._records: dict[str, list[_Record]] = {}
+        #: How many records are pending (what :meth:`wait_idle` waits on).
+        self._running = 0
         self._cond = threading.Condition()
         self._pool = (
             concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="kubevol-op")
@@ -188,7 +193,8 @@ class OperationExecutor:
                 record = _Record(
                     key=key, kind=kind, pending=True, backoff=_KeyBackoff(self._backoff)
                 )
-                self._records.append(record)
+                self._records.setdefault(key.volume, []).append(record)
+            self._running += 1
         if self._pool is None:
             future: concurrent.futures.Future[None] = concurrent.futures.Future()
             self._execute(record, operation, future)
@@ -201,7 +207,7 @@ class OperationExecutor:
         """The record that conflicts with ``key``: a pending one first, else the exact one,
         else the first matching one (the kubelet's ``isOperationExists``)."""
         found: _Record | None = None
-        for record in self._records:
+        for record in self._records.get(key.volume, ()):
             if not record.key.matches(key):
                 continue
             if record.pending:
@@ -230,11 +236,16 @@ class OperationExecutor:
                 log.exception("operation observer failed")
         with self._cond:
             if error is None:
-                self._records.remove(record)
+                same_volume = self._records[record.key.volume]
+                same_volume.remove(record)
+                if not same_volume:
+                    del self._records[record.key.volume]
             else:
                 record.backoff.update(error, self._clock())
-                record.pending = False
-            self._cond.notify_all()
+            record.pending = False
+            self._running -= 1
+            if not self._running:
+                self._cond.notify_all()
         if error is None:
             future.set_result(None)
         else:
@@ -249,7 +260,7 @@ class OperationExecutor:
     def pending(self) -> list[tuple[OperationKey, OperationKind]]:
         """The running operations."""
         with self._cond:
-            return [(r.key, r.kind) for r in self._records if r.pending]
+            return [(r.key, r.kind) for r in self._all() if r.pending]
 
     def failures(self) -> list[OperationFailure]:
         """Keys whose last operation failed, with the error and the wait left."""
@@ -260,7 +271,7 @@ class OperationExecutor:
                     key=r.key, kind=r.kind, error=r.backoff.last_error,
                     retry_in=r.backoff.retry_in(now),
                 )
-                for r in self._records
+                for r in self._all()
                 if not r.pending and r.backoff.last_error is not None
             ]
 
@@ -268,12 +279,15 @@ class OperationExecutor:
         """Block until no operation runs; False if ``timeout`` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while any(r.pending for r in self._records):
+            while self._running:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(left)
         return True
+
+    def _all(self) -> list[_Record]:
+        return [r for same_volume in self._records.values() for r in same_volume]
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the workers (after the running operations when ``wait``). Idempotent."""
