@@ -122,7 +122,7 @@ def show(result: Reconstruction, args: argparse.Namespace,
 #: A repair's plan: its actions, then what it leaves alone.
 PLAN_TABLES = (
     Table(
-        columns=columns("action", "pod_uid", "plugin", "volume", "path", "reason"),
+        columns=columns("action", "pod_uid", "plugin", "volume", "path", "reason", "refused"),
         at="actions",
         name="path",
     ),

@@ -33,11 +33,12 @@ from kubevol.node.executor import (
     OperationFailure,
     OperationObserver,
 )
+from kubevol.node.holders import Holders, HoldersOnce, refusal
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.operations import OperationGenerator
 from kubevol.node.orphans import OrphanDeviceMount
 from kubevol.node.owners import Ownership, Verdict
-from kubevol.node.poddirs import list_pod_volume_dirs
+from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs
 from kubevol.node.reconciler import Reconciler
 from kubevol.node.reconstruct import FailedVolume, Reconstruction, scan
 from kubevol.node.repair import clean_failed_volume
@@ -152,7 +153,10 @@ class NodeVolumeManager:
         ownership allows: volumes that could not be rebuilt (pod not desired) and orphan
         device mounts no desired volume claims. Returns ``result`` with what was done."""
         pods_on_disk = self.pods_on_disk()
-        result = result.with_failures([self._clean_failure(f) for f in result.failures])
+        holders = self.generator.holders_once()
+        result = result.with_failures(
+            [self._clean_failure(f, holders) for f in result.failures]
+        )
         with self._failed_lock:
             for f in result.failures:
                 if f.cleanup.kind is CleanupKind.LEFT:
@@ -194,7 +198,16 @@ class NodeVolumeManager:
             return False  # several match: nothing knows which one would undo it
         return True
 
-    def _clean_failure(self, failed: FailedVolume) -> FailedVolume:
+    def volume_held(self, d: PodVolumeDir, holders: Holders, action: str) -> str:
+        """Why ``action`` on pod volume ``d`` is refused (a process or another mount
+        namespace holds its directory or subPath binds), or ``""``."""
+        for path in self.generator.pod_volume_paths(d.pod_uid, d.plugin_name, d.spec_name):
+            held = holders.of(path)
+            if held:
+                return refusal(action, path, held)
+        return ""
+
+    def _clean_failure(self, failed: FailedVolume, holders: HoldersOnce) -> FailedVolume:
         uid = failed.dir.pod_uid
         verdict = self.failure_verdict(failed)
         if not verdict.allowed:
@@ -202,6 +215,11 @@ class NodeVolumeManager:
         if self.desired.pod(uid) is not None:
             why = "the pod is desired; set-up redoes it"
             return attrs.evolve(failed, cleanup=Cleanup.left(why))
+        held = self.volume_held(failed.dir, holders.get(), "clean")
+        if held:
+            # Left, not failed: cleaned later (once nothing holds it) by a running agent.
+            log.warning("%s", held)
+            return attrs.evolve(failed, cleanup=Cleanup.left(held))
         outcome = clean_failed_volume(self.mgr, failed, self.host.get_mounter())
         log.info("volume %s that could not be rebuilt (%s): %s", failed.dir.path,
                  verdict.reason, outcome)
@@ -229,6 +247,7 @@ class NodeVolumeManager:
         """Drop failures that set-up redid; clean, once, those whose pod is not wanted now."""
         with self._failed_lock:
             failed = list(self._failed.values())
+        holders = self.generator.holders_once()
         for f in failed:
             uid = f.dir.pod_uid
             if self.desired.pod(uid) is not None:
@@ -239,7 +258,10 @@ class NodeVolumeManager:
                 )
                 if not mounted:
                     continue  # set-up will redo it
-            elif self.failure_verdict(f).allowed and not self.reconciler.busy(uid):
+            elif (
+                self.failure_verdict(f).allowed and not self.reconciler.busy(uid)
+                and not self.volume_held(f.dir, holders.get(), "clean")
+            ):
                 outcome = clean_failed_volume(self.mgr, f, self.host.get_mounter())
                 log.info("volume %s that could not be rebuilt: %s", f.dir.path, outcome)
                 self.reconciler.forget_pod_later(uid)

@@ -19,6 +19,10 @@ use the volume (:class:`~kubevol.node.usage.VolumeUsage`), and the plugin's unst
 (``device_unmount_verdict``: the kubelet's ``HasMountRefs`` rule by default, the unstage
 guard's policy for CSI) must allow it; that verdict is handed to ``unmount_device``, which
 does not check again.
+
+Tearing a pod volume down is refused, before anything is touched, while a process or
+another mount namespace still holds the volume's directory or its subPath binds
+(:mod:`kubevol.node.holders`, the last line of defence).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from kubevol.mount.blockmap import (
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
+from kubevol.node.holders import Holders, HoldersOnce
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.orphans import OrphanDeviceMount
@@ -343,11 +348,37 @@ class OperationGenerator:
 
         return run
 
-    def tear_down(self, av: AttachedVolume, m: MountedVolume) -> Operation:
-        """Tear the pod's volume down; the pod is then forgotten for this volume."""
+    def holders_once(self) -> HoldersOnce:
+        """What holds paths under the pods directory, for one batch of operations (one
+        walk of ``/proc``, when the first of them asks)."""
+        pods_dir = self.host.get_pods_dir()
+        return HoldersOnce(lambda: Holders.take(pods_dir))
+
+    def pod_volume_paths(self, pod_uid: str, plugin_name: str, spec_name: str) -> list[str]:
+        """What tearing down a pod volume unmounts or removes: its directory and its
+        subPath binds."""
+        return [
+            self.host.get_pod_volume_dir(pod_uid, plugin_name, spec_name),
+            os.path.join(
+                self.host.get_pod_dir(pod_uid), layout.POD_VOLUME_SUBPATHS_DIR, spec_name
+            ),
+        ]
+
+    def tear_down(
+        self, av: AttachedVolume, m: MountedVolume, *, holders: HoldersOnce | None = None
+    ) -> Operation:
+        """Tear the pod's volume down; the pod is then forgotten for this volume.
+
+        Refused (:class:`~kubevol.node.holders.VolumeHeldError`, nothing touched) while
+        ``holders`` (a fresh snapshot when None) says a process or another mount namespace
+        holds the volume's directory or subPath binds.
+        """
 
         def run() -> None:
             plugin = self.mgr.find_plugin_by_name(av.plugin_name)
+            (holders or self.holders_once()).get().refuse(
+                "tear down", self.pod_volume_paths(m.pod_uid, av.plugin_name, m.spec_name)
+            )
             # The kubelet removes the subPath binds of a volume before the volume itself.
             tear_down_subpaths(self.host, m.pod_uid, m.spec_name)
             try:

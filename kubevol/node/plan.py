@@ -5,7 +5,9 @@ found that is left alone, with why.
 
 :func:`plan_repair` only reads: it is the ``--dry-run`` output, and the same plan is shown
 before a real repair, which then runs with the same :class:`~kubevol.node.owners.Ownership`
-and desired state, so it does these actions and no others.
+and desired state, so it does these actions and no others. An action that the last line of
+defence will refuse (a process or another mount namespace holds its path:
+:mod:`kubevol.node.holders`) says so in ``refused``; the plan looks once, as the repair does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from kubevol.node.holders import Holders, refusal
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
@@ -42,6 +45,8 @@ class PlannedAction:
     plugin: str
     path: str
     reason: str
+    #: Why the action will be refused when it runs (something holds its path), or "".
+    refused: str = ""
 
     def to_dict(self) -> dict[str, str]:
         return attrs.asdict(self)
@@ -61,10 +66,13 @@ class RepairPlan:
         }
 
 
-def plan_repair(result: Reconstruction, manager: NodeVolumeManager) -> RepairPlan:
+def plan_repair(
+    result: Reconstruction, manager: NodeVolumeManager, holders: Holders | None = None
+) -> RepairPlan:
     """The repair of ``result`` (a scan not cleaned yet) by ``manager`` (its desired state
-    and ownership as they will be when it runs). Reads only."""
-    plan = _Planner(manager)
+    and ownership as they will be when it runs). Reads only. ``holders``: what holds paths
+    under the pods directory (a snapshot is taken when None)."""
+    plan = _Planner(manager, holders or manager.generator.holders_once().get())
     for found in result.volumes:
         plan.volume(found)
     plan.devices(result.volumes)
@@ -78,8 +86,12 @@ def plan_repair(result: Reconstruction, manager: NodeVolumeManager) -> RepairPla
         elif manager.desired.pod(uid) is not None:
             plan.leave(**where, reason="the pod is desired; set-up redoes it")
         else:
-            plan.act(CLEAN, **where, reason=f"{verdict.reason}; could not be rebuilt")
+            refused = manager.volume_held(failed.dir, plan.holders, "clean")
+            plan.act(CLEAN, **where, reason=f"{verdict.reason}; could not be rebuilt",
+                     refused=refused)
             plan.torn_pods.add(uid)
+            if refused:
+                plan.held_pods.add(uid)
     pods_on_disk = manager.pods_on_disk()
     claimed = manager.claimed_device_mounts()
     for orphan in result.orphans:
@@ -94,14 +106,22 @@ def plan_repair(result: Reconstruction, manager: NodeVolumeManager) -> RepairPla
     for uid in sorted(pods_on_disk | plan.torn_pods):
         verdict = manager.ownership.pod(uid)
         if verdict.allowed and manager.desired.pod(uid) is None:
+            pod_dir = manager.host.get_pod_dir(uid)
+            held = plan.holders.of(pod_dir)
+            refused = refusal("remove the pod directory", pod_dir, held) if held else ""
+            if uid in plan.held_pods and not refused:
+                refused = "a volume of the pod is held (above); left in place"
             plan.act(REMOVE_POD_DIR, pod_uid=uid, volume="", plugin="",
-                     path=manager.host.get_pod_dir(uid), reason=verdict.reason)
+                     path=pod_dir, reason=verdict.reason, refused=refused)
     return RepairPlan(actions=tuple(plan.actions), left=tuple(plan.left))
 
 
 class _Planner:
-    def __init__(self, manager: NodeVolumeManager) -> None:
+    def __init__(self, manager: NodeVolumeManager, holders: Holders) -> None:
         self.manager = manager
+        self.holders = holders
+        #: Pods with a volume whose tear-down or clean will be refused.
+        self.held_pods: set[str] = set()
         self.actions: list[PlannedAction] = []
         self.left: list[PlannedAction] = []
         self.torn_pods: set[str] = set()
@@ -124,15 +144,22 @@ class _Planner:
         if self.manager.desired.pod(d.pod_uid) is not None:
             return  # set up again, not torn down: nothing destructive
         reason = f"{verdict.reason}; not wanted"
+        refused = ""
+        if d.mode is not VolumeMode.BLOCK:  # the tear-down checks; unmap does not
+            refused = self.manager.volume_held(d, self.holders, "tear down")
         for sub in found.subpaths:
-            self.act(UNMOUNT, **where, path=sub, reason=f"{reason} (subPath bind)")
+            self.act(UNMOUNT, **where, path=sub, reason=f"{reason} (subPath bind)",
+                     refused=refused)
         if d.mode is VolumeMode.BLOCK:
             self.act(UNMAP, **where, path=found.mount_path, reason=reason)
         elif found.mount in _MOUNTED:
-            self.act(UNMOUNT, **where, path=found.mount_path, reason=reason)
-        self.act(REMOVE_DIR, **where, path=d.path, reason=reason)
-        self._torn.setdefault(found.unique_name, set()).add(d.pod_uid)
+            self.act(UNMOUNT, **where, path=found.mount_path, reason=reason, refused=refused)
+        self.act(REMOVE_DIR, **where, path=d.path, reason=reason, refused=refused)
         self.torn_pods.add(d.pod_uid)
+        if refused:
+            self.held_pods.add(d.pod_uid)
+            return  # still used by this pod: its device stays
+        self._torn.setdefault(found.unique_name, set()).add(d.pod_uid)
 
     def devices(self, volumes: tuple[FoundVolume, ...]) -> None:
         users: dict[str, set[str]] = {}

@@ -13,7 +13,9 @@ never starts a second operation on a busy key and respects backoff; uncertain st
 treated as "not done" by step 2 and as "maybe done" by steps 1 and 3, so interrupted work is
 either finished or undone. ``managed`` limits which pods the reconciler may tear down: pods
 it does not manage (found on disk, unknown to the caller) are left alone, and so are the
-devices they use.
+devices they use. A pass looks once at what processes and other mount namespaces hold under
+the pods directory (:mod:`kubevol.node.holders`), when its first tear-down or pod directory
+removal asks: what is held is not torn down or removed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from kubevol.errors import KubevolError
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import OperationExecutor, OperationKey, OperationKind
+from kubevol.node.holders import HoldersOnce, refusal
 from kubevol.node.operations import Operation, OperationGenerator, operation_key
 from kubevol.node.poddirs import remove_pod_dir
 from kubevol.node.state import (
@@ -77,6 +80,8 @@ class Reconciler:
         self.remount_period: float | None = None
         self._set_up_at: dict[tuple[str, str], float] = {}
         self._pods_to_clean: set[str] = set()
+        #: Pod UID -> why its directory's removal was refused last (something holds it).
+        self._held_dirs: dict[str, str] = {}
         #: Pod UID -> how many operations that create or remove its directories run now.
         self._busy: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -88,10 +93,11 @@ class Reconciler:
 
     def reconcile(self) -> int:
         """One pass; returns how many operations were started."""
-        started = self._unmount_pods()
+        holders = self.generator.holders_once()
+        started = self._unmount_pods(holders)
         started += self._mount_desired()
         started += self._release_devices()
-        self._clean_pod_dirs()
+        self._clean_pod_dirs(holders)
         return started
 
     def busy(self, uid: str) -> bool:
@@ -136,7 +142,7 @@ class Reconciler:
 
     # 1 ------------------------------------------------------------------------------------
 
-    def _unmount_pods(self) -> int:
+    def _unmount_pods(self, holders: HoldersOnce) -> int:
         started = 0
         for av in self.actual.volumes():
             for m in av.pods:
@@ -153,7 +159,7 @@ class Reconciler:
                 else:
                     started += self._start(
                         OperationKind.TEAR_DOWN, av.unique_name, m.pod_uid,
-                        self.generator.tear_down(av, m), pod=m.pod_uid,
+                        self.generator.tear_down(av, m, holders=holders), pod=m.pod_uid,
                     )
         return started
 
@@ -271,7 +277,7 @@ class Reconciler:
 
     # 4 ------------------------------------------------------------------------------------
 
-    def _clean_pod_dirs(self) -> None:
+    def _clean_pod_dirs(self, holders: HoldersOnce) -> None:
         with self._lock:
             candidates = sorted(self._pods_to_clean)
         if not candidates:
@@ -285,6 +291,8 @@ class Reconciler:
             and self.managed(uid)
             and not self.busy(uid)
         ]
+        if ready:
+            ready = [uid for uid in ready if not self._held(uid, holders)]
         if not ready:
             return
         # Each removal is dozens of system calls on a directory tree and waits on the disk:
@@ -292,9 +300,23 @@ class Reconciler:
         with concurrent.futures.ThreadPoolExecutor(min(_CLEANERS, len(ready))) as pool:
             removed = list(pool.map(remove_pod_dir, map(self.generator.host.get_pod_dir, ready)))
         with self._lock:
-            self._pods_to_clean.difference_update(
-                uid for uid, gone in zip(ready, removed, strict=True) if gone
-            )
+            gone = [uid for uid, ok in zip(ready, removed, strict=True) if ok]
+            self._pods_to_clean.difference_update(gone)
+            for uid in gone:
+                self._held_dirs.pop(uid, None)
+
+    def _held(self, uid: str, holders: HoldersOnce) -> bool:
+        pod_dir = self.generator.host.get_pod_dir(uid)
+        held = holders.get().of(pod_dir)
+        with self._lock:
+            if held:
+                why = refusal("remove the pod directory", pod_dir, held)
+                if self._held_dirs.get(uid) != why:
+                    log.warning("%s", why)
+                self._held_dirs[uid] = why
+            else:
+                self._held_dirs.pop(uid, None)
+        return bool(held)
 
     # --------------------------------------------------------------------------------------
 
@@ -316,6 +338,10 @@ class Reconciler:
                 work.append(f"volume {av.unique_name!r}: device {av.device_state.value}")
         with self._lock:
             dirs = [u for u in self._pods_to_clean if self.managed(u)]
-        work += [f"pod {uid}: directory not removed yet" for uid in sorted(dirs)]
+            held = dict(self._held_dirs)
+        work += [
+            f"pod {uid}: directory not removed yet" + (f" ({held[uid]})" if uid in held else "")
+            for uid in sorted(dirs)
+        ]
         return work
 
