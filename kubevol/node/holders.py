@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from kubevol.errors import KubevolError
-from kubevol.mount.mountinfo import MountInfo
-from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.mount.mountinfo import MountInfo, parse_mountinfo_bytes
+from kubevol.mount.table import read_mountinfo_bytes
 
 PROC = "/proc"
 
@@ -92,16 +92,62 @@ def refusal(action: str, path: str, holders: list[Holder]) -> str:
     return f"refusing to {action} {path}: {named}{more}; left in place"
 
 
+class _Mounts:
+    """The part of one mount table a snapshot asks about: mounts at or below ``under`` by
+    mount point, and mounts of the ``devices`` of interest by device and root, each sorted
+    for binary search. Built once per table (one parse); each question is a few bisects."""
+
+    def __init__(
+        self, entries: list[MountInfo], under: str, devices: set[tuple[int, int]] | None
+    ) -> None:
+        prefix = under.rstrip("/") + "/"
+        below = [e for e in entries if e.mount_point == under or e.mount_point.startswith(prefix)]
+        below.sort(key=lambda e: e.mount_point)  # stable: table order kept at one point
+        self._below = below
+        self._below_keys = [e.mount_point for e in below]
+        by_dev: dict[tuple[int, int], list[MountInfo]] = {}
+        for e in entries:
+            if devices is None or e.device in devices:
+                by_dev.setdefault(e.device, []).append(e)
+        self._by_dev = {d: sorted(es, key=lambda e: e.root) for d, es in by_dev.items()}
+        self._dev_keys = {d: [e.root for e in es] for d, es in self._by_dev.items()}
+
+    def at_or_below(self, path: str) -> list[MountInfo]:
+        """Mounts whose mount point is ``path`` or below it."""
+        return [self._below[i] for i in _prefix_range(self._below_keys, path)]
+
+    def of_device(self, device: tuple[int, int], root: str) -> list[MountInfo]:
+        """Mounts of ``device`` whose root is ``root`` or below it."""
+        entries = self._by_dev.get(device)
+        if not entries:
+            return []
+        return [entries[i] for i in _prefix_range(self._dev_keys[device], root)]
+
+    def devices(self) -> set[tuple[int, int]]:
+        """The devices mounted at or below ``under``."""
+        return {e.device for e in self._below}
+
+
+def _prefix_range(keys: list[str], path: str) -> list[int]:
+    """Indexes of the sorted ``keys`` that are ``path`` or below it."""
+    if path == "/":
+        return list(range(len(keys)))
+    lo = bisect.bisect_left(keys, path)
+    # Everything below path sorts before path + "0" ("/" is the character before "0").
+    hi = bisect.bisect_left(keys, path + "0", lo)
+    return [i for i in range(lo, hi) if keys[i] == path or keys[i].startswith(path + "/")]
+
+
 @attrs.frozen(kw_only=True)
 class _Namespace:
-    """Another mount namespace: its table, a process in it, whether its paths are ours
-    (its processes' root is our root)."""
+    """Another mount namespace: a process in it, whether its paths are ours (its
+    processes' root is our root), and its table's mounts that matter."""
 
     inode: int
     pid: int
     comm: str
     same_root: bool
-    table: MountTable
+    mounts: _Mounts
 
 
 class Holders:
@@ -115,15 +161,26 @@ class Holders:
         *,
         under: str,
         paths: list[tuple[str, Holder]],
-        namespaces: list[_Namespace],
-        own_table: MountTable,
+        namespaces: list[tuple[int, int, str, bool, list[MountInfo]]],
+        own_entries: list[MountInfo],
         uninspected: int = 0,
+        alias: str = "",
     ) -> None:
         self.under = under
+        #: ``under`` as the caller spelled it (before links were resolved).
+        self._alias = alias if alias != under else ""
         self._paths = sorted(paths, key=lambda p: p[0])
         self._keys = [p for p, _ in self._paths]
-        self.namespaces = namespaces
-        self._own = own_table
+        self._own = _Mounts(own_entries, under, set())
+        #: The top-most of our mounts at each mount point (to find the containing one).
+        self._own_at: dict[str, MountInfo] = {e.mount_point: e for e in own_entries}
+        containing = self._containing(under)
+        devices = self._own.devices() | ({containing.device} if containing else set())
+        self.namespaces = [
+            _Namespace(inode=ino, pid=pid, comm=comm, same_root=same,
+                       mounts=_Mounts(entries, under, devices))
+            for ino, pid, comm, same, entries in namespaces
+        ]
         #: Processes whose descriptors could not be read (not root, or exited meanwhile).
         self.uninspected = uninspected
 
@@ -135,7 +192,7 @@ class Holders:
 
         The calling process and ``exclude`` are left out.
         """
-        under = os.path.realpath(under)
+        given, under = os.path.normpath(under), os.path.realpath(under)
         skip = {os.getpid(), *exclude}
         own_ns = _ns_inode(f"{proc}/self")
         try:
@@ -145,7 +202,7 @@ class Holders:
             root_id = (0, 0)
         prefix = under.rstrip("/") + "/"
         paths: list[tuple[str, Holder]] = []
-        namespaces: list[_Namespace] = []
+        namespaces: list[tuple[int, int, str, bool, list[MountInfo]]] = []
         seen_ns = {own_ns}
         uninspected = 0
         try:
@@ -158,36 +215,45 @@ class Holders:
             pid, base = int(name), f"{proc}/{name}"
             held, readable = _held_by(base, under, prefix)
             uninspected += not readable
-            ns = _ns_inode(base)
             comm = ""
             if held:
                 comm = _comm(base)
                 paths += [(p, Holder(pid=pid, comm=comm, what=w, path=p)) for w, p in held]
+            ns = _ns_inode(base)
             if ns and ns not in seen_ns:
                 try:
-                    table = MountTable(read_mountinfo_bytes(f"{base}/mountinfo"))
+                    entries = parse_mountinfo_bytes(read_mountinfo_bytes(f"{base}/mountinfo"))
                     st = os.stat(f"{base}/root")
                 except OSError:
                     continue  # gone meanwhile: another process may still show its namespace
                 seen_ns.add(ns)
-                namespaces.append(_Namespace(
-                    inode=ns, pid=pid, comm=comm or _comm(base),
-                    same_root=(st.st_dev, st.st_ino) == root_id, table=table,
-                ))
-        return cls(
-            under=under, paths=paths, namespaces=namespaces,
-            own_table=MountTable(read_mountinfo_bytes(f"{proc}/self/mountinfo")),
-            uninspected=uninspected,
-        )
+                same_root = (st.st_dev, st.st_ino) == root_id
+                namespaces.append((ns, pid, comm or _comm(base), same_root, entries))
+        own = parse_mountinfo_bytes(read_mountinfo_bytes(f"{proc}/self/mountinfo"))
+        return cls(under=under, paths=paths, namespaces=namespaces, own_entries=own,
+                   uninspected=uninspected, alias=given)
 
     def of(self, path: str) -> list[Holder]:
         """Who holds ``path`` or anything below it (processes first, one holder per other
         namespace)."""
-        path = os.path.realpath(path)
-        out = [self._paths[i][1] for i in self._range(path)]
+        path = self._real(path)
+        out = [self._paths[i][1] for i in _prefix_range(self._keys, path)]
         if self.namespaces:
             out += self._namespace_holders(path)
         return out
+
+    def _real(self, path: str) -> str:
+        """``path`` with links resolved, as the kernel shows the paths processes hold.
+
+        Below ``under`` only its own prefix is resolved (once, by :meth:`take`): a link
+        further down leads where the snapshot does not look anyway, and resolving every
+        question's path would cost a system call per component.
+        """
+        path = os.path.normpath(path)
+        for prefix in (self.under, self._alias):
+            if prefix and (path == prefix or path.startswith(prefix + "/")):
+                return self.under + path[len(prefix):]
+        return os.path.realpath(path)
 
     def refuse(self, action: str, paths: Iterable[str]) -> None:
         """Raise :class:`VolumeHeldError` if anything holds one of ``paths`` (checked in
@@ -197,35 +263,31 @@ class Holders:
             if holders:
                 raise VolumeHeldError(refusal(action, path, holders), path, holders)
 
-    def _range(self, path: str) -> list[int]:
-        keys = self._keys
-        lo = bisect.bisect_left(keys, path)
-        # Everything below path sorts before path + "0" ("/" is the character before "0").
-        hi = bisect.bisect_left(keys, path + "0", lo)
-        return [i for i in range(lo, hi) if keys[i] == path or keys[i].startswith(path + "/")]
+    def _containing(self, path: str) -> MountInfo | None:
+        """Our top-most mount at ``path`` or at its nearest ancestor."""
+        while True:
+            found = self._own_at.get(path)
+            if found is not None or path == "/":
+                return found
+            path = os.path.dirname(path)
 
     def _namespace_holders(self, path: str) -> list[Holder]:
-        ours = self._own.mounted_under(path)
+        ours = self._own.at_or_below(path)
         # Mounts that propagate from the ones we unmount go away with them.
         groups = {f.split(":", 1)[1] for e in ours for f in e.optional_fields
                   if f.startswith("shared:")}
-        sources = [(e.major, e.minor, e.root) for e in ours]
-        containing = self._own.find_containing(path)
-        if containing is not None and containing.mount_point == path:
+        sources = [(e.device, e.root) for e in ours]
+        containing = self._containing(path)
+        if containing is not None and containing.mount_point == path and path != "/":
             # Also the directory the mount covers, in the filesystem below it.
-            parent = self._own.find_containing(os.path.dirname(path))
-            if parent is not None and parent is not containing:
-                sources.append(_source_of(parent, path))
-        elif containing is not None:
+            containing = self._containing(os.path.dirname(path))
+        if containing is not None:
             sources.append(_source_of(containing, path))
         out = []
         for ns in self.namespaces:
-            found: list[MountInfo] = []
-            if ns.same_root:
-                found = ns.table.mounted_under(path)
+            found = ns.mounts.at_or_below(path) if ns.same_root else []
             if not found:
-                found = [e for major, minor, root in sources
-                         for e in ns.table.with_device(major, minor, root, under=True)]
+                found = [e for device, root in sources for e in ns.mounts.of_device(device, root)]
             found = [e for e in found if not _follows(e, groups)]
             if found:
                 out.append(Holder(pid=ns.pid, comm=ns.comm, what=MOUNT,
@@ -260,11 +322,11 @@ def _held_by(base: str, under: str, prefix: str) -> tuple[list[tuple[str, str]],
     return held, True
 
 
-def _source_of(mount: MountInfo, path: str) -> tuple[int, int, str]:
-    """(major, minor, path inside the filesystem) of ``path`` reached through ``mount``."""
-    rel = os.path.relpath(path, mount.mount_point)
-    inside = mount.root if rel == "." else os.path.normpath(os.path.join(mount.root, rel))
-    return (mount.major, mount.minor, inside)
+def _source_of(mount: MountInfo, path: str) -> tuple[tuple[int, int], str]:
+    """(device, path inside the filesystem) of ``path`` reached through ``mount``."""
+    rel = path[len(mount.mount_point):].strip("/")  # path is the mount point or below it
+    inside = f"{mount.root.rstrip('/')}/{rel}" if rel else mount.root
+    return (mount.device, inside)
 
 
 def _follows(entry: MountInfo, groups: set[str]) -> bool:
