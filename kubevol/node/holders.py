@@ -9,11 +9,13 @@ Before kubevol unmounts or removes anything under ``pods/<uid>``, it asks a
   what it removes;
 * a mount in *another* mount namespace is at or below the path, or shows a part of what
   the path holds (same device, and a filesystem root at or below the path's place in that
-  filesystem: a container's bind of the volume). One ``mountinfo`` is read per namespace
-  (namespaces told apart by the inode of ``/proc/<pid>/ns/mnt``). The caller's own
-  namespace is what the unmount acts on, so it is not a holder; nor is a mount that is a
-  propagation copy of one the unmount removes (same peer group, or a slave of it: a CSI
-  driver's namespace with bidirectional propagation), since the unmount takes it away too.
+  filesystem: a container's bind of the volume, wherever it is). One ``mountinfo`` is read
+  per namespace (namespaces told apart by the inode of ``/proc/<pid>/ns/mnt``). The
+  caller's own namespace is what the unmount acts on, so it is not a holder; nor is a
+  propagation copy of a mount the unmount removes, in the same place (same peer group, or
+  a slave of it: a CSI driver's namespace with bidirectional propagation, a service's
+  namespace that is a slave of the host's), since the unmount takes it away too. A bind
+  of such a mount *elsewhere* stays after our unmount, whatever its peer group: a holder.
 
 If anything holds it, the action is refused and the path left as it is: unmounting under a
 process or another namespace would not free the volume, and removing would delete data
@@ -286,9 +288,12 @@ class Holders:
         out = []
         for ns in self.namespaces:
             found = ns.mounts.at_or_below(path) if ns.same_root else []
-            if not found:
-                found = [e for device, root in sources for e in ns.mounts.of_device(device, root)]
-            found = [e for e in found if not _follows(e, groups)]
+            found += [e for device, root in sources for e in ns.mounts.of_device(device, root)]
+            if ns.same_root and groups:
+                # A propagation copy in the same place goes with our unmount; a bind of
+                # the same mount elsewhere (a container's) stays, whatever its group.
+                found = [e for e in found
+                         if not (_follows(e, groups) and _is_below(e.mount_point, path))]
             if found:
                 out.append(Holder(pid=ns.pid, comm=ns.comm, what=MOUNT,
                                   path=found[0].mount_point, mnt_ns=ns.inode))
@@ -336,6 +341,10 @@ def _follows(entry: MountInfo, groups: set[str]) -> bool:
         if kind in ("shared", "master") and group in groups:
             return True
     return False
+
+
+def _is_below(mount_point: str, path: str) -> bool:
+    return mount_point == path or mount_point.startswith(path.rstrip("/") + "/")
 
 
 def _ns_inode(base: str) -> int:

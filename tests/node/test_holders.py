@@ -174,6 +174,21 @@ def test_a_bind_of_the_volume_elsewhere_in_another_namespace_holds_it(
     assert held.what == MOUNT and held.path == os.path.realpath(tmp_path / "elsewhere")
 
 
+def test_a_slave_bind_of_a_shared_volume_elsewhere_still_holds_it(
+    shared_mount: Path, tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
+    """A slave namespace (our unmount propagates to its copy) that also binds the volume
+    at a path of its own, as a container runtime does: the bind is a slave of the same
+    peer group, but our unmount does not reach it: a holder, named by its bind."""
+    (tmp_path / "elsewhere").mkdir()
+    pid = _in_other_namespace(
+        children, "slave", f"mount --bind {shared_mount} {tmp_path}/elsewhere"
+    )
+    [held] = [h for h in Holders.take(str(shared_mount)).of(str(shared_mount))
+              if h.pid == pid]
+    assert held.path == os.path.realpath(tmp_path / "elsewhere")
+
+
 def test_one_snapshot_per_batch_taken_only_when_asked(tmp_path: Path) -> None:
     """HoldersOnce walks /proc at most once, and not at all when nothing asks."""
     taken: list[Holders] = []
