@@ -20,6 +20,7 @@ DEFAULT_METRICS_ADDRESS = "127.0.0.1:10255"
 def run(args: argparse.Namespace) -> int:
     require_privileges("kubevol agent")
     from kubevol.node.agent import Agent
+    from kubevol.node.api_pods import APIServerPods
     from kubevol.node.sdnotify import SystemdNotifier
 
     stop = threading.Event()
@@ -36,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     with open_runtime(args, exclusive=True) as runtime, Agent(
         runtime,
         manifest_dir=args.manifests,
+        api_pods=(
+            APIServerPods(runtime.host.get_kube_client(), runtime.host.node_name)
+            if args.kubeconfig else None
+        ),
         plugins_registry=(
             runtime.host.get_plugins_registry_dir()
             if args.plugins_registry is None else args.plugins_registry or None
@@ -55,7 +60,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Run until SIGTERM or SIGINT: reconstruct what is mounted under --root, then keep "
         "the volumes of the pods in --manifests (a static-pod directory, watched with "
-        "inotify) mounted, tearing down those of pods whose manifest goes. Volumes stay "
+        "inotify) and, with --kubeconfig, of the pods bound to --node-name on that API "
+        "server (listed and watched; their claims, ConfigMaps and Secrets read from it) "
+        "mounted, tearing down those of pods whose manifest goes, or that the API server "
+        "deletes or reports terminated (Succeeded/Failed). Volumes stay "
         "mounted when the agent stops. Serves /metrics (kubelet_volume_stats_*, "
         "storage_operation_duration_seconds, kubevol_reconciler_*) and /healthz on "
         "--metrics-address. With $NOTIFY_SOCKET set (systemd Type=notify) it reports "

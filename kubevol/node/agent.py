@@ -10,6 +10,11 @@ sources, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
 by SIGTERM) takes no new work, lets running operations finish, and never tears a volume
 down because the agent stops.
 
+Sources: a static-pod directory (:mod:`kubevol.node.static_pods`) and/or the pods bound to
+this node on an API server (:mod:`kubevol.node.api_pods`); both feed one desired state.
+Until the API server's pods were listed once, nothing is taken down (the kubelet waits for
+its sources to be ready likewise).
+
 Which pods the agent may tear down: those its sources brought (kept in
 ``<root>/kubevol/agent-pods.json`` across restarts, so a manifest deleted while the agent was
 down still takes its pod down) and nothing else. Pods recorded by ``kubevol up`` keep
@@ -29,6 +34,7 @@ from kubevol.csi.registration.watcher import PluginWatcher
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
 from kubevol.lifecycle import ClosesOnExit
+from kubevol.node.api_pods import APIServerPods
 from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
@@ -80,7 +86,9 @@ class OwnedPods:
 class Agent(ClosesOnExit):
     """Runs the pods of its sources on ``runtime``'s root until :meth:`run`'s event is set.
 
-    ``manifest_dir`` is a static-pod directory (None: no such source); CSI drivers register
+    ``manifest_dir`` is a static-pod directory (None: no such source); ``api_pods`` the pods
+    of this node on an API server (None: no such source; started and closed by the agent);
+    CSI drivers register
     through sockets in ``plugins_registry`` (the kubelet's pluginregistration protocol;
     None: only the drivers the runtime was given); ``metrics_address``
     ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served); ``max_backoff``
@@ -92,6 +100,7 @@ class Agent(ClosesOnExit):
         runtime: NodeRuntime,
         *,
         manifest_dir: str | None = None,
+        api_pods: APIServerPods | None = None,
         plugins_registry: str | None = None,
         metrics_address: str | None = None,
         period: float = LOOP_PERIOD,
@@ -109,6 +118,7 @@ class Agent(ClosesOnExit):
         self.owned = OwnedPods(runtime.host.root_dir)
         self._owned = self.owned.load()
         self.source = ManifestDirectory(manifest_dir) if manifest_dir else None
+        self.api = api_pods
         self.watcher = (
             PluginWatcher.for_registry(plugins_registry, runtime.registry)
             if plugins_registry else None
@@ -165,6 +175,13 @@ class Agent(ClosesOnExit):
         manifests = self.source.manifests() if self.source is not None else Manifests()
         self.invalid = {f"file {n}": why for n, why in (self.source.errors.items()
                                                          if self.source else [])}
+        keep: set[str] = set()
+        if self.api is not None:
+            manifests = manifests.merged(self.api.manifests())
+            self.invalid.update(self.api.errors)
+            # A pod whose claims could not be read is still wanted; before the first list
+            # nothing is known to be gone.
+            keep = self.api.unresolved() if self.api.synced.is_set() else set(self._owned)
         wanted: dict[str, NewPod] = {}
         for pod in manifests.pods:
             try:
@@ -183,7 +200,8 @@ class Agent(ClosesOnExit):
             if (r := records.get(uid)) is None or r.state is not PodState.RUNNING
             or r.objects != p.record.objects
         ]
-        gone = sorted(uid for uid in self._owned if uid not in wanted and uid in records)
+        gone = sorted(uid for uid in self._owned
+                      if uid not in wanted and uid not in keep and uid in records)
         owned = (self._owned | set(wanted)) & (set(records) | set(wanted))
         if owned != self._owned:
             # Saved before the records change: an owned pod always has its UID on disk.
@@ -210,6 +228,9 @@ class Agent(ClosesOnExit):
             if self.watcher is not None:
                 self.watcher.start()
                 log.info("registering CSI drivers from %s", self.watcher.directory)
+            if self.api is not None:
+                self.api.start()
+                log.info("watching the pods of node %s on the API server", self.api.node_name)
             self.pods.reconstruct()
             self.apply_sources()
             stats.start()
@@ -223,6 +244,8 @@ class Agent(ClosesOnExit):
                 self.server.stop()
             if self.watcher is not None:
                 self.watcher.stop()
+            if self.api is not None:
+                self.api.close()
 
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0
@@ -261,17 +284,23 @@ class Agent(ClosesOnExit):
 
     def _wait(self, stop: threading.Event, timeout: float) -> bool:
         """Wait up to ``timeout`` for a source change or ``stop``; whether a source changed."""
-        if self.source is None:
-            stop.wait(timeout)
-            return False
         deadline = time.monotonic() + timeout
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            # Wake at least every LOOP_PERIOD to notice ``stop``.
-            if self.source.wait(min(left, LOOP_PERIOD)):
-                return True
+            # Wake at least every LOOP_PERIOD to notice ``stop`` (and the other source).
+            step = min(left, LOOP_PERIOD)
+            if self.source is not None:
+                if self.source.wait(step):
+                    return True
+                if self.api is not None and self.api.wait(0):
+                    return True
+            elif self.api is not None:
+                if self.api.wait(step):
+                    return True
+            else:
+                stop.wait(step)
         return False
 
     def _stats_loop(self, stop: threading.Event) -> None:
@@ -286,3 +315,5 @@ class Agent(ClosesOnExit):
         """Stop watching the sources. Idempotent (``run`` already closed the rest)."""
         if self.source is not None:
             self.source.close()
+        if self.api is not None:
+            self.api.close()

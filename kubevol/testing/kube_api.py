@@ -817,7 +817,8 @@ class KubeAPIServer(RunsWhileEntered):
                 self._end(req)
                 return
             for change in pending:
-                event = self._visible(change, namespace, selector)
+                event = (self._visible(change, namespace, selector)
+                         if change.resource == resource else None)
                 if event is not None:
                     self._send(req, event)
                 position = change.rv

@@ -68,6 +68,7 @@ def test_watch_from_a_resource_version_replays_later_changes(api: KubeAPIServer)
     entering the selection; each object carries its own new resourceVersion."""
     api.add(pod("old", "n1"))
     since = api.resource_version
+    api.add_config_map("default", "not-a-pod", {})
     api.add(pod("a", "n1"))
     api.add(pod("elsewhere", "n2"))
     api.update("pods", "a", {"status": {"phase": "Running"}}, "default")
@@ -79,8 +80,8 @@ def test_watch_from_a_resource_version_replays_later_changes(api: KubeAPIServer)
         for e in raw_events(api, field_selector="spec.nodeName=n1",
                             resource_version=str(since), timeout_seconds=1)
     ]
-    assert events == [("ADDED", "a", "2"), ("MODIFIED", "a", "4"), ("ADDED", "elsewhere", "5"),
-                      ("DELETED", "old", "6"), ("DELETED", "a", "7")]
+    assert events == [("ADDED", "a", "3"), ("MODIFIED", "a", "5"), ("ADDED", "elsewhere", "6"),
+                      ("DELETED", "old", "7"), ("DELETED", "a", "8")]
 
 
 def test_watch_without_resource_version_starts_with_the_current_state(
