@@ -1,7 +1,10 @@
 """``Spec``: the one internal description of a volume, whether a pod volume or a PersistentVolume.
 
-The kubernetes client's model classes are imported only when a manifest is loaded, so
-``import kubevol`` stays fast.
+The kubernetes client's model classes are imported only when a manifest is loaded or a
+model is read, so ``import kubevol`` stays fast. API objects kubevol makes itself
+(reconstruction: one per volume on disk) are kept as their dicts and built on first read
+(:class:`DeferredApiObject`, :meth:`Spec.from_api_data`): importing the model classes costs
+~0.4 s of CPU and building one ~10 us, and a scan usually needs neither.
 """
 
 from __future__ import annotations
@@ -22,12 +25,68 @@ _T = TypeVar("_T")
 
 
 def _exactly_one_source(instance: Spec, _attribute: object, _value: object) -> None:
-    if (instance.volume is None) == (instance.persistent_volume is None):
+    volume, pv = instance._volume is not None, instance._persistent_volume is not None
+    if volume == pv:
         raise SpecError(
             "a Spec needs exactly one of volume or persistent_volume, "
-            f"got volume={instance.volume is not None} "
-            f"and persistent_volume={instance.persistent_volume is not None}"
+            f"got volume={volume} and persistent_volume={pv}"
         )
+
+
+class DeferredApiObject:
+    """The kubernetes client's model ``type_name`` of ``data`` (a dict with the API's field
+    names), built by :func:`api_object` on the first attribute read and delegated to from
+    then on.
+
+    kubevol makes these where it knows the dict and rarely needs more (the pod a
+    reconstructed volume belongs to: its UID, which :func:`pod_uid` reads from ``data``).
+    A caller that needs the model itself (``isinstance``, embedding it in another model)
+    calls :meth:`model`. ``data`` must be a valid ``type_name``: a build that fails raises
+    :class:`SpecError` where the attribute was read.
+    """
+
+    __slots__ = ("_model", "data", "type_name")
+
+    def __init__(self, type_name: str, data: Mapping[str, Any]) -> None:
+        self.type_name = type_name
+        self.data = data
+        self._model: Any = None
+
+    def model(self) -> Any:
+        """The model, built once."""
+        if self._model is None:
+            self._model = api_object(self.type_name, self.data)
+        return self._model
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy/pickle probing: not a model field
+            raise AttributeError(name)
+        return getattr(self.model(), name)
+
+    def __repr__(self) -> str:
+        return f"DeferredApiObject({self.type_name!r}, {self.data!r})"
+
+
+@attrs.frozen
+class KnownSource:
+    """A volume source read the way plugins read the model's (``source.medium``): its
+    ``fields`` (the model's attribute names), every other name unset (None).
+
+    A plugin that makes a Spec from API data (:meth:`Spec.from_api_data`) seeds
+    :meth:`Spec.derived` with one, so that reading the source of a reconstructed volume
+    builds no model; its tests hold it equal, field by field, to the source of the model
+    built from the same data."""
+
+    fields: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.fields.get(name)
+
+
+def _model(value: Any) -> Any:
+    return value.model() if isinstance(value, DeferredApiObject) else value
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -45,12 +104,29 @@ class Spec:
     Spec lives and no longer.
     """
 
-    volume: Any = attrs.field(default=None, validator=_exactly_one_source)
-    persistent_volume: Any = None
+    # The API objects, or DeferredApiObjects of them (from_api_data): read through the
+    # properties below, which build a deferred one on first read.
+    _volume: Any = attrs.field(default=None, alias="volume", validator=_exactly_one_source)
+    _persistent_volume: Any = attrs.field(default=None, alias="persistent_volume")
     read_only: bool = False
     inline_volume_spec_for_csi_migration: bool = False
     migrated: bool = False
     _derived: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
+
+    @property
+    def volume(self) -> Any:
+        """The pod's ``V1Volume``, or None."""
+        return _model(self._volume)
+
+    @property
+    def persistent_volume(self) -> Any:
+        """The ``V1PersistentVolume``, or None."""
+        return _model(self._persistent_volume)
+
+    @property
+    def is_persistent_volume(self) -> bool:
+        """Whether this is a PersistentVolume's Spec (read without building a model)."""
+        return self._persistent_volume is not None
 
     def derived(self, key: str, read: Callable[[Spec], _T]) -> _T:
         """``read(self)``, computed once per Spec and ``key`` (a plugin names its key, e.g.
@@ -71,6 +147,32 @@ class Spec:
     def from_persistent_volume(cls, pv: Any, read_only: bool = False) -> Spec:
         """A Spec for a PersistentVolume (``kubernetes.client.V1PersistentVolume``)."""
         return cls(persistent_volume=pv, read_only=read_only)
+
+    @classmethod
+    def from_api_data(
+        cls,
+        *,
+        volume: Mapping[str, Any] | None = None,
+        persistent_volume: Mapping[str, Any] | None = None,
+        read_only: bool = False,
+        known: Mapping[str, Any] | None = None,
+    ) -> Spec:
+        """A Spec of a pod volume or a PersistentVolume kubevol makes itself, given as the
+        API's dict (``{"name": ..., "emptyDir": {}}``): its model is built only when
+        :attr:`volume` or :attr:`persistent_volume` is read (:class:`DeferredApiObject`).
+        ``known`` seeds :meth:`derived` with what the plugin that makes the Spec knows
+        already; each value must be what that key's reader returns for the built model
+        (the plugins' tests hold them equal), so that a scan never builds one."""
+        spec = cls(
+            volume=None if volume is None else DeferredApiObject("V1Volume", volume),
+            persistent_volume=(
+                None if persistent_volume is None
+                else DeferredApiObject("V1PersistentVolume", persistent_volume)
+            ),
+            read_only=read_only,
+        )
+        spec._derived.update(known or {})
+        return spec
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any] | str, read_only: bool = False) -> Spec:
@@ -98,9 +200,14 @@ class Spec:
 
     def name(self) -> str:
         """The pod volume's name, else the PersistentVolume's name, else ``""``."""
-        if self.volume is not None:
-            return str(self.volume.name or "")
-        metadata = self.persistent_volume.metadata
+        volume, pv = self._volume, self._persistent_volume
+        if isinstance(volume, DeferredApiObject):
+            return str(volume.data.get("name") or "")
+        if volume is not None:
+            return str(volume.name or "")
+        if isinstance(pv, DeferredApiObject):
+            return str((pv.data.get("metadata") or {}).get("name") or "")
+        metadata = pv.metadata
         return str(metadata.name or "") if metadata is not None else ""
 
 
@@ -164,8 +271,12 @@ def api_object(type_name: str, data: Mapping[str, Any]) -> Any:
 
 
 def pod_uid(pod: Any) -> str:
-    """The validated UID of a ``V1Pod``; raises SpecError when it has none."""
-    uid = getattr(getattr(pod, "metadata", None), "uid", None)
+    """The validated UID of a ``V1Pod`` (or a :class:`DeferredApiObject` of one, read
+    without building it); raises SpecError when it has none."""
+    if isinstance(pod, DeferredApiObject):
+        uid = (pod.data.get("metadata") or {}).get("uid")
+    else:
+        uid = getattr(getattr(pod, "metadata", None), "uid", None)
     if not uid:
         raise SpecError("the pod has no metadata.uid; kubevol needs it to lay out its volumes")
     return validate_path_segment(str(uid), "pod UID")

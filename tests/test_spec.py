@@ -7,6 +7,7 @@ import pytest
 from kubernetes import client
 
 from kubevol import Spec, SpecError
+from kubevol.spec import DeferredApiObject, KnownSource, pod_uid
 
 
 def test_from_volume_names_the_pod_volume() -> None:
@@ -138,3 +139,56 @@ def test_api_object_refuses_an_invalid_dict_clearly() -> None:
 
     with pytest.raises(SpecError, match="not a valid Volume"):
         api_object("V1Volume", {"name": "v", "emptyDir": "not a mapping"})
+
+
+def _no_model_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(type_name: str, data: object) -> None:
+        raise AssertionError(f"a {type_name} model was built")
+
+    monkeypatch.setattr("kubevol.spec.api_object", refuse)
+
+
+def test_spec_from_api_data_builds_its_model_only_when_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Spec made from API data answers its name, kind and known derived values without
+    building a model; reading ``volume``/``persistent_volume`` builds the client's model,
+    once."""
+    volume = Spec.from_api_data(volume={"name": "data", "emptyDir": {"medium": "Memory"}},
+                                known={"k": 1})
+    pv = Spec.from_api_data(persistent_volume={"metadata": {"name": "pv-1"}, "spec": {}})
+    with monkeypatch.context() as m:
+        _no_model_built(m)
+        assert (volume.name(), pv.name()) == ("data", "pv-1")
+        assert (volume.is_persistent_volume, pv.is_persistent_volume) == (False, True)
+        assert volume.derived("k", lambda _: 2) == 1
+    assert isinstance(volume.volume, client.V1Volume)
+    assert volume.volume.empty_dir.medium == "Memory"
+    assert volume.volume is volume.volume
+    assert volume.persistent_volume is None
+    assert isinstance(pv.persistent_volume, client.V1PersistentVolume)
+    assert pv.persistent_volume.metadata.name == "pv-1"
+
+
+def test_deferred_api_object_reads_the_pod_uid_without_a_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pod_uid reads a deferred pod's UID from its data; any other read builds the V1Pod."""
+    pod = DeferredApiObject("V1Pod", {"metadata": {"uid": "u-1"}})
+    with monkeypatch.context() as m:
+        _no_model_built(m)
+        assert pod_uid(pod) == "u-1"
+    assert pod.metadata.uid == "u-1" and pod.metadata.name is None
+    assert isinstance(pod.model(), client.V1Pod)
+    with pytest.raises(SpecError, match=r"no metadata\.uid"):
+        pod_uid(DeferredApiObject("V1Pod", {"metadata": {}}))
+    with pytest.raises(SpecError, match="not a valid Pod"):
+        _ = DeferredApiObject("V1Pod", {"metadata": "not a mapping"}).spec
+
+
+def test_known_source_reads_unset_fields_as_none() -> None:
+    """A KnownSource answers its fields and None for any other, like an unset model field."""
+    source = KnownSource({"medium": "Memory"})
+    assert (source.medium, source.size_limit) == ("Memory", None)
+    with pytest.raises(AttributeError):
+        _ = source._private

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 import attrs
+import orjson
 
 #: The ``-o`` values (``jsonpath=EXPR`` besides).
 FORMATS = ("table", "wide", "json", "yaml", "name")
@@ -131,7 +132,7 @@ def render(data: Any, tables: Sequence[Table], fmt: OutputFormat, out: TextIO, *
     """Write ``data`` to ``out`` as ``fmt`` says, in one ``write`` call."""
     plain = to_plain(data)
     if fmt.kind == "json":
-        text = json.dumps(plain, indent=2) + "\n"
+        text = json_text(plain) + "\n"
     elif fmt.kind == "yaml":
         text = yaml_text(plain)
     elif fmt.kind == JSONPATH:
@@ -161,8 +162,37 @@ def yaml_text(data: Any) -> str:
     return text
 
 
+def json_text(plain: Any) -> str:
+    """``plain`` (JSON values) as ``json.dumps(plain, indent=2)`` writes it, byte for byte.
+
+    orjson writes it ~20 times faster (``json`` indents in pure Python: 0.1 s of CPU for a
+    node of 10,000 volumes); what it writes otherwise takes ``json``'s way: text with
+    non-ASCII characters (``json`` escapes them) and integers beyond 64 bits. One
+    difference is left: a float NaN or infinity is ``null`` (``json``'s ``NaN`` is not
+    JSON)."""
+    try:
+        text = orjson.dumps(plain, option=orjson.OPT_INDENT_2).decode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits
+        return json.dumps(plain, indent=2)
+    return text if text.isascii() else json.dumps(plain, indent=2)
+
+
+#: Values :func:`to_plain` keeps as they are, by exact type (subclasses, such as a
+#: ``str`` enum, take the general way below).
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def to_plain(value: Any) -> Any:
     """Enums, datetimes, attrs instances and containers as JSON/YAML values (sets sorted)."""
+    cls = type(value)
+    # Exact types first: a command's data is mostly plain already (10,000 volumes are
+    # 100,000 values), and these checks cost less than the isinstance chain.
+    if cls in _PLAIN_TYPES:
+        return value
+    if cls is dict:
+        return {k if type(k) is str else str(k): to_plain(v) for k, v in value.items()}
+    if cls is list:
+        return [to_plain(v) for v in value]
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if isinstance(value, enum.Enum):

@@ -59,7 +59,7 @@ from kubevol.node.state import (
     VolumeMode,
     volume_identity,
 )
-from kubevol.spec import Spec, api_object
+from kubevol.spec import DeferredApiObject, Spec
 from kubevol.types import VolumeOptions
 
 log = logging.getLogger(__name__)
@@ -200,8 +200,10 @@ class Reconstruction:
 
 
 def minimal_pod(uid: str) -> Any:
-    """A ``V1Pod`` with only its UID: what is known of a pod after a restart."""
-    return api_object("V1Pod", {"metadata": {"uid": uid}})
+    """A ``V1Pod`` with only its UID: what is known of a pod after a restart. Deferred
+    (:class:`~kubevol.spec.DeferredApiObject`): plugins asked for a mounter's path read only
+    the UID, and a scan then imports no model class."""
+    return DeferredApiObject("V1Pod", {"metadata": {"uid": uid}})
 
 
 def reconstruct_pod_volume(

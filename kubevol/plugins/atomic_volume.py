@@ -28,7 +28,7 @@ from kubevol.metrics import CachedMetrics, MetricsDu
 from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
 from kubevol.plugins.empty_dir import MEDIUM_DEFAULT
-from kubevol.spec import Spec, api_object, pod_uid
+from kubevol.spec import KnownSource, Spec, api_object, pod_uid
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Metrics, Mounter, Unmounter
 
@@ -239,10 +239,18 @@ class AtomicVolumePlugin(VolumePlugin, abc.ABC):
         """The volume class of this plugin."""
 
     def can_support(self, spec: Spec) -> bool:
-        return spec.volume is not None and self.source_of(spec) is not None
+        return self._source(spec) is not None
+
+    def _source(self, spec: Spec) -> Any:
+        """:meth:`source_of` a pod volume, None for a PersistentVolume; read once per Spec
+        (a reconstructed Spec carries it: :meth:`construct_volume_spec`)."""
+        return spec.derived(f"{self.get_plugin_name()}:source", self._read_source)
+
+    def _read_source(self, spec: Spec) -> Any:
+        return None if spec.is_persistent_volume else self.source_of(spec)
 
     def _check(self, spec: Spec) -> Any:
-        source = self.source_of(spec) if spec.volume is not None else None
+        source = self._source(spec)
         if source is None:
             raise SpecError(f"volume {spec.name()!r} is not a {self.get_plugin_name()} volume")
         return source
@@ -261,5 +269,16 @@ class AtomicVolumePlugin(VolumePlugin, abc.ABC):
         )
 
     def construct_volume_spec(self, volume_name: str, volume_path: str) -> ReconstructedVolume:
-        volume = api_object("V1Volume", {"name": volume_name, **self.empty_source(volume_name)})
-        return ReconstructedVolume(spec=Spec.from_volume(volume))
+        source = self.empty_source(volume_name)
+        (fields,) = source.values()
+        # The model's names of the source's few fields (secretName: secret_name); the tests
+        # hold the result equal to the built model's source.
+        known = KnownSource({_snake_case(k): v for k, v in fields.items()})
+        return ReconstructedVolume(spec=Spec.from_api_data(
+            volume={"name": volume_name, **source},
+            known={f"{self.get_plugin_name()}:source": known},
+        ))
+
+
+def _snake_case(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)

@@ -18,7 +18,7 @@ from kubevol.metrics import MetricsDu
 from kubevol.mount import is_corrupted_mount, remove_tree_on_one_device
 from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
-from kubevol.spec import Spec, api_object, pod_uid, quantity_bytes
+from kubevol.spec import KnownSource, Spec, pod_uid, quantity_bytes
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Metrics, Mounter, Unmounter
 
@@ -47,7 +47,7 @@ class EmptyDirPlugin(VolumePlugin):
         return EMPTY_DIR_PLUGIN_NAME
 
     def can_support(self, spec: Spec) -> bool:
-        return spec.volume is not None and spec.volume.empty_dir is not None
+        return _source(spec) is not None
 
     def get_volume_name(self, spec: Spec) -> str:
         if not self.can_support(spec):
@@ -55,7 +55,7 @@ class EmptyDirPlugin(VolumePlugin):
         return spec.name()
 
     def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> EmptyDir:
-        source = spec.volume.empty_dir if self.can_support(spec) else None
+        source = _source(spec)
         if source is None:
             raise SpecError(f"volume {spec.name()!r} is not an emptyDir volume")
         medium = source.medium or MEDIUM_DEFAULT
@@ -84,8 +84,24 @@ class EmptyDirPlugin(VolumePlugin):
         except (FileNotFoundError, NotADirectoryError):
             pass  # nothing there (any more): a disk emptyDir, as the kubelet assumes
         empty_dir = {"medium": medium} if medium else {}
-        volume = api_object("V1Volume", {"name": volume_name, "emptyDir": empty_dir})
-        return ReconstructedVolume(spec=Spec.from_volume(volume))
+        return ReconstructedVolume(spec=Spec.from_api_data(
+            volume={"name": volume_name, "emptyDir": empty_dir},
+            known={_SOURCE_KEY: KnownSource(empty_dir)},
+        ))
+
+
+#: Where a Spec keeps its emptyDir source (:meth:`~kubevol.spec.Spec.derived`).
+_SOURCE_KEY = "kubernetes.io/empty-dir:source"
+
+
+def _read_source(spec: Spec) -> Any:
+    return None if spec.is_persistent_volume else spec.volume.empty_dir
+
+
+def _source(spec: Spec) -> Any:
+    """The emptyDir source of ``spec`` (``V1EmptyDirVolumeSource``, or the
+    :class:`~kubevol.spec.KnownSource` a reconstructed Spec carries), None when it has none."""
+    return spec.derived(_SOURCE_KEY, _read_source)
 
 
 class EmptyDir(Mounter, Unmounter):

@@ -134,3 +134,25 @@ def test_a_reader_that_goes_away_stops_the_command_quietly() -> None:
     err = proc.stderr.read()
     assert proc.wait() == exits.BROKEN_PIPE
     assert err == b""
+
+
+def test_json_output_is_what_json_dumps_writes() -> None:
+    """-o json writes exactly json.dumps(indent=2)'s bytes, whichever encoder wrote them:
+    ASCII data, non-ASCII text (escaped), integers beyond 64 bits, enums, nested and empty
+    containers."""
+    import enum
+
+    class Mode(enum.Enum):
+        FS = "Filesystem"
+
+    cases: list[Any] = [
+        {"volumes": [{"path": "/a b", "size": 2**40, "ok": True, "none": None, "f": 1.5}]},
+        {"name": "caf\u00e9 \u2028 <&>", "nested": {"x": [], "y": {}}},
+        {"huge": 2**70, "neg": -(2**65)},
+        [],
+    ]
+    for data in cases:
+        assert output.json_text(output.to_plain(data)) == json.dumps(data, indent=2)
+    plain = output.to_plain({"mode": Mode.FS, "tags": {"b", "a"}, 3: (1, 2)})
+    assert plain == {"mode": "Filesystem", "tags": ["a", "b"], "3": [1, 2]}
+    assert output.json_text(plain) == json.dumps(plain, indent=2)

@@ -26,6 +26,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.driverinfo import CSIDriverInfo, CSIDriverLookup, lookup_driver_info
 from kubevol.csi.plugin.rules import secret_lookup_error
 from kubevol.csi.plugin.source import (
+    SOURCE_KEY,
     CSIVolumeSource,
     SecretRef,
     csi_source,
@@ -43,9 +44,6 @@ log = logging.getLogger(__name__)
 
 #: The kubelet's ``csiTimeout``: per CSI call, and for waiting on attachments.
 CSI_TIMEOUT = 120.0
-
-#: Where a Spec keeps its parsed CSI source (:meth:`~kubevol.spec.Spec.derived`).
-_SOURCE_KEY = "kubernetes.io/csi:source"
 
 
 class CSIContext:
@@ -175,7 +173,7 @@ class CSIContext:
         once per Spec: like the kubelet, kubevol treats the API objects inside a Spec as
         immutable. Raises :class:`~kubevol.errors.SpecError` as ``csi_source`` does (a
         failure is not remembered)."""
-        return spec.derived(_SOURCE_KEY, csi_source)
+        return spec.derived(SOURCE_KEY, csi_source)
 
     def persistent_source(self, spec: Spec) -> CSIVolumeSource:
         """:meth:`source` for a CSI PersistentVolume only (the kubelet's

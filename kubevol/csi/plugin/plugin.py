@@ -37,6 +37,7 @@ from kubevol.csi.plugin.source import (
     READ_WRITE_ONCE_POD,
     CSIVolumeSource,
     is_csi_spec,
+    reconstructed_spec,
 )
 from kubevol.csi.plugin.voldata import (
     KEY_DRIVER_NAME,
@@ -62,7 +63,7 @@ from kubevol.plugin import (
     PersistentVolumePlugin,
     VolumePluginWithAttachLimits,
 )
-from kubevol.spec import Spec, api_object, pod_uid
+from kubevol.spec import Spec, pod_uid
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 
 log = logging.getLogger(__name__)
@@ -229,12 +230,11 @@ class CSIPlugin(
         spec_name, driver = data[KEY_SPEC_VOL_ID], data[KEY_DRIVER_NAME]
         selinux = data.get(KEY_SELINUX_MOUNT_CONTEXT, "")
         if data.get(KEY_LIFECYCLE_MODE) == LIFECYCLE_EPHEMERAL:
-            volume = api_object("V1Volume", {"name": spec_name, "csi": {"driver": driver}})
-            return ReconstructedVolume(spec=Spec.from_volume(volume), selinux_mount_context=selinux)
+            spec = reconstructed_spec(spec_name, driver, "", ephemeral=True)
+            return ReconstructedVolume(spec=spec, selinux_mount_context=selinux)
         (handle,) = require(data, volume_path, KEY_VOLUME_HANDLE)
-        pv = _persistent_volume(spec_name, driver, handle, "Filesystem")
         return ReconstructedVolume(
-            spec=Spec.from_persistent_volume(pv), selinux_mount_context=selinux
+            spec=reconstructed_spec(spec_name, driver, handle), selinux_mount_context=selinux
         )
 
     def _pod_volume_data(self, directory: str, context: str, *keys: str) -> dict[str, str]:
@@ -374,7 +374,7 @@ class CSIPlugin(
                 f"plugin.ConstructBlockVolumeSpec failed loading volume data using "
                 f"[{volume_path}]"
             )) from exc
-        return Spec.from_persistent_volume(_persistent_volume(spec_name, driver, handle, "Block"))
+        return reconstructed_spec(spec_name, driver, handle, block=True)
 
     # --- expansion ----------------------------------------------------------------------
 
@@ -406,15 +406,6 @@ class CSIPlugin(
 
     def volume_limit_key(self, spec: Spec) -> str:
         return attach_limit_key(self.source(spec).driver)
-
-
-def _persistent_volume(name: str, driver: str, handle: str, mode: str) -> Any:
-    return api_object("V1PersistentVolume", {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {"csi": {"driver": driver, "volumeHandle": handle}, "volumeMode": mode},
-    })
 
 
 def _driver_beside(device_mount_path: str) -> str | None:

@@ -23,6 +23,9 @@ READ_ONLY_MANY = "ReadOnlyMany"
 READ_WRITE_MANY = "ReadWriteMany"
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 
+#: The key under which a Spec keeps its :func:`csi_source` (:meth:`kubevol.spec.Spec.derived`).
+SOURCE_KEY = "kubernetes.io/csi:source"
+
 #: Kubernetes' ``fsTypeBlockName``: the fsType the kubelet passes for raw block access.
 FS_TYPE_BLOCK = "block"
 
@@ -75,6 +78,46 @@ def is_csi_spec(spec: Spec | None) -> bool:
         pv_spec = getattr(spec.persistent_volume, "spec", None)
         return getattr(pv_spec, "csi", None) is not None
     return getattr(spec.volume, "csi", None) is not None
+
+
+def reconstructed_source(
+    spec_name: str, driver: str, volume_handle: str, *, ephemeral: bool = False,
+    block: bool = False,
+) -> CSIVolumeSource:
+    """What :func:`csi_source` reads from the Spec reconstruction rebuilds out of a
+    ``vol_data.json`` (:func:`reconstructed_spec`), without building its model."""
+    if ephemeral:
+        return CSIVolumeSource(
+            spec_name=spec_name, driver=driver, volume_handle="",
+            lifecycle_mode=LIFECYCLE_EPHEMERAL,
+        )
+    return CSIVolumeSource(
+        spec_name=spec_name, driver=driver, volume_handle=volume_handle,
+        lifecycle_mode=LIFECYCLE_PERSISTENT, block=block, pv_name=spec_name,
+    )
+
+
+def reconstructed_spec(
+    spec_name: str, driver: str, volume_handle: str, *, ephemeral: bool = False,
+    block: bool = False,
+) -> Spec:
+    """The Spec the kubelet rebuilds from ``vol_data.json``: an inline ``csi`` pod volume
+    when ``ephemeral``, else a PersistentVolume (``Block`` mode when ``block``), its model
+    deferred and its source (:func:`reconstructed_source`) known."""
+    known = {SOURCE_KEY: reconstructed_source(
+        spec_name, driver, volume_handle, ephemeral=ephemeral, block=block
+    )}
+    if ephemeral:
+        return Spec.from_api_data(
+            volume={"name": spec_name, "csi": {"driver": driver}}, known=known
+        )
+    return Spec.from_api_data(persistent_volume={
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": spec_name},
+        "spec": {"csi": {"driver": driver, "volumeHandle": volume_handle},
+                 "volumeMode": "Block" if block else "Filesystem"},
+    }, known=known)
 
 
 def _secret(ref: Any, *, namespaced: bool) -> SecretRef | None:

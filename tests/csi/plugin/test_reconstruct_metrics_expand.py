@@ -18,8 +18,9 @@ from kubevol.csi.plugin import (
     load_volume_data,
     save_volume_data,
 )
+from kubevol.csi.plugin.source import csi_source
 from kubevol.errors import MetricsError, MetricsErrorCode, OperationError, SpecError
-from kubevol.spec import Spec
+from kubevol.spec import DeferredApiObject, Spec
 from kubevol.types import DeviceMounterArgs, MounterArgs, NodeResizeOptions, VolumeOptions
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME
 from tests.csi.plugin.rig import POD_UID, Rig, RigFactory, inline_spec, make_pod, pv_spec
@@ -197,3 +198,42 @@ def test_volume_names_limits_and_republish(make_rig: RigFactory) -> None:
     assert rig.plugin.can_support(spec) and rig.plugin.can_support(inline_spec("x"))
     long_key = attach_limit_key("x" * 60)
     assert len(long_key) < 63 and long_key.startswith("attachable-volumes-csi-" + "x" * 23)
+
+
+def test_reconstructed_specs_carry_the_source_their_models_give(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spec rebuilt from vol_data.json (persistent, inline ephemeral, block) answers its
+    CSI source, volume name and mounter path without building a model, and its source is the
+    one read from the model built from the same data."""
+    _, path = _publish(rig)
+    eph = rig.root / "pods" / POD_UID / "volumes" / "kubernetes.io~csi" / "eph"
+    eph.mkdir(parents=True)
+    save_volume_data(str(eph), {"specVolID": "eph", "driverName": DRIVER_NAME,
+                                "volumeHandle": "csi-x", "volumeLifecycleMode": "Ephemeral"})
+    rig.plugin.new_block_volume_mapper(pv_spec("pv-b", "blk-1", block=True, fs_type=""),
+                                       make_pod(), VolumeOptions())
+    specs = [
+        rig.plugin.construct_volume_spec("pv-a", os.path.dirname(path)).spec,
+        rig.plugin.construct_volume_spec("eph", str(eph)).spec,
+        rig.plugin.construct_block_volume_spec(POD_UID, "pv-b", "/ignored"),
+    ]
+    pod = DeferredApiObject("V1Pod", {"metadata": {"uid": POD_UID}})
+
+    def refuse(type_name: str, data: object) -> None:
+        raise AssertionError(f"a {type_name} model was built")
+
+    for spec in specs:
+        with monkeypatch.context() as m:
+            m.setattr("kubevol.spec.api_object", refuse)
+            known = rig.plugin.source(spec)
+            if not known.ephemeral:
+                assert rig.plugin.get_volume_name(spec) == f"{DRIVER_NAME}^{known.volume_handle}"
+            if not known.block:
+                rig.plugin.new_mounter(spec, pod, VolumeOptions()).get_path()
+        built = (Spec.from_volume(spec.volume) if not spec.is_persistent_volume
+                 else Spec.from_persistent_volume(spec.persistent_volume))
+        assert known == csi_source(built)
+    assert [s.name() for s in specs] == ["pv-a", "eph", "pv-b"]
+    assert [rig.plugin.source(s).lifecycle_mode for s in specs] == [
+        "Persistent", "Ephemeral", "Persistent"]
