@@ -210,6 +210,20 @@ def test_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: Path
         layout.write_file_atomically(str(tmp_path / "missing" / "f"), b"x")
 
 
+def test_remove_files_tries_every_path_then_raises_the_first_error(tmp_path: Path) -> None:
+    """Every file is removed, an absent one is fine, and a path that cannot be unlinked
+    (a directory) raises only after all the others are gone."""
+    paths = [tmp_path / f"{i}.json" for i in range(20)]
+    for path in paths:
+        path.write_text("x")
+    (tmp_path / "dir").mkdir()
+    todo = [str(p) for p in paths[:10]] + [str(tmp_path / "dir"), str(tmp_path / "absent")]
+    with pytest.raises(IsADirectoryError):
+        layout.remove_files(todo + [str(p) for p in paths[10:]])
+    assert [p.name for p in tmp_path.iterdir()] == ["dir"]
+    layout.remove_files([str(tmp_path / "absent")])
+
+
 def test_write_files_atomically_writes_all_then_renames(tmp_path: Path) -> None:
     """Many files in two directories are written with their content and mode, no temporary
     file is left; when one cannot be written, none is replaced (every temporary file is

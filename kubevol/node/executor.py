@@ -244,8 +244,7 @@ class OperationExecutor:
                 record.backoff.update(error, self._clock())
             record.pending = False
             self._running -= 1
-            if not self._running:
-                self._cond.notify_all()
+            self._cond.notify_all()
         if error is None:
             future.set_result(None)
         else:
@@ -277,9 +276,23 @@ class OperationExecutor:
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no operation runs; False if ``timeout`` seconds passed first."""
+        return self._wait_running(lambda _: 0, timeout)
+
+    def wait_progress(self, timeout: float | None = None) -> bool:
+        """Block until at most half of the operations running now still run (so at least
+        one ended), or none did; False if ``timeout`` seconds passed first.
+
+        For a caller that starts the next steps as earlier ones end (a reconciler pass):
+        waiting for every operation leaves the workers idle behind the slowest ones, and
+        a pass after each single operation would make the passes cost O(n²).
+        """
+        return self._wait_running(lambda running: running // 2, timeout)
+
+    def _wait_running(self, most: Callable[[int], int], timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._running:
+            target = most(self._running)
+            while self._running > target:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False

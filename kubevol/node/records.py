@@ -17,7 +17,12 @@ from typing import Any
 import attrs
 
 from kubevol.errors import KubevolError
-from kubevol.layout import json_document, validate_path_segment, write_files_atomically
+from kubevol.layout import (
+    json_document,
+    remove_files,
+    validate_path_segment,
+    write_files_atomically,
+)
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.manifests import Manifests, manifest_pod_uid, manifests_from_objects, namespace_of
 from kubevol.safeio import load_json_file
@@ -129,10 +134,12 @@ class PodRecords:
 
     def remove(self, uid: str) -> None:
         """Forget pod ``uid``. Idempotent."""
-        try:
-            os.unlink(self._path(uid))
-        except FileNotFoundError:
-            return
+        self.remove_many([uid])
+
+    def remove_many(self, uids: Iterable[str]) -> None:
+        """:meth:`remove` for many pods at once (several unlinks in flight, not one after
+        another: see :func:`kubevol.layout.remove_files`)."""
+        remove_files([self._path(uid) for uid in uids])
 
 
 def _record_uids(names: Iterable[str]) -> list[str]:

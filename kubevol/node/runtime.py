@@ -337,9 +337,10 @@ class RecordedPods:
                 or os.path.lexists(self.node.host.get_pod_dir(uid))
             ):
                 continue
-            self.node.records.remove(uid)
-            self._records.pop(uid, None)
             done.append(uid)
+        self.node.records.remove_many(done)
+        for uid in done:
+            self._records.pop(uid, None)
         return done
 
     def reconstruct(self, **kwargs: Any) -> Reconstruction:

@@ -235,8 +235,22 @@ class _VolumeEntry:
     size: int | None = None
     reconstructed: bool = False
     pods: dict[str, _PodEntry] = attrs.field(factory=dict)
+    #: The last snapshot, until the entry changes (:meth:`changed`): a reconciler pass
+    #: reads every volume, and building a thousand frozen snapshots per pass cost more
+    #: than the pass's own work (while holding the state's lock, so operations waited).
+    _snapshot: AttachedVolume | None = attrs.field(default=None, init=False, repr=False, eq=False)
+
+    def changed(self) -> _VolumeEntry:
+        """Drop the kept snapshot (call before changing the entry); returns the entry."""
+        self._snapshot = None
+        return self
 
     def snapshot(self) -> AttachedVolume:
+        if self._snapshot is None:
+            self._snapshot = self._build_snapshot()
+        return self._snapshot
+
+    def _build_snapshot(self) -> AttachedVolume:
         return AttachedVolume(
             unique_name=self.unique_name,
             volume_name=self.volume_name,
@@ -307,14 +321,15 @@ class ActualState:
                 )
             elif entry.reconstructed and not reconstructed:
                 # The desired state knows the volume better than what was read from disk.
-                entry.spec = spec
+                entry.changed().spec = spec
                 entry.reconstructed = False
 
     def _entry(self, unique_name: str) -> _VolumeEntry:
+        """The entry of a volume about to change (its kept snapshot dropped)."""
         entry = self._volumes.get(unique_name)
         if entry is None:
             raise KeyError(f"volume {unique_name!r} is not in the actual state")
-        return entry
+        return entry.changed()
 
     def set_attach_state(self, unique_name: str, state: MountState, device_path: str = "") -> None:
         """Mark the volume attached (with its device path), uncertain or detached."""
@@ -432,6 +447,7 @@ class ActualState:
                         reconstructed=v.reconstructed,
                     )
                     self._volumes[v.unique_name] = entry
+                entry.changed()
                 for p in v.pods:
                     entry.pods.setdefault(
                         p.pod_uid,

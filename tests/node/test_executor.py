@@ -181,6 +181,33 @@ def test_wait_idle_and_pending() -> None:
     executor.shutdown()
 
 
+def test_wait_progress_returns_once_half_of_the_running_operations_ended() -> None:
+    """A wait begun with four operations running outlasts the first to end and returns
+    when the second does, with two still running; with none running it returns at once."""
+    executor = OperationExecutor(workers=4)
+    ops = [blocker() for _ in range(4)]
+    for i, (_, _, op) in enumerate(ops):
+        executor.run(OperationKey(volume=f"v{i}"), OperationKind.UNMOUNT_DEVICE, op)
+    for started, _, _ in ops:
+        assert started.wait(5)
+    assert not executor.wait_progress(0.05)
+    outcome: list[bool] = []
+    waiter = threading.Thread(target=lambda: outcome.append(executor.wait_progress(5)))
+    waiter.start()
+    ops[0][1].set()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # three still run
+    ops[1][1].set()
+    waiter.join(5)
+    assert outcome == [True]
+    assert len(executor.pending()) == 2
+    for _, release, _ in ops[2:]:
+        release.set()
+    assert executor.wait_idle(5)
+    assert executor.wait_progress(0)
+    executor.shutdown()
+
+
 def test_operations_on_different_volumes_run_in_parallel() -> None:
     """Two volumes' operations overlap in time on the worker threads."""
     executor = OperationExecutor(workers=2)

@@ -1,0 +1,56 @@
+"""The actual state: snapshots that follow every change."""
+
+from __future__ import annotations
+
+import attrs
+from kubernetes import client
+
+from kubevol import Spec
+from kubevol.node.state import ActualState, AttachedVolume, MountState, VolumeMode
+
+
+def _add(state: ActualState, spec: Spec, *, reconstructed: bool = False) -> None:
+    state.add_volume(
+        unique_name="u", volume_name="v", plugin_name="p", spec=spec,
+        mode=VolumeMode.FILESYSTEM, attachable=True, device_mountable=True,
+        reconstructed=reconstructed,
+    )  # fmt: skip
+
+
+def _now(state: ActualState) -> AttachedVolume:
+    """The volume's snapshot, the same through volume() and volumes()."""
+    snapshot = state.volume("u")
+    assert snapshot is not None
+    assert state.volumes() == [snapshot]
+    return snapshot
+
+
+def test_a_snapshot_is_kept_until_the_volume_changes_and_then_shows_the_change() -> None:
+    """Reading twice without a change gives the same snapshot; each kind of change (pod,
+    device, attachment, size, a merge, the desired spec over a reconstructed one) shows in
+    the next snapshot."""
+    state = ActualState()
+    _add(state, Spec(volume=client.V1Volume(name="v")), reconstructed=True)
+    first = _now(state)
+    assert _now(state) is first
+
+    state.set_pod_state("u", "pod-a", MountState.MOUNTED, spec_name="v")
+    assert [p.pod_uid for p in _now(state).pods] == ["pod-a"]
+    state.set_device_state("u", MountState.MOUNTED, "/dmp")
+    assert _now(state).device_mount_path == "/dmp"
+    state.set_attach_state("u", MountState.MOUNTED, "/dev/x")
+    assert _now(state).device_path == "/dev/x"
+    state.set_size("u", 42)
+    assert _now(state).size == 42
+
+    other_pod = attrs.evolve(_now(state).pods[0], pod_uid="pod-b")
+    state.merge([attrs.evolve(_now(state), pods=(other_pod,))])
+    assert [p.pod_uid for p in _now(state).pods] == ["pod-a", "pod-b"]
+
+    desired = Spec(volume=client.V1Volume(name="v"))
+    _add(state, desired)
+    assert _now(state).spec is desired
+    assert not _now(state).reconstructed
+
+    state.set_pod_state("u", "pod-a", MountState.UNMOUNTED)
+    assert [p.pod_uid for p in _now(state).pods] == ["pod-b"]
