@@ -19,7 +19,10 @@ DEFAULT_METRICS_ADDRESS = "127.0.0.1:10255"
 
 def run(args: argparse.Namespace) -> int:
     require_privileges("kubevol agent")
+    from kubevol.cli.status import agent_rows
+    from kubevol.csi.registration.nodeinfo import NodeInfoManager
     from kubevol.node.agent import Agent
+    from kubevol.node.agent_status import StatusServer
     from kubevol.node.api_pods import APIServerPods
     from kubevol.node.sdnotify import SystemdNotifier
 
@@ -41,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
             APIServerPods(runtime.host.get_kube_client(), runtime.host.node_name)
             if args.kubeconfig else None
         ),
+        node_info=(
+            NodeInfoManager(runtime.host.get_kube_client(), runtime.host.node_name)
+            if args.kubeconfig else None
+        ),
         plugins_registry=(
             runtime.host.get_plugins_registry_dir()
             if args.plugins_registry is None else args.plugins_registry or None
@@ -49,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         stats_period=args.volume_stats_agg_period,
         max_backoff=args.max_backoff,
         notifier=SystemdNotifier.from_environment(),
-    ) as agent:
+    ) as agent, StatusServer(
+        runtime.host.root_dir, lambda: agent_rows(agent), ready=agent.ready.is_set
+    ):
         agent.run(stop)
     for what, why in sorted(agent.invalid.items()):
         print(f"warning: {what} could not be run: {why}", file=sys.stderr)
@@ -63,7 +72,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "inotify) and, with --kubeconfig, of the pods bound to --node-name on that API "
         "server (listed and watched; their claims, ConfigMaps and Secrets read from it) "
         "mounted, tearing down those of pods whose manifest goes, or that the API server "
-        "deletes or reports terminated (Succeeded/Failed). Volumes stay "
+        "deletes or reports terminated (Succeeded/Failed); registered CSI drivers are then "
+        "published in the node's CSINode and csi.volume.kubernetes.io/nodeid annotation. "
+        "`kubevol status` on the same root asks the agent (over <root>/kubevol/agent.sock) "
+        "instead of scanning. Volumes stay "
         "mounted when the agent stops. Serves /metrics (kubelet_volume_stats_*, "
         "storage_operation_duration_seconds, kubevol_reconciler_*) and /healthz on "
         "--metrics-address. With $NOTIFY_SOCKET set (systemd Type=notify) it reports "

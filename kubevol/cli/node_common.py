@@ -13,8 +13,9 @@ from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError, MetricsError
+from kubevol.mount import MountInterface
 from kubevol.node.manager import SyncResult
-from kubevol.node.mountcheck import MountCheck
+from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.state import ActualState, DesiredPod
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
@@ -147,6 +148,16 @@ def api_options(args: argparse.Namespace) -> dict[str, Any]:
     if labels:
         options["node_labels"] = labels
     return options
+
+
+def state_of_path(mounter: MountInterface, path: str, *, device: bool) -> str:
+    """What a scan reports for a volume kubevol knows is set up at ``path`` (``device``:
+    its plugin mounts a device first): ``present`` for a plain directory, else what the
+    mount check finds there."""
+    found = check_mount(mounter, path)
+    if found is MountCheck.NOT_MOUNTED and not device:
+        return "present"
+    return found.value
 
 
 def state_of(found: FoundVolume) -> str:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from typing import TYPE_CHECKING, Any
 
 from kubevol.cli.node_common import (
     USAGE_COLUMNS,
@@ -11,22 +14,40 @@ from kubevol.cli.node_common import (
     add_metrics,
     add_root_flags,
     open_runtime,
+    state_of_path,
     volume_rows,
 )
 from kubevol.cli.output import Column, Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
+from kubevol.node.agent_status import ask_agent
 from kubevol.node.desired import desired_pod
 from kubevol.node.reconstruct import scan
 from kubevol.node.records import PodState
-from kubevol.node.state import DesiredPod
+from kubevol.node.state import DesiredPod, MountState
+
+if TYPE_CHECKING:
+    from kubevol.node.agent import Agent
 
 TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name="path")
 
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
+    if not args.scan:
+        root = os.path.abspath(args.root)
+        started = time.monotonic()
+        rows = ask_agent(root, timeout=deadline.cap(AGENT_TIMEOUT))
+        if rows is not None:
+            print(f"kubevol status: root {root}: answered by the running agent in "
+                  f"{(time.monotonic() - started) * 1000:.0f} ms (--scan to scan instead)",
+                  file=sys.stderr)
+            if not args.no_metrics:
+                with open_runtime(args, deadline=deadline) as runtime:
+                    add_metrics(runtime, rows, deadline)
+            emit(rows, TABLE, args, sys.stdout)
+            return 0
     with open_runtime(args, deadline=deadline) as runtime:
         records, unreadable = runtime.records.scan()
         for _, why in sorted(unreadable.items()):
@@ -52,15 +73,44 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
+#: How long status waits for a running agent's answer before it scans (seconds).
+AGENT_TIMEOUT = 5.0
+
+
+def agent_rows(agent: Agent) -> list[dict[str, Any]]:
+    """What ``status`` shows, from a running agent's own state (its records, desired and
+    actual state): no scan of the root. A volume the agent has mounted is looked at only
+    to say, as a scan would, whether it is a mount or a plain directory."""
+    records = dict(agent.pods.records)
+    manager = agent.pods.manager
+    rows = volume_rows(manager.desired.pods(), manager.actual, None,
+                       {uid: r.name for uid, r in records.items()})
+    mounter = agent.runtime.host.get_mounter()
+    for row in rows:
+        if row["state"] == MountState.MOUNTED:
+            row["state"] = state_of_path(mounter, row["path"], device=row["device"] is not None)
+        elif row["state"] == MountState.UNMOUNTED:
+            row["state"] = "not-mounted"
+        if row["device"] == MountState.UNMOUNTED:
+            row["device"] = "not-mounted"
+        record = records.get(row["pod_uid"])
+        row["desired"] = record.state.value if record is not None else "unknown"
+    return rows
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "List every pod volume found under --root and every volume of the pods kubevol "
         "runs there, with its state on disk (mounted, present, not-mounted, corrupted, "
         "unreadable, not set up), what kubevol was asked (running, terminating, or "
-        "unknown for pods it did not mount) and its usage. Changes nothing."
+        "unknown for pods it did not mount) and its usage. Changes nothing. When a "
+        "kubevol agent runs on the root, it answers (what it mounted, from its own state) "
+        "and the root is not scanned; --scan scans anyway."
     )
     add_root_flags(parser)
     parser.add_argument("--no-metrics", action="store_true", help="do not measure volumes")
+    parser.add_argument("--scan", action="store_true",
+                        help="scan the root even when a running agent could answer")
     parser.add_argument("--timeout", type=DURATION, default=60.0,
                         help="how long the whole listing may take, measuring included (a "
                         "driver that does not answer leaves its volumes' usage unknown): a "

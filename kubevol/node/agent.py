@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from kubevol.csi.registration.nodeinfo import NodeInfoManager
 from kubevol.csi.registration.watcher import PluginWatcher
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
@@ -87,8 +88,10 @@ class Agent(ClosesOnExit):
     """Runs the pods of its sources on ``runtime``'s root until :meth:`run`'s event is set.
 
     ``manifest_dir`` is a static-pod directory (None: no such source); ``api_pods`` the pods
-    of this node on an API server (None: no such source; started and closed by the agent);
-    CSI drivers register
+    of this node on an API server (None: no such source; started and closed by the agent;
+    it also says which pods on the root left the node); ``node_info`` publishes the
+    registered CSI drivers in the node's CSINode and nodeid annotation (None: not
+    published); CSI drivers register
     through sockets in ``plugins_registry`` (the kubelet's pluginregistration protocol;
     None: only the drivers the runtime was given); ``metrics_address``
     ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served); ``max_backoff``
@@ -101,6 +104,7 @@ class Agent(ClosesOnExit):
         *,
         manifest_dir: str | None = None,
         api_pods: APIServerPods | None = None,
+        node_info: NodeInfoManager | None = None,
         plugins_registry: str | None = None,
         metrics_address: str | None = None,
         period: float = LOOP_PERIOD,
@@ -119,6 +123,7 @@ class Agent(ClosesOnExit):
         self._owned = self.owned.load()
         self.source = ManifestDirectory(manifest_dir) if manifest_dir else None
         self.api = api_pods
+        self.node_info = node_info
         self.watcher = (
             PluginWatcher.for_registry(plugins_registry, runtime.registry)
             if plugins_registry else None
@@ -126,7 +131,9 @@ class Agent(ClosesOnExit):
         backoff: dict[str, Any] = {} if max_backoff is None else {
             "max_backoff": max_backoff, "initial_backoff": min(INITIAL_BACKOFF, max_backoff)
         }
-        self.pods = runtime.volume_manager(workers=workers, observer=self._observe, **backoff)
+        self.pods = runtime.volume_manager(
+            workers=workers, observer=self._observe, bindings=api_pods, **backoff
+        )
         self.metrics = AgentMetrics(self.pods.manager)
         self.server = (
             MetricsServer(metrics_address, self.metrics, self.health) if metrics_address else None
@@ -225,6 +232,8 @@ class Agent(ClosesOnExit):
             if self.server is not None:
                 self.server.start()
                 log.info("serving metrics on http://%s/metrics", self.server.address)
+            if self.node_info is not None:
+                self.node_info.follow(self.runtime.registry)
             if self.watcher is not None:
                 self.watcher.start()
                 log.info("registering CSI drivers from %s", self.watcher.directory)

@@ -29,6 +29,8 @@ from kubevol.backoff import Backoff
 from kubevol.errors import KubevolError
 from kubevol.lifecycle import ClosesOnExit
 from kubevol.node.manifests import Manifests, manifest_pod_uid, namespace_of
+from kubevol.node.owners import PodBindings
+from kubevol.node.owners import is_running as may_run
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def is_running(pod: Mapping[str, Any]) -> bool:
         "deletionTimestamp")
 
 
-class APIServerPods(ClosesOnExit):
+class APIServerPods(ClosesOnExit, PodBindings):
     """The pods of node ``node_name`` on the API server of ``api_client`` (a
     ``kubernetes.client.ApiClient``), kept current by :meth:`start`'s thread.
 
@@ -249,6 +251,15 @@ class APIServerPods(ClosesOnExit):
         """UIDs of the running pods that could not be built (claims unreadable)."""
         with self._lock:
             return set(self._unresolved)
+
+    def gone(self, uid: str) -> bool:
+        """Whether the API server no longer lists pod ``uid`` on this node, or lists it
+        finished (False until the first list: nothing is known then)."""
+        if not self.synced.is_set():
+            return False
+        with self._lock:
+            pod = self._pods.get(uid)
+        return pod is None or not may_run(pod)
 
     def pods(self) -> dict[str, dict[str, Any]]:
         """Every pod of the node the API server lists now (running or not), by UID."""

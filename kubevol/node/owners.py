@@ -5,7 +5,12 @@ kubevol may unmount, remove, unstage or detach only what belongs to
 * a pod it runs: its pod record under ``<root>/kubevol/pods`` (``up`` writes it, ``down``
   marks it terminating);
 * a pod the operator names as gone (``--pod-gone UID``, ``--pods-gone-file``): the operator
-  vouches that no agent on the node still runs it.
+  vouches that no agent on the node still runs it;
+* with an API server (``--kubeconfig``), a pod the API server does not list as running on
+  this node any more (:class:`PodBindings`): deleted, bound to another node, or finished
+  (``Succeeded``/``Failed``). A pod being deleted (``deletionTimestamp``) is not gone yet: its
+  containers may still run. When the API server cannot be asked, or does not know this node,
+  nothing is gone because of it.
 
 Everything else on the root is someone else's: a live kubelet shares the layout, and an
 offline tool cannot know which of its pods are gone, so it must not guess. A volume of an
@@ -18,12 +23,99 @@ be explained.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import abc
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
 
 import attrs
 
 from kubevol import layout
 from kubevol.layout import CSI_PLUGIN_NAME, validate_path_segment
+
+log = logging.getLogger(__name__)
+
+#: Pod phases after which no container runs again.
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def is_running(pod: Mapping[str, Any]) -> bool:
+    """Whether the API says the pod may still run containers: not in a terminal phase.
+    (Deletion pending does not count: containers stop only after the grace period.)"""
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+class PodBindings(abc.ABC):
+    """What an API server says about the pods of one node."""
+
+    node_name: str
+
+    @abc.abstractmethod
+    def gone(self, uid: str) -> bool:
+        """Whether pod ``uid`` is known not to run on this node any more; False whenever
+        the API server cannot say."""
+
+
+class APIServerBindings(PodBindings):
+    """The pods the API server lists on node ``node_name`` (``spec.nodeName`` field
+    selector), read through ``api_client`` (a ``kubernetes.client.ApiClient``) on the first
+    question and again when the answer is older than ``max_age`` seconds, so that a pod
+    bound while a command runs is seen. Thread-safe.
+
+    A failed list, or a node the API server has no Node object for (the wrong
+    ``--node-name`` would make every pod look gone), makes every answer "not gone" and is
+    logged once, with the reason kept in :attr:`error`.
+    """
+
+    def __init__(self, api_client: Any, node_name: str, *, max_age: float = 2.0) -> None:
+        self.api_client = api_client
+        self.node_name = node_name
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._running: frozenset[str] | None = None
+        self._read_at = 0.0
+        #: Why the API server could not answer (None when it did).
+        self.error: str | None = None
+
+    def gone(self, uid: str) -> bool:
+        with self._lock:
+            if self._running is None or time.monotonic() - self._read_at > self.max_age:
+                self._running = self._read()
+                self._read_at = time.monotonic()
+            return self._running is not None and uid not in self._running
+
+    def _read(self) -> frozenset[str] | None:
+        from kubernetes.client import CoreV1Api
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        core = CoreV1Api(self.api_client)
+        try:
+            core.read_node(self.node_name, _preload_content=False, _request_timeout=30)
+            resp = core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node_name}", _preload_content=False,
+                _request_timeout=60)
+            pods = json.loads(resp.data).get("items") or []
+        except ApiException as exc:
+            why = (f"node {self.node_name} is not known to the API server"
+                   if exc.status == 404 else f"API status {exc.status} {exc.reason}")
+            self._failed(why)
+            return None
+        except (HTTPError, OSError, ValueError) as exc:
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return None
+        self.error = None
+        return frozenset(str((p.get("metadata") or {}).get("uid")) for p in pods
+                         if is_running(p))
+
+    def _failed(self, why: str) -> None:
+        if self.error != why:
+            log.warning("the API server cannot say which pods left node %s (%s): none is "
+                        "taken as gone", self.node_name, why)
+        self.error = why
 
 
 @attrs.frozen(kw_only=True)
@@ -47,8 +139,9 @@ class Ownership:
     ``recorded()`` gives the UIDs of the pods kubevol runs (read on each question: records
     change while an agent runs); ``gone`` the UIDs the operator named as gone;
     ``drivers()`` the CSI drivers kubevol has (registered), whose device mounts it may
-    unstage. ``every_pod`` makes every pod on the root owned: for an agent that is the only
-    one on its root (as the kubelet is on its own), never for a shared root.
+    unstage; ``bindings`` what an API server says about this node's pods. ``every_pod``
+    makes every pod on the root owned: for an agent that is the only one on its root (as
+    the kubelet is on its own), never for a shared root.
     """
 
     def __init__(
@@ -58,8 +151,10 @@ class Ownership:
         gone: Iterable[str] = (),
         drivers: Callable[[], Collection[str]] | None = None,
         every_pod: bool = False,
+        bindings: PodBindings | None = None,
     ) -> None:
         self._recorded = recorded
+        self.bindings = bindings
         self.gone = frozenset(validate_path_segment(u, "pod UID") for u in gone)
         self._drivers = drivers
         self.every_pod = every_pod
@@ -79,6 +174,16 @@ class Ownership:
             return Verdict(allowed=True, reason="kubevol runs it (pod record)")
         if uid in self.gone:
             return Verdict(allowed=True, reason="named gone by the operator")
+        if self.bindings is not None:
+            if self.bindings.gone(uid):
+                return Verdict(allowed=True, reason=(
+                    f"the API server lists no running pod {uid} on node "
+                    f"{self.bindings.node_name} (deleted, bound elsewhere or finished)"))
+            return Verdict(
+                allowed=False,
+                reason="not kubevol's: no pod record, not named gone (--pod-gone), and the "
+                "API server does not say it left this node",
+            )
         return Verdict(
             allowed=False,
             reason="not kubevol's: no pod record and not named gone (--pod-gone)",

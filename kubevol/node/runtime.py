@@ -36,7 +36,7 @@ from kubevol.node.desired import NewPod, desired_pod
 from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.manager import NodeVolumeManager, SyncResult
 from kubevol.node.manifests import Manifests
-from kubevol.node.owners import Ownership
+from kubevol.node.owners import APIServerBindings, Ownership, PodBindings
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.node.rootlock import RootLock
@@ -134,6 +134,12 @@ class NodeRuntime(ClosesOnExit):
                 kube_client=kube_client, objects=source, tokens=tokens,
                 node_labels=dict(node_labels or {}),
             )
+            #: What the API server says about this node's pods (``kube_client`` given): pods
+            #: it no longer lists here are gone (issue 14's third owner).
+            self.bindings: PodBindings | None = (
+                APIServerBindings(kube_client, self.host.node_name)
+                if kube_client is not None else None
+            )
             self.registry = DriverRegistry(
                 node_info_timeout=self.registration_timeout, client_timeout=csi_timeout
             )
@@ -229,7 +235,8 @@ class RecordedPods:
     Recorded ``running`` pods are desired; ``terminating`` ones are torn down and their
     record removed once nothing of them is left; pods found on disk without a record are
     not managed (left alone) unless named in ``gone`` (pods the operator says no agent
-    runs any more: their volumes are torn down). :meth:`refresh` re-reads changed records;
+    runs any more: their volumes are torn down) or ``bindings`` say they left the node
+    (default: the runtime's API server, when it has one). :meth:`refresh` re-reads changed records;
     it runs before each pass of :meth:`sync` and :meth:`run`.
 
     The records of ``adding`` (pods already checked and built, :func:`new_pods`) are written
@@ -243,6 +250,7 @@ class RecordedPods:
         *,
         adding: Sequence[NewPod] = (),
         gone: Iterable[str] = (),
+        bindings: PodBindings | None = None,
         **kwargs: Any,
     ) -> None:
         self.node = node
@@ -259,6 +267,7 @@ class RecordedPods:
         self.ownership = Ownership(
             recorded=lambda: self.known, gone=gone,
             drivers=lambda: {d.name for d in node.registry.drivers()},
+            bindings=bindings if bindings is not None else node.bindings,
         )
         self.manager = NodeVolumeManager(node.host, node.mgr, ownership=self.ownership, **kwargs)
         self.refresh()

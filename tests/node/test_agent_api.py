@@ -14,6 +14,7 @@ import attrs
 import pytest
 
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.csi.registration.nodeinfo import ANNOTATION_NODE_ID, NodeInfoManager
 from kubevol.node.agent import Agent
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.runtime import NodeRuntime
@@ -70,7 +71,8 @@ def start_agent(env: AgentEnv, api: KubeAPIServer) -> Iterator[Callable[[], APIA
         runtime = NodeRuntime(str(env.root), node_name="n1", kube_client=api.api_client(),
                               csi_drivers={DRIVER_NAME: env.driver.endpoint})
         source = APIServerPods(runtime.host.get_kube_client(), "n1", watch_timeout=30)
-        agent = Agent(runtime, manifest_dir=str(env.manifests), api_pods=source)
+        agent = Agent(runtime, manifest_dir=str(env.manifests), api_pods=source,
+                      node_info=NodeInfoManager(runtime.host.get_kube_client(), "n1"))
         stop = threading.Event()
         thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
         thread.start()
@@ -94,8 +96,9 @@ def pod_dir(where: AgentEnv, uid: str) -> str:
 def test_pods_of_the_node_come_and_go(
     env: AgentEnv, api: KubeAPIServer, start_agent: Callable[[], APIAgent]  # noqa: F811
 ) -> None:
-    """Pods bound to n1 are mounted (CSI claim read from the API, ConfigMap from the API,
-    emptyDir) beside a static pod; a pod of another node is not; a dropped watch resumes
+    """The registered driver is published in CSINode and the nodeid annotation; pods bound
+    to n1 are mounted (CSI claim read from the API, ConfigMap from the API, emptyDir) beside
+    a static pod; a pod of another node is not; a dropped watch resumes
     from the last resourceVersion; a 410 relists, and a pod deleted meanwhile is torn
     down; a pod that Succeeded is torn down and its volume unstaged; the API server's
     bookmarks move the resume point."""
@@ -120,6 +123,13 @@ def test_pods_of_the_node_come_and_go(
     assert not os.path.lexists(pod_dir(env, elsewhere["metadata"]["uid"]))
     wait_for("the static pod beside it", lambda: len(running.agent.running_pods()) == 2)
     assert running.source.lists == 1
+    # The driver the agent was given is published as the kubelet does on registration.
+    csinode = api.get("csinodes", "n1")
+    assert csinode is not None and csinode["spec"]["drivers"] == [
+        {"name": DRIVER_NAME, "nodeID": "n1", "topologyKeys": []}]
+    n1 = api.get("nodes", "n1")
+    assert n1 is not None
+    assert n1["metadata"]["annotations"][ANNOTATION_NODE_ID] == f'{{"{DRIVER_NAME}":"n1"}}'
     # Every watch asks only for this node's pods, with bookmarks.
     watches = [q for m, p, q in api.queries if q.get("watch") == "true"]
     assert {q["fieldSelector"] for q in watches} == {"spec.nodeName=n1"}

@@ -138,6 +138,7 @@ class DriverRegistry:
         self._clients: dict[str, CSIClient] = {}
         self._listeners: list[RegistryListener] = []
         self._lock = threading.RLock()
+        self._closing = False
 
     def add_listener(self, listener: RegistryListener) -> None:
         """Call ``listener`` after every registration and deregistration."""
@@ -256,9 +257,16 @@ class DriverRegistry:
         with self._lock:
             return name in self._drivers
 
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`close` is deregistering the drivers (listeners may tell a driver
+        that went from a registry that shuts down)."""
+        return self._closing
+
     def close(self) -> None:
         """Deregister every driver (closing the clients). Idempotent."""
         with self._lock:
+            self._closing = True
             names = list(self._drivers) + [n for n in self._clients if n not in self._drivers]
         for name in names:
             self.deregister_driver(name)
