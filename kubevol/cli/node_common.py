@@ -206,6 +206,12 @@ def volume_rows(
                 names, d.pod_uid, d.spec_name, volume=d.spec_name, plugin=d.plugin_name,
                 path=d.path, state="unreadable", device=None, error=failed.reason,
             )
+        for unknown in found.unknown:
+            d = unknown.dir
+            rows[(d.pod_uid, d.plugin_name, d.spec_name)] = _row(
+                names, d.pod_uid, d.spec_name, volume=d.spec_name, plugin=d.plugin_name,
+                path=d.path, state="unknown plugin", device=None, error=unknown.reason,
+            )
     for pod in desired:
         for v in pod.volumes:
             key = (v.pod_uid, v.plugin_name, v.spec_name)
@@ -233,7 +239,7 @@ def add_metrics(
     (a CSI call in flight is bounded by the runtime's deadline already)."""
     for row in rows:
         row.update(used=None, capacity=None, available=None)
-        if row["state"] in ("not set up", "unreadable", "missing", "corrupted"):
+        if row["state"] in ("not set up", "unreadable", "unknown plugin", "missing", "corrupted"):
             continue
         if deadline is not None and deadline.expired:
             row["metrics_error"] = "not measured: --timeout reached"

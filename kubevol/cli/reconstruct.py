@@ -85,7 +85,7 @@ def gone_pods(args: argparse.Namespace) -> list[str]:
         raise KubevolError(f"--pod-gone: {exc}") from exc
 
 
-#: The reconstruction's three lists, each a table (the last two only when not empty).
+#: The reconstruction's lists, each a table (all but the first only when not empty).
 TABLES = (
     Table(
         columns=columns(
@@ -100,6 +100,12 @@ TABLES = (
                         Column("path", wide=True)),
         at="failures",
         title="volumes that could not be reconstructed",
+        name="path",
+    ),
+    Table(
+        columns=columns("pod_uid", "plugin", "volume", "reason", Column("path", wide=True)),
+        at="unknown_plugins",
+        title="volumes of plugins kubevol does not have (left alone)",
         name="path",
     ),
     Table(

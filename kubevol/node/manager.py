@@ -139,7 +139,10 @@ class NodeVolumeManager:
         """
         result = scan(self.host, self.mgr, mountinfo_path=self.mountinfo_path)
         self.actual.merge(result.actual_state())
-        # Every volume directory the scan listed is a found or a failed volume.
+        # A volume of an unknown plugin is left alone, so its pod's directory stays too.
+        for unknown in result.unknown:
+            self.reconciler.keep_pod_dir(unknown.dir.pod_uid)
+        # Every other volume directory the scan listed is a found or a failed volume.
         scanned = {f.dir.pod_uid for f in result.volumes} | {
             f.dir.pod_uid for f in result.failures
         }

@@ -92,6 +92,12 @@ def plan_repair(
             plan.torn_pods.add(uid)
             if refused:
                 plan.held_pods.add(uid)
+    kept_pods: set[str] = set()
+    for unknown in result.unknown:
+        d = unknown.dir
+        plan.leave(pod_uid=d.pod_uid, volume=d.spec_name, plugin=d.plugin_name, path=d.path,
+                   reason=unknown.reason)
+        kept_pods.add(d.pod_uid)
     pods_on_disk = manager.pods_on_disk()
     claimed = manager.claimed_device_mounts()
     for orphan in result.orphans:
@@ -105,7 +111,11 @@ def plan_repair(
             plan.leave(**where, reason=f"orphan device mount: {verdict.reason}")
     for uid in sorted(pods_on_disk | plan.torn_pods):
         verdict = manager.ownership.pod(uid)
-        if verdict.allowed and manager.desired.pod(uid) is None:
+        if uid in kept_pods and verdict.allowed and manager.desired.pod(uid) is None:
+            # remove_pod_dir refuses while a volume directory is left: say so up front.
+            plan.leave(pod_uid=uid, volume="", plugin="", path=manager.host.get_pod_dir(uid),
+                       reason="pod directory holds a volume of an unknown plugin, left alone")
+        elif verdict.allowed and manager.desired.pod(uid) is None:
             pod_dir = manager.host.get_pod_dir(uid)
             held = plan.holders.of(pod_dir)
             refused = refusal("remove the pod directory", pod_dir, held) if held else ""

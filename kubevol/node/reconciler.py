@@ -82,6 +82,9 @@ class Reconciler:
         self._pods_to_clean: set[str] = set()
         #: Pod UID -> why its directory's removal was refused last (something holds it).
         self._held_dirs: dict[str, str] = {}
+        #: Pods whose directory holds what kubevol leaves alone (a volume of an unknown
+        #: plugin): never removed, never waited for.
+        self._kept_pod_dirs: set[str] = set()
         #: Pod UID -> how many operations that create or remove its directories run now.
         self._busy: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -90,6 +93,11 @@ class Reconciler:
         """Remove pod ``uid``'s directory once it is not desired and nothing of it is left."""
         with self._lock:
             self._pods_to_clean.add(uid)
+
+    def keep_pod_dir(self, uid: str) -> None:
+        """Never remove pod ``uid``'s directory, nor wait for its removal."""
+        with self._lock:
+            self._kept_pod_dirs.add(uid)
 
     def reconcile(self) -> int:
         """One pass; returns how many operations were started."""
@@ -279,7 +287,7 @@ class Reconciler:
 
     def _clean_pod_dirs(self, holders: HoldersOnce) -> None:
         with self._lock:
-            candidates = sorted(self._pods_to_clean)
+            candidates = sorted(self._pods_to_clean - self._kept_pod_dirs)
         if not candidates:
             return
         in_use = self.actual.pods()
@@ -337,7 +345,7 @@ class Reconciler:
             if not av.pods and not self.desired.is_desired(av.unique_name):
                 work.append(f"volume {av.unique_name!r}: device {av.device_state.value}")
         with self._lock:
-            dirs = [u for u in self._pods_to_clean if self.managed(u)]
+            dirs = [u for u in self._pods_to_clean - self._kept_pod_dirs if self.managed(u)]
             held = dict(self._held_dirs)
         work += [
             f"pod {uid}: directory not removed yet" + (f" ({held[uid]})" if uid in held else "")

@@ -18,10 +18,13 @@ unmounted. Mounts under ``plugins/`` that no pod volume leads to are reported as
 device mounts (a crash between the last tear-down and the device unmount leaves one).
 
 A volume that cannot be rebuilt is reported as a :class:`FailedVolume`, never dropped
-silently (:mod:`kubevol.node.repair` cleans it once). :func:`scan` itself only reads: it
-creates, writes and removes nothing, so it is safe on a live kubelet's tree. The pod
-volume directories are listed by :mod:`kubevol.node.poddirs`, mounts checked by
-:mod:`kubevol.node.mountcheck`, orphan device mounts found by :mod:`kubevol.node.orphans`.
+silently (:mod:`kubevol.node.repair` cleans it once). A volume of a plugin kubevol does not
+have (a third-party or out-of-tree plugin) is no failure: it is listed as an
+:class:`UnknownPluginVolume`, "unknown plugin, left alone", and nothing ever touches it.
+:func:`scan` itself only reads: it creates, writes and removes nothing, so it is safe on a
+live kubelet's tree. The pod volume directories are listed by :mod:`kubevol.node.poddirs`,
+mounts checked by :mod:`kubevol.node.mountcheck`, orphan device mounts found by
+:mod:`kubevol.node.orphans`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 import attrs
 
 from kubevol import layout
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.manager import PluginRoles, VolumePluginMgr
 from kubevol.mount.interface import MountInterface
 from kubevol.mount.subpath import list_subpaths
@@ -99,12 +102,24 @@ class FailedVolume:
 
 
 @attrs.frozen(kw_only=True)
+class UnknownPluginVolume:
+    """A pod volume of a plugin kubevol does not have: reported, left alone."""
+
+    dir: PodVolumeDir
+
+    @property
+    def reason(self) -> str:
+        return f"unknown plugin {self.dir.plugin_name!r}, left alone"
+
+
+@attrs.frozen(kw_only=True)
 class Reconstruction:
     """Everything :func:`scan` found."""
 
     volumes: tuple[FoundVolume, ...]
     failures: tuple[FailedVolume, ...]
     orphans: tuple[OrphanDeviceMount, ...]
+    unknown: tuple[UnknownPluginVolume, ...] = ()
 
     def actual_state(self) -> list[AttachedVolume]:
         """The volumes as actual-state snapshots, every pod and device mount uncertain."""
@@ -185,6 +200,16 @@ class Reconstruction:
                 }
                 for f in self.failures
             ],
+            "unknown_plugins": [
+                {
+                    "pod_uid": u.dir.pod_uid,
+                    "plugin": u.dir.plugin_name,
+                    "volume": u.dir.spec_name,
+                    "path": u.dir.path,
+                    "reason": u.reason,
+                }
+                for u in self.unknown
+            ],
             "orphan_device_mounts": [
                 {
                     "path": o.path,
@@ -263,6 +288,14 @@ class ScanPass:
                 f"{d.pod_uid} (plugin {d.plugin_name!r}) from {d.path}: {exc}",
                 d.path,
             ) from exc
+
+    def knows(self, plugin_name: str) -> bool:
+        """Whether the plugin manager has ``plugin_name`` (looked up once per pass)."""
+        try:
+            self._plugin_roles(plugin_name)
+        except PluginNotFoundError:
+            return False
+        return True
 
     def _plugin_roles(self, name: str) -> PluginRoles:
         roles = self._roles.get(name)
@@ -347,7 +380,13 @@ def scan(
     volumes = ScanPass(mgr, mounts.check)
     found: list[FoundVolume] = []
     failed: list[FailedVolume] = []
+    unknown: list[UnknownPluginVolume] = []
     for d in list_pod_volume_dirs(host.get_pods_dir(), pod_uids):
+        if not volumes.knows(d.plugin_name):
+            # Another agent's plugin (flexVolume, out-of-tree): normal on a real node.
+            log.info("reconstruct: %s: unknown plugin %r, left alone", d.path, d.plugin_name)
+            unknown.append(UnknownPluginVolume(dir=d))
+            continue
         try:
             found.append(volumes.reconstruct(d))
         except ReconstructionError as exc:
@@ -360,4 +399,7 @@ def scan(
             claimed=[f.device_mount_path for f in found],
             block_names=[f.dir.spec_name for f in found if f.dir.mode is VolumeMode.BLOCK],
         )
-    return Reconstruction(volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans))
+    return Reconstruction(
+        volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans),
+        unknown=tuple(unknown),
+    )

@@ -93,7 +93,9 @@ class PodRecords:
     def write_many(self, records: Sequence[PodRecord]) -> list[RecordStamp]:
         """:meth:`write` for many records at once: each atomic, all flushed to disk together
         (two flushes, not two per record: hundreds of pods are recorded in milliseconds,
-        not seconds)."""
+        not seconds). Writing none creates nothing (a dry run leaves a root as it was)."""
+        if not records:
+            return []
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         files = [(self._path(r.uid), _encode(r)) for r in records]
         return [_stamp(st) for st in write_files_atomically(files)]

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from kubevol.errors import SpecError
 from kubevol.manager import PluginRoles
 from kubevol.spec import Spec
 
@@ -72,13 +73,22 @@ def volume_identity(
     unique name for every pod when the volume is attached or device-mounted, one per pod
     otherwise. Raises what the plugin raises about the Spec."""
     device, attachable = roles.device_mountable, roles.attachable is not None
-    volume_name = roles.plugin.get_volume_name(spec)
+    shared = device is not None or attachable
+    try:
+        volume_name = roles.plugin.get_volume_name(spec)
+    except SpecError:
+        if shared:
+            raise
+        # A volume neither attached nor device-mounted is known by pod and spec
+        # (GetUniqueVolumeNameFromSpecWithPod); the kubelet never asks its plugin for a
+        # name, and an inline CSI volume has none (its handle is made from the pod's UID).
+        volume_name = spec_name
     device_mount_path = ""
     if mode is VolumeMode.FILESYSTEM and device is not None:
         device_mount_path = device.new_device_mounter().get_device_mount_path(spec)
     return VolumeIdentity(
         unique_name=unique_volume_name(
-            roles.name, volume_name, shared=device is not None or attachable, pod_uid=pod_uid,
+            roles.name, volume_name, shared=shared, pod_uid=pod_uid,
             spec_name=spec_name,
         ),
         volume_name=volume_name,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,18 @@ def driver(tmp_path: Path) -> Iterator[RunningDriver]:
     yield from test_node_cli.driver.__wrapped__(tmp_path)  # type: ignore[attr-defined]
 
 
-def tree_digest(path: Path) -> str:
+def tree_digest(path: Path, *, exclude: Collection[Path] = ()) -> str:
     """A hash of every path, file content, link target and mode under ``path``, plus the
-    mount table below it: any change shows."""
+    mount table below it: any change shows. What is at or below ``exclude`` is left out
+    (paths and mounts)."""
+    skipped = {str(p) for p in exclude}
     h = hashlib.sha256()
     for top, dirs, files in os.walk(path):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if os.path.join(top, d) not in skipped)
         for name in sorted(dirs + files):
             p = os.path.join(top, name)
+            if p in skipped:
+                continue
             st = os.lstat(p)
             h.update(f"{p}\0{st.st_mode}\0".encode())
             if os.path.islink(p):
@@ -41,7 +45,9 @@ def tree_digest(path: Path) -> str:
             elif name in files and os.path.isfile(p):
                 with open(p, "rb") as f:
                     h.update(f.read())
-    h.update("\n".join(mounts_under(path)).encode())
+    mounts = [m for m in mounts_under(path)
+              if not any(m == x or m.startswith(x + "/") for x in skipped)]
+    h.update("\n".join(mounts).encode())
     return h.hexdigest()
 
 

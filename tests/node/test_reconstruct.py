@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -199,14 +200,20 @@ def test_failure_of_a_desired_pod_is_left_for_set_up(env: NodeEnv) -> None:
     manager.close()
 
 
-def test_unknown_plugin_is_a_reported_failure(env: NodeEnv) -> None:
-    """A directory of a plugin nobody registered is reported with the plugin's name."""
+def test_unknown_plugin_is_listed_as_left_alone_not_as_a_failure(
+    env: NodeEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory of a plugin nobody registered (a third-party plugin on a real node) is
+    listed with the plugin's name as left alone, without a warning; it is no failure."""
     d = env.root / "pods" / "uid-1" / "volumes" / "vendor.example~thing" / "vol"
     d.mkdir(parents=True)
-    result = scan(env.host, env.mgr)
-    [failure] = result.failures
-    assert failure.dir.plugin_name == "vendor.example/thing"
-    assert "vendor.example/thing" in failure.reason
+    with caplog.at_level(logging.WARNING):
+        result = scan(env.host, env.mgr)
+    assert result.failures == () and caplog.records == []
+    [unknown] = result.unknown
+    assert unknown.dir.plugin_name == "vendor.example/thing"
+    assert unknown.reason == "unknown plugin 'vendor.example/thing', left alone"
+    assert result.to_dict()["unknown_plugins"][0]["path"] == str(d)
 
 
 def test_list_pod_volume_dirs_reads_both_modes(tmp_path: Path) -> None:
@@ -265,7 +272,7 @@ def test_scan_changes_nothing_on_disk(env: NodeEnv, rig: MountRig) -> None:
     after = (tree_digest(env.root / "pods"), tree_digest(env.root / "plugins"),
              mount_table_under(env.tmp))
     assert before == after
-    assert len(result.failures) == 2 and len(result.orphans) == 1
+    assert len(result.failures) == 1 and len(result.unknown) == 1 and len(result.orphans) == 1
     assert {f.mount for f in result.volumes} == {
         MountCheck.MOUNTED, MountCheck.NOT_MOUNTED, MountCheck.CORRUPTED,
     }

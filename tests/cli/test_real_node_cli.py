@@ -1,0 +1,195 @@
+"""``kubevol reconstruct`` on a kubelet root shaped as a real node has it
+(:mod:`kubevol.testing.kubelet_root`, built from the kubelet's code): every volume
+reported, nothing failed; a repair with no pod named gone changes nothing at all; with one
+pod named gone, exactly its volumes are torn down and nothing else changes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubevol.csi.server import serve_in_background
+from kubevol.testing.csi_driver import FakeCSIDriver
+from kubevol.testing.kubelet_root import (
+    EPHEMERAL_DRIVER,
+    PV_DRIVER,
+    KubeletRoot,
+)
+from tests.cli.test_node_cli import mounts_under
+from tests.cli.test_repair_plan import run_json, tree_digest
+from tests.node.real_node import real_node
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[KubeletRoot]:
+    """The real-node root (3 pods) under tmp_path, mounts undone after."""
+    with real_node(tmp_path) as built:
+        yield built
+
+
+def flags(node: KubeletRoot) -> list[str]:
+    return ["--root", str(node.root), "--node-name", node.node_name]
+
+
+def test_reconstruct_reports_every_volume_of_a_real_node_and_no_failure(
+    node: KubeletRoot, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every volume of a known kind comes back with its mount as it is — inline CSI
+    ephemeral volumes from vol_data.json alone, with no driver registered — subPath binds
+    under their volume, volumes of unknown plugins listed as left alone, no failure, and
+    not one warning (the non-pod files of the root are not looked at)."""
+    code, out, err = run_json(capsys, "reconstruct", *flags(node), "-o", "json")
+    assert code == 0
+    assert out["failures"] == [] and out["orphan_device_mounts"] == []
+    assert "warning" not in err.lower()
+    found = {(v["pod_uid"], v["plugin"], v["volume"]): v for v in out["volumes"]}
+    expected = {(v.pod_uid, v.plugin, v.name): v for v in node.known}
+    assert set(found) == set(expected)
+    for key, v in expected.items():
+        assert (found[key]["mount"] == "mounted") == v.mounted, found[key]
+    for uid in node.pods:
+        inline = found[(uid, "kubernetes.io/csi", "secrets-store")]
+        assert inline["unique_name"] == f"kubernetes.io/csi/{uid}-secrets-store"
+        assert inline["device_mount_path"] == "" and inline["device"] is None
+        assert inline["path"].endswith("/volumes/kubernetes.io~csi/secrets-store/mount")
+        shared = found[(uid, "kubernetes.io/csi", "pv-shared")]
+        assert shared["device"] == "mounted"
+        assert shared["device_mount_path"] == str(node.staging["pv-shared"])
+    for bind in node.subpaths:
+        [v] = [v for k, v in found.items() if k[0] == bind.pod_uid and k[2] == bind.volume]
+        assert str(bind.path) in v["subpaths"]
+    unknown = {(u["plugin"], u["volume"]): u["reason"] for u in out["unknown_plugins"]}
+    assert unknown == {
+        ("kubernetes.io/foo", "thing"): "unknown plugin 'kubernetes.io/foo', left alone",
+        ("vendor/bar", "flex"): "unknown plugin 'vendor/bar', left alone",
+    }
+
+
+def test_repair_with_no_pod_named_gone_changes_nothing_at_all(
+    tmp_path: Path, node: KubeletRoot, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No pod on a kubelet's root is kubevol's: the plan has no action, lists every volume
+    (and the unknown plugins' ones) as left alone; the dry run changes nothing at all, and
+    the repair leaves every path, mode, content, link target and mount under the test
+    directory as it was, adding only kubevol's own lock."""
+    before = tree_digest(tmp_path)
+    code, plan, _ = run_json(capsys, "reconstruct", *flags(node), "--repair", "--dry-run",
+                             "-o", "json")
+    assert code == 0 and plan["actions"] == []
+    left = {(x["pod_uid"], x["volume"]) for x in plan["left"]}
+    assert {(v.pod_uid, v.name) for v in node.volumes} <= left
+    assert tree_digest(tmp_path) == before
+    code, result, _ = run_json(capsys, "reconstruct", *flags(node), "--repair", "-o", "json")
+    assert code == 0 and result["plan"]["actions"] == [] and result["failures"] == []
+    own = node.root / "kubevol"
+    assert tree_digest(tmp_path, exclude=[own]) == before
+    assert os.listdir(own) == ["lock"]
+
+
+@pytest.fixture
+def drivers(tmp_path: Path) -> Iterator[list[str]]:
+    """Both CSI drivers of the root, mounting for real (unpublish unmounts the target):
+    ``--csi-driver`` flags for them."""
+    handles = []
+    out = []
+    for name, sock in ((PV_DRIVER, "pv.sock"), (EPHEMERAL_DRIVER, "eph.sock")):
+        state = tmp_path / f"state-{sock}"
+        driver = FakeCSIDriver(name=name, node_id="node-1", state_dir=state, mounts=True)
+        handle = serve_in_background(driver.plugin(), f"unix://{tmp_path / sock}", env={})
+        handles.append(handle)
+        out += ["--csi-driver", f"{name}={handle.address}"]
+    try:
+        yield out
+    finally:
+        for handle in handles:
+            handle.stop(grace=0)
+
+
+def test_repair_with_one_pod_named_gone_tears_down_exactly_its_volumes(
+    tmp_path: Path, node: KubeletRoot, drivers: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Pod 1 named gone: each of its volumes (projected, configMap with its subPath bind,
+    secret, downwardAPI, emptyDir, the shared PV's publish, the inline CSI volume) is
+    unmounted and removed, then its directory; the shared PV's staging mount stays (the
+    other pods use it), and every other path and mount is unchanged."""
+    gone = node.pods[1]
+    gone_dir = node.root / "pods" / gone
+    others = [tmp_path / "root" / "kubevol", gone_dir,
+              *(tmp_path / f"state-{s}" for s in ("pv.sock", "eph.sock"))]
+    before = tree_digest(tmp_path, exclude=others)
+    per_pod = {uid: tree_digest(node.root / "pods" / uid) for uid in node.pods if uid != gone}
+    assert mounts_under(gone_dir)
+
+    code, plan, _ = run_json(capsys, "reconstruct", *flags(node), *drivers, "--repair",
+                             "--pod-gone", gone, "--dry-run", "-o", "json")
+    assert code == 0
+    assert {a["pod_uid"] for a in plan["actions"]} == {gone}
+    planned = {(a["action"], a["volume"]) for a in plan["actions"]}
+    for v in node.volumes_of(gone):
+        assert ("remove dir", v.name) in planned
+        if v.mounted:
+            assert ("unmount", v.name) in planned
+    assert ("remove pod dir", "") in planned
+    assert not any(a["action"] in ("unstage", "detach") for a in plan["actions"])
+
+    code, result, err = run_json(capsys, "reconstruct", *flags(node), *drivers, "--repair",
+                                 "--pod-gone", gone, "-o", "json")
+    assert code == 0, err
+    assert result["plan"] == plan
+    assert not os.path.lexists(gone_dir)
+    assert mounts_under(gone_dir) == []
+    assert str(node.staging["pv-shared"]) in mounts_under(node.root)
+    assert tree_digest(tmp_path, exclude=others) == before
+    assert {uid: tree_digest(node.root / "pods" / uid) for uid in per_pod} == per_pod
+
+
+def test_a_gone_pod_with_an_unknown_plugins_volume_keeps_it_and_its_directory(
+    tmp_path: Path, node: KubeletRoot, drivers: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Pod 0 named gone: its volumes of known kinds are torn down (its own PV unstaged from
+    the shared loop device while the other PV's staging stays), but the volumes of unknown
+    plugins stay as they are, mounted or not, and so does its directory: the plan says
+    why."""
+    gone = node.pods[0]
+    unknown = [v for v in node.volumes_of(gone) if v.unknown]
+    kept = {v.name: tree_digest(v.path) for v in unknown}
+    others = {uid: tree_digest(node.root / "pods" / uid) for uid in node.pods[1:]}
+    code, result, err = run_json(capsys, "reconstruct", *flags(node), *drivers, "--repair",
+                                 "--pod-gone", gone, "-o", "json")
+    assert code == 0, err
+    left = {(x["volume"], x["reason"]) for x in result["plan"]["left"]}
+    assert ("thing", "unknown plugin 'kubernetes.io/foo', left alone") in left
+    assert ("flex", "unknown plugin 'vendor/bar', left alone") in left
+    assert ("", "pod directory holds a volume of an unknown plugin, left alone") in left
+    assert not any(a["action"] == "remove pod dir" for a in result["plan"]["actions"])
+    assert {v.name: tree_digest(v.path) for v in unknown} == kept
+    assert mounts_under(node.root / "pods" / gone) == [
+        str(v.path) for v in unknown if v.mounted]
+    for v in node.volumes_of(gone):
+        assert os.path.lexists(v.path) == v.unknown, v
+    assert str(node.staging["pv-logs"]) not in mounts_under(node.root)
+    assert str(node.staging["pv-shared"]) in mounts_under(node.root)
+    assert {uid: tree_digest(node.root / "pods" / uid) for uid in others} == others
+
+
+def test_status_lists_unknown_plugins_volumes_as_such(
+    node: KubeletRoot, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kubevol status` on a real node shows each volume of an unknown plugin with that
+    state and why, not as unreadable, and does not try to measure it."""
+    code, rows, err = run_json(capsys, "status", *flags(node), "-o", "json")
+    assert code == 0, err
+    by_volume = {(r["pod_uid"], r["spec_name"]): r for r in rows}
+    for v in node.volumes:
+        row = by_volume[(v.pod_uid, v.name)]
+        if v.unknown:
+            assert row["state"] == "unknown plugin"
+            assert row["error"] == f"unknown plugin {v.plugin!r}, left alone"
+            assert row["used"] is None and "metrics_error" not in row
+        else:
+            assert row["state"] != "unreadable", row
