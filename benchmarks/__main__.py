@@ -21,6 +21,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("mountinfo", (), False),
     ("guard", (), False),
     ("reconstruct", ("--repeat", "3"), True),
+    ("real_node_scale", ("--repeat", "3"), True),
     # 3d26097: main before issue 18 (the driver the issue measured at 44 and 68 per second).
     ("csi_lifecycle", ("--skip-suite", "--lifecycles", "20", "--baseline", "3d26097"), False),
     ("down", (), False),

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import hashlib
 import json
 import os
@@ -117,10 +118,17 @@ def unescape_plugin_name(escaped: str) -> str:
 
 def plugin_name_segments(name: str) -> list[str]:
     """The segments a plugin name nests as under ``plugins/`` (at most two), validated."""
+    return list(_plugin_name_segments(name))
+
+
+# A node has a handful of plugin names and builds their paths several times per volume:
+# each name is split and validated once (a bad name raises every time: errors are not kept).
+@functools.lru_cache(maxsize=256)
+def _plugin_name_segments(name: str) -> tuple[str, ...]:
     parts = name.split("/")
     if len(parts) > 2:
         raise InvalidPathSegmentError(f"plugin name {name!r} has more than one '/'")
-    return [validate_path_segment(p, "plugin name part") for p in parts]
+    return tuple(validate_path_segment(p, "plugin name part") for p in parts)
 
 
 def sha256_hex(text: str) -> str:
@@ -137,7 +145,7 @@ def _join(base: str, *segments: str) -> str:
 
 def plugin_dir(root: str, plugin_name: str) -> str:
     """``plugins/<plugin>``."""
-    return _join(root, PLUGINS_DIR, *plugin_name_segments(plugin_name))
+    return _join(root, PLUGINS_DIR, *_plugin_name_segments(plugin_name))
 
 
 def volume_device_plugin_dir(root: str, plugin_name: str) -> str:
@@ -160,6 +168,7 @@ def pod_dir(root: str, pod_uid: str) -> str:
     return _join(root, PODS_DIR, validate_path_segment(pod_uid, "pod UID"))
 
 
+@functools.lru_cache(maxsize=256)  # as _plugin_name_segments
 def _escaped_plugin_segment(plugin_name: str) -> str:
     return validate_path_segment(escape_plugin_name(plugin_name), "plugin name")
 

@@ -127,7 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
     try:
-        args = build_parser(args_list).parse_args(args_list)
+        if argv is None:  # the process is this command (tests calling main keep their GC)
+            gc.disable()
+        try:
+            args = build_parser(args_list).parse_args(args_list)
+        finally:
+            if argv is None:
+                _tune_gc_after_start_up()
         setup_logging(args.verbosity, args.log_format, daemon=getattr(args, "daemon", False))
         try:
             code: int = args.func(args)
@@ -153,6 +159,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _reader_went_away()
     return code
+
+
+def _tune_gc_after_start_up() -> None:
+    """Start-up (the command's imports) makes objects that live as long as the process:
+    none of them is collected, and every later collection leaves them out (frozen). A
+    command then allocates mostly objects that survive until it answers (a node's volumes):
+    young collections every 50,000 allocations instead of 700 keep the full collections from
+    walking them over and over (about a tenth of the CPU time of ``reconstruct -o json`` of
+    10,000 volumes, measured)."""
+    gc.freeze()
+    gc.set_threshold(50_000)
+    gc.enable()
 
 
 def one_line(exc: BaseException) -> str:

@@ -54,7 +54,7 @@ from kubevol.node.mountcheck import (
     stat_problem,
 )
 from kubevol.node.orphans import OrphanDeviceMount, find_orphan_device_mounts
-from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs, pod_dir_of
+from kubevol.node.poddirs import PodVolumeDir, list_entries, list_pod_volume_dirs, pod_dir_of
 from kubevol.node.state import (
     AttachedVolume,
     MountedVolume,
@@ -257,9 +257,10 @@ def reconstruct_pod_volume(
 class ScanPass:
     """One pass over pod volume directories (a :func:`scan`, one disk-usage check): rebuilds
     them one by one, reusing across them what one pass may and nothing longer: each
-    plugin's roles by name (plugins are not re-probed within a pass) and the minimal pod
-    of each UID. ``check`` tells what is at a path (:meth:`MountSnapshot.check` of the
-    pass's one reading of the mount table); None skips mount checks.
+    plugin's roles by name (plugins are not re-probed within a pass), the minimal pod
+    of each UID and the names in each pod's ``volume-subpaths``. ``check`` tells what is
+    at a path (:meth:`MountSnapshot.check` of the pass's one reading of the mount table);
+    None skips mount checks.
 
     Created by the node layer for the pass and dropped with it. What a plugin derives from
     a Spec is kept with that Spec (:meth:`~kubevol.spec.Spec.derived`), not here: plugins
@@ -272,6 +273,7 @@ class ScanPass:
         self._check = check
         self._roles: dict[str, PluginRoles] = {}
         self._pods: dict[str, Any] = {}
+        self._subpath_volumes: dict[str, frozenset[str]] = {}
 
     def reconstruct(self, d: PodVolumeDir) -> FoundVolume:
         """Rebuild ``d`` (:func:`reconstruct_pod_volume`). Reads only. Raises
@@ -360,11 +362,22 @@ class ScanPass:
             device_mount_path=device_mount_path,
             device=device,
             selinux_mount_context=selinux,
-            subpaths=(
-                tuple(list_subpaths(pod_dir_of(d.path), d.spec_name))
-                if d.mode is VolumeMode.FILESYSTEM else ()
-            ),
+            subpaths=self._subpaths(d),
         )
+
+    def _subpaths(self, d: PodVolumeDir) -> tuple[str, ...]:
+        """The subPath binds of filesystem volume ``d``; the pod's ``volume-subpaths`` is
+        listed once per pass (most volumes have none: one listing per pod, not a failed one
+        per volume)."""
+        if d.mode is not VolumeMode.FILESYSTEM:
+            return ()
+        pod_dir = pod_dir_of(d.path)
+        names = self._subpath_volumes.get(pod_dir)
+        if names is None:
+            names = self._subpath_volumes[pod_dir] = frozenset(
+                list_entries(os.path.join(pod_dir, layout.POD_VOLUME_SUBPATHS_DIR))
+            )
+        return tuple(list_subpaths(pod_dir, d.spec_name)) if d.spec_name in names else ()
 
 
 def scan(
