@@ -145,6 +145,7 @@ def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Co
     walls: list[float] = []
     cpus: list[float] = []
     references: list[float] = []
+    reference_cpus: list[float] = []
     rpcs: collections.Counter[str] = collections.Counter()
     try:
         with CSIClient(running.endpoint, timeout=60) as client:
@@ -173,10 +174,15 @@ def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Co
                 "root": str(root), "endpoint": running.endpoint, "driver": DRIVER_NAME,
                 "handles": handles, "rpcs": dict(rpcs),
             }))  # fmt: skip
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "benchmarks.down_direct", str(plan)],
                            check=True)  # fmt: skip
             references.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            reference_cpus.append(
+                after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            )
 
         kubevol_side()  # first: the reference repeats the RPCs it caused
         reference_side()
@@ -193,7 +199,7 @@ def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Co
                 subprocess.run(["umount", "-l", e.mount_point], check=False)
         shutil.rmtree(work, ignore_errors=True)
     print(f"{pods} pods, {repeat} rounds: kubevol down {_fmt(walls)} s, CPU {_fmt(cpus)} s; "
-          f"direct {_fmt(references)} s")  # fmt: skip
+          f"direct {_fmt(references)} s, CPU {_fmt(reference_cpus)} s")  # fmt: skip
     return statistics.median(walls), statistics.median(cpus), statistics.median(references), rpcs
 
 

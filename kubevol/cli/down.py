@@ -12,7 +12,7 @@ from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.mount.table import MountTable, read_mountinfo_bytes
 from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
-from kubevol.node.mountcheck import pod_mounts
+from kubevol.node.mountcheck import mounts_by_pod
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import PodRecord, PodState, RecordError
 from kubevol.node.validation import validate_pod_uid
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
             pods.close()
         # Never "gone" while anything of the pod is mounted, whatever the records say.
         table = MountTable(read_mountinfo_bytes())
-        mounted = {u: pod_mounts(runtime.host.root_dir, u, table) for u in uids}
+        by_pod = mounts_by_pod(runtime.host.root_dir, table)
+        mounted = {u: by_pod.get(u, []) for u in uids}
         left = [u for u in uids if mounted[u] or _recorded(runtime, u)]
         for uid in uids:
             if uid not in left:
