@@ -37,7 +37,7 @@ from pathlib import Path
 from benchmarks.report import Row, emit, load_average
 from kubevol.mount import MountTable, MountTableCache, parse_mountinfo, search_mount_points
 from kubevol.mount.mountinfo import parse_mountinfo_bytes
-from kubevol.mount.table import read_mountinfo_bytes
+from kubevol.mount.mountread import read_mountinfo_bytes
 
 ENTRIES = 20_000
 TARGET_MS = 10.0

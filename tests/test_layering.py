@@ -73,11 +73,7 @@ CYCLE_EXEMPT_EDGES: dict[tuple[str, str], str] = {
 
 #: Violations being removed by work in progress. Each names who removes it; remove the entry
 #: when the fix lands (the test fails on an entry that is no longer needed).
-IN_PROGRESS: dict[tuple[str, str], str] = {
-    # parse_mountinfo (mountinfo.py) reads through table.py's reader, which parses with
-    # mountinfo.py; mountperf is reworking both (issue 18). Fix: the reader gets its own module.
-    ("kubevol.mount.mountinfo", "kubevol.mount.table"): "mountperf, issue 18",
-}
+IN_PROGRESS: dict[tuple[str, str], str] = {}
 
 
 @attrs.frozen

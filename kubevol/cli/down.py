@@ -10,7 +10,8 @@ from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
 from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
-from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.mount.mountread import read_mountinfo_bytes
+from kubevol.mount.table import MountTable
 from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
 from kubevol.node.mountcheck import mounts_by_pod
 from kubevol.node.privileges import require_privileges

@@ -12,8 +12,8 @@ from kubevol.cli.output import Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import MountError, MountInfoError
 from kubevol.mount.guard import GuardPolicy, check_unmount_device
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
-from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
+from kubevol.mount.table import MountTable
 
 #: The references, one row each (the verdict itself is printed above them in tables).
 REFS = Table(columns=columns("mount_point", "kind", "blocking", "reason"), at="refs")

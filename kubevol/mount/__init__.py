@@ -26,14 +26,14 @@ from kubevol.mount.helpers import (
 from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.linux import LinuxMounter
 from kubevol.mount.mountinfo import (
-    PROC_MOUNTINFO,
     MountInfo,
     parse_mountinfo,
     parse_mountinfo_bytes,
     parse_mountinfo_line,
     parse_mountinfo_text,
 )
-from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
+from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
+from kubevol.mount.table import MountTable, MountTableCache
 
 __all__ = [
     "CORRUPTED_MOUNT_ERRNOS",

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from kubevol import fdtree
 from kubevol.errors import CorruptedMountError, MountError
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
-from kubevol.mount.table import MountTable, MountTableCache, read_mountinfo_bytes
+from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
+from kubevol.mount.table import MountTable, MountTableCache
 
 if TYPE_CHECKING:
     from kubevol.mount.interface import MountInterface

@@ -19,7 +19,7 @@ from kubevol.errors import MountError
 from kubevol.mount import syscalls
 from kubevol.mount.helpers import get_mount_refs
 from kubevol.mount.interface import MountInterface, MountPoint
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, MountTableCache
 
 log = logging.getLogger(__name__)

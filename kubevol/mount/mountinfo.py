@@ -19,6 +19,7 @@ from collections.abc import Callable
 import attrs
 
 from kubevol.errors import MountInfoError
+from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
 
 _native_parse: Callable[[bytes, type[MountInfo], Callable[[str, int], MountInfo]],
                         list[MountInfo]] | None
@@ -26,9 +27,6 @@ try:  # the C parser (_mountinfo.c); the pure-Python one below gives the same an
     from kubevol.mount._mountinfo import parse as _native_parse
 except ImportError:  # not built (a source tree without the extension)
     _native_parse = None
-
-#: The mount table of the calling process.
-PROC_MOUNTINFO = "/proc/self/mountinfo"
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
@@ -147,9 +145,6 @@ def parse_mountinfo(path: str = PROC_MOUNTINFO) -> list[MountInfo]:
     Raises :class:`~kubevol.errors.MountInfoError` for a malformed line and
     :class:`~kubevol.errors.MountError` when the file cannot be read.
     """
-    # Imported here: table.py imports this module for the line parser.
-    from kubevol.mount.table import read_mountinfo_bytes
-
     return parse_mountinfo_bytes(read_mountinfo_bytes(path))
 
 

@@ -24,7 +24,7 @@ import attrs
 from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError, is_operation_finished
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.executor import (
     INITIAL_BACKOFF,

@@ -13,8 +13,8 @@ import attrs
 from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
-from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
+from kubevol.mount.table import MountTable
 from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import MountSnapshot

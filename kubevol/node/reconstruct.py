@@ -41,8 +41,9 @@ from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.manager import PluginRoles, VolumePluginMgr
 from kubevol.mount.interface import MountInterface
+from kubevol.mount.mountread import read_mountinfo_bytes
 from kubevol.mount.subpath import list_subpaths
-from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.mount.table import MountTable
 from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost

@@ -17,7 +17,8 @@ import threading
 
 from kubevol import layout
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountinfo import PROC_MOUNTINFO, escape, parse_mountinfo_line
+from kubevol.mount.mountinfo import escape, parse_mountinfo_line
+from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.mount.table import MountTableCache
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost

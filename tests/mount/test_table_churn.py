@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kubevol.errors import MountError
-from kubevol.mount import LinuxMounter, MountTableCache, parse_mountinfo, syscalls
-from kubevol.mount import table as table_module
-from kubevol.mount.table import MountTable, read_mountinfo_bytes
+from kubevol.mount import LinuxMounter, MountTableCache, mountread, parse_mountinfo, syscalls
+from kubevol.mount.mountread import read_mountinfo_bytes
+from kubevol.mount.table import MountTable
 from kubevol.testing.mount_churn import MountChurn
 from kubevol.testing.mount_rig import MountRig
 
@@ -67,7 +67,7 @@ def test_kernel_without_cursor_reads_until_a_pass_saw_no_change(
 ) -> None:
     """On a kernel before 5.8 only a read during which nothing changed is complete: the
     reader reads again until it gets one, so intermittent churn still never fails a read."""
-    monkeypatch.setattr(table_module, "kernel_reads_mountinfo_with_cursor", lambda: False)
+    monkeypatch.setattr(mountread, "kernel_reads_mountinfo_with_cursor", lambda: False)
     with MountChurn(tmp_path / "churn", pause=0.002) as churn:
         for _ in range(30):
             assert lists_all(read_mountinfo_bytes(), stable_mounts)
@@ -82,15 +82,15 @@ def test_cache_rereads_after_a_failed_read(
     with MountTableCache() as cache:
         cache.table()
         fresh = rig.tmpfs(tmp_path / "fresh")
-        real_read = table_module._MountinfoReader._read_once
+        real_read = mountread.MountinfoReader._read_once
         failing = iter([True])
 
-        def read_once(self: table_module._MountinfoReader) -> bytes:
+        def read_once(self: mountread.MountinfoReader) -> bytes:
             if next(failing, False):
                 raise MountError("simulated read failure")
             return real_read(self)
 
-        monkeypatch.setattr(table_module._MountinfoReader, "_read_once", read_once)
+        monkeypatch.setattr(mountread.MountinfoReader, "_read_once", read_once)
         with pytest.raises(MountError, match="simulated"):
             cache.table()
         assert cache.table().find_mount_point(str(fresh)) is not None

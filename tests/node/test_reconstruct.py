@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kubevol.manager import PluginRoles
-from kubevol.mount.mountinfo import PROC_MOUNTINFO
+from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
