@@ -37,6 +37,26 @@ def mounted_at(path: Path) -> bool:
     return any(e.mount_point == str(path) for e in parse_mountinfo())
 
 
+def mounts_under(path: Path | str) -> list[str]:
+    """Mount points at or below ``path`` (links resolved) in this mount namespace, in
+    mount-table order (a mount on top of another comes after it)."""
+    base = os.path.realpath(path)
+    return [
+        e.mount_point
+        for e in parse_mountinfo()
+        if e.mount_point == base or e.mount_point.startswith(base + "/")
+    ]
+
+
+def unmount_all_under(path: Path | str) -> list[str]:
+    """Unmount (lazily) everything at or below ``path``, last mounted first; returns what
+    was unmounted. For a test's finalizer: a test that failed half-way leaves no mount."""
+    points = list(reversed(mounts_under(path)))
+    for point in points:
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    return points
+
+
 class MountRig:
     """Creates real mounts, loop devices and FUSE daemons under one directory and undoes
     them all in :meth:`cleanup`."""

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from kubevol.cli import exits
 from kubevol.cli.main import main
-from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.testing.mount_rig import mounts_under
 from tests.hostile import snapshot
 
 EXAMPLES = int(os.environ.get("KUBEVOL_CAMPAIGN_EXAMPLES", "20"))
@@ -48,11 +48,6 @@ NAMES = st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True)
 JUNK = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), HOSTILE_TEXT,
                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
                                                                       st.integers(), max_size=2))
-
-
-def mounts_under(path: Path) -> list[str]:
-    base = os.path.realpath(path)
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(base + "/")]
 
 
 @contextlib.contextmanager

@@ -22,8 +22,8 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
 from kubevol.errors import KubevolError
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.rootlock import RootLock
+from kubevol.testing.mount_rig import mounts_under
 from tests.test_safeyaml import BOMB
 
 #: Address-space cap for commands given hostile input: a bomb that got through would need
@@ -92,11 +92,6 @@ def driver_proc(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]
         proc.wait()
         for point in reversed(mounts_under(tmp_path)):
             subprocess.run(["umount", "-l", point], check=False)
-
-
-def mounts_under(path: Path) -> list[str]:
-    base = os.path.realpath(path)
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(base + "/")]
 
 
 def csi_pod(tmp_path: Path, endpoint: str, *, block: bool = False) -> Path:

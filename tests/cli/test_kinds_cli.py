@@ -19,7 +19,8 @@ from kubevol.cli.demo import examples_dir
 from kubevol.cli.main import main
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from tests.cli.test_node_cli import create_volume, mounts_under, run_json
+from kubevol.testing.mount_rig import mounts_under
+from tests.cli.test_node_cli import create_volume, run_json
 
 CANARY_SECRET = "canary-secret-9d41c"
 CANARY_TOKEN = "canary-token-5be07"

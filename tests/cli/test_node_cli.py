@@ -18,18 +18,13 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.privileges import missing_privileges
 from kubevol.node.records import PodRecord, PodRecords
 from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec
+from kubevol.testing.mount_rig import mounts_under
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def mounts_under(path: Path) -> list[str]:
-    base = os.path.realpath(path)
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(base + "/")]
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pytest
 from kubevol.cli.main import main
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.testing.mount_rig import mounts_under
 from tests.cli import test_node_cli
-from tests.cli.test_node_cli import UID, create_volume, mounts_under, write_manifest
+from tests.cli.test_node_cli import UID, create_volume, write_manifest
 
 
 @pytest.fixture

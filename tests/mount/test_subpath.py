@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kubevol.errors import MountError
-from kubevol.mount import LinuxMounter, check_unmount_device, parse_mountinfo
+from kubevol.mount import LinuxMounter, check_unmount_device
 from kubevol.mount.guard import RefKind
 from kubevol.mount.subpath import (
     Subpath,
@@ -27,7 +27,7 @@ from kubevol.mount.subpath import (
     safe_open,
     validate_sub_path,
 )
-from kubevol.testing.mount_rig import KubeletTree, MountRig
+from kubevol.testing.mount_rig import KubeletTree, MountRig, mounts_under
 
 
 @pytest.fixture
@@ -53,10 +53,6 @@ def subpath(volume: Path, sub: str, index: int = 0, container: str = "app") -> S
     return Subpath(volume_mount_index=index, path=str(volume / sub), volume_name="data",
                    volume_path=str(volume), pod_dir=str(volume.parents[2]),
                    container_name=container)
-
-
-def mounts_under(path: Path) -> list[str]:
-    return [m.mount_point for m in parse_mountinfo() if m.mount_point.startswith(str(path))]
 
 
 def test_directory_subpath_is_bound_at_the_kubelet_path(

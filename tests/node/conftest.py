@@ -5,7 +5,6 @@ failing test left under tmp_path (tests assert on leaks themselves)."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +12,10 @@ import attrs
 import pytest
 
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.plugin import VolumePlugin
 from kubevol.plugins import LocalVolumePlugin
+from kubevol.testing.mount_rig import unmount_all_under
 from tests.node.fakes import StagedPlugin
 
 
@@ -24,22 +23,6 @@ def plugins_beside_the_fake() -> list[VolumePlugin]:
     """A node's plugins except the local-volume one: the fake plugin serves the same
     ``local.path`` PersistentVolumes."""
     return [p for p in node_plugins() if not isinstance(p, LocalVolumePlugin)]
-
-
-def mounts_under(path: Path | str) -> list[str]:
-    """Mount points at or below ``path`` in this mount namespace, in table order."""
-    base = os.path.realpath(path)
-    return [
-        e.mount_point
-        for e in parse_mountinfo()
-        if e.mount_point == base or e.mount_point.startswith(base + "/")
-    ]
-
-
-def unmount_all_under(path: Path | str) -> None:
-    """Unmount everything below ``path``, deepest last-mounted first."""
-    for point in reversed(mounts_under(path)):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 @attrs.define

@@ -28,7 +28,7 @@ from kubevol.csi.registration.server import serve_registration
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
-from tests.node.conftest import mounts_under, unmount_all_under
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 UIDS = {
     "web": "0000000a-0000-4000-8000-000000000001",

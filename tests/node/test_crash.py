@@ -36,7 +36,7 @@ from kubevol.node.manifests import parse_manifests
 from kubevol.node.records import PodRecord, PodRecords, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
-from tests.node.conftest import unmount_all_under
+from kubevol.testing.mount_rig import unmount_all_under
 
 HERE = Path(__file__).resolve().parent
 #: Pods started during the churn, and the CSI volumes they share.

@@ -23,9 +23,9 @@ from kubevol.node.manifests import parse_manifests
 from kubevol.node.state import MountState
 from kubevol.objects import ManifestObjects
 from kubevol.plugins import LocalVolumePlugin, builtin_plugins
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 from kubevol.testing.token_provider import StandInTokenProvider
 from kubevol.tokens import TokenManager
-from tests.node.conftest import mounts_under, unmount_all_under
 
 POD = """
 apiVersion: v1

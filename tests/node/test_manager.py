@@ -16,7 +16,8 @@ from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.owners import Ownership
 from kubevol.node.state import AttachedVolume, MountState, VolumeMode
-from tests.node.conftest import NodeEnv, mounts_under
+from kubevol.testing.mount_rig import mounts_under
+from tests.node.conftest import NodeEnv
 from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest
 
 

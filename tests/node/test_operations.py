@@ -20,7 +20,7 @@ from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
-from tests.node.conftest import mounts_under, unmount_all_under
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 
 @pytest.fixture

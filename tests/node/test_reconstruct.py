@@ -25,8 +25,8 @@ from kubevol.node.owners import Ownership
 from kubevol.node.poddirs import list_pod_volume_dirs, only_leftovers, remove_volume_dir_leftovers
 from kubevol.node.reconstruct import ScanPass, scan
 from kubevol.node.state import MountState, VolumeMode
-from kubevol.testing.mount_rig import MountRig
-from tests.node.conftest import NodeEnv, mounts_under
+from kubevol.testing.mount_rig import MountRig, mounts_under
+from tests.node.conftest import NodeEnv
 from tests.node.fakes import claim_manifest, local_pv_manifest, pod_manifest
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.nomad import PluginRegistry, PluginType, RegisteredPlugin
+from kubevol.testing.mount_rig import mounts_under
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
@@ -32,12 +32,6 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(0.01)
-
-
-def mounts_under(root: Path) -> list[str]:
-    """Mount points at or below ``root``, in mount-table order."""
-    prefix = str(root).rstrip("/") + "/"
-    return [e.mount_point for e in parse_mountinfo() if (e.mount_point + "/").startswith(prefix)]
 
 
 def accepts(path: str) -> bool:

@@ -19,7 +19,8 @@ from kubevol.nomad import (
     VolumeChecker,
     VolumeManager,
 )
-from tests.nomad.conftest import PluginFactory, mounts_under, wait_until
+from kubevol.testing.mount_rig import mounts_under
+from tests.nomad.conftest import PluginFactory, wait_until
 
 USAGE = UsageOptions()
 

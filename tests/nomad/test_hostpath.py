@@ -22,7 +22,8 @@ from kubevol.nomad import (
     UsageOptions,
     VolumeChecker,
 )
-from tests.nomad.conftest import mounts_under, wait_until
+from kubevol.testing.mount_rig import mounts_under
+from tests.nomad.conftest import wait_until
 
 SCRIPT = Path(__file__).with_name("hostpath_process.py")
 

@@ -29,7 +29,8 @@ from kubevol.nomad import (
     VolumeKey,
     VolumeManager,
 )
-from tests.nomad.conftest import PluginFactory, PluginProcess, mounts_under
+from kubevol.testing.mount_rig import mounts_under
+from tests.nomad.conftest import PluginFactory, PluginProcess
 
 RW = UsageOptions(
     read_only=False,

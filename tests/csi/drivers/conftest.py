@@ -16,13 +16,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.drivers.mock import MockConfig, MockDriver
-from kubevol.mount.mountinfo import parse_mountinfo
-
-
-def mounts_under(base: Path) -> list[str]:
-    """Mount points below ``base`` in this process's mount table, deepest last."""
-    prefix = str(base).rstrip("/") + "/"
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(prefix)]
+from kubevol.testing.mount_rig import mounts_under
 
 
 def loops_under(base: Path) -> list[tuple[str, str]]:

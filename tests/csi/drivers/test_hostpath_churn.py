@@ -11,7 +11,8 @@ from kubevol.csi import types as t
 from kubevol.mount import syscalls
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.testing.mount_churn import MountChurn
-from tests.csi.drivers.conftest import Served, mounts_under, target_path
+from kubevol.testing.mount_rig import mounts_under
+from tests.csi.drivers.conftest import Served, target_path
 
 MOUNT = t.VolumeCapability.mount()
 #: Mounts that stay for the whole test, so the table spans many read(2) calls.

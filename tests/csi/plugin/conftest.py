@@ -20,9 +20,9 @@ from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.node.host import NodeVolumeHost
+from kubevol.testing.mount_rig import unmount_all_under
 from tests.csi.plugin.csiplugin_driver import (
     detach_loops_under,
-    unmount_all_under,
 )
 from tests.csi.plugin.rig import (
     HOSTPATH_NODE_ID,

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from kubevol.csi import types as t
 from kubevol.csi.server import ServerHandle, serve_in_background
-from kubevol.mount import parse_mountinfo
 from kubevol.testing.csi_driver import FakeCSIDriver
 
 DRIVER_NAME = "dir.csi.kubevol.io"
@@ -53,23 +52,6 @@ def dir_driver(
 def serve_dir_driver(driver: FakeCSIDriver, socket_path: Path) -> ServerHandle:
     """Serve ``driver`` on a unix socket (no middleware)."""
     return serve_in_background(driver.plugin(), f"unix://{socket_path}", env={})
-
-
-def mounts_under(base: Path) -> list[str]:
-    """Mount points at or below ``base``, deepest last as in the mount table."""
-    prefix = str(base).rstrip("/") + "/"
-    return [e.mount_point for e in parse_mountinfo()
-            if e.mount_point == str(base) or e.mount_point.startswith(prefix)]
-
-
-def unmount_all_under(base: Path) -> list[str]:
-    """Unmount everything below ``base`` (last mounted first); returns what was unmounted."""
-
-    done = []
-    for point in reversed(mounts_under(base)):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
-        done.append(point)
-    return done
 
 
 def tree(root: Path) -> list[str]:

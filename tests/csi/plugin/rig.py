@@ -18,11 +18,11 @@ from kubevol.csi.registration import DriverRegistry
 from kubevol.node.host import NodeVolumeHost
 from kubevol.spec import Spec
 from kubevol.testing.csi_driver import FakeCSIDriver
+from kubevol.testing.mount_rig import unmount_all_under
 from tests.csi.plugin.csiplugin_driver import (
     DRIVER_NAME,
     dir_driver,
     serve_dir_driver,
-    unmount_all_under,
 )
 
 NODE_NAME = "node-1"

@@ -11,8 +11,9 @@ from kubevol.csi import types as t
 from kubevol.csi.plugin import map_block_volume, unmap_block_volume
 from kubevol.errors import DeviceStillMountedError
 from kubevol.mount.guard import UnmountVerdict
+from kubevol.testing.mount_rig import mounts_under
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
-from tests.csi.plugin.csiplugin_driver import mounts_under, tree
+from tests.csi.plugin.csiplugin_driver import tree
 from tests.csi.plugin.rig import (
     POD_UID,
     LoopDevices,

@@ -22,8 +22,9 @@ from kubevol.layout import sha256_hex
 from kubevol.mount.guard import GuardPolicy
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.spec import Spec
+from kubevol.testing.mount_rig import mounts_under
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
-from tests.csi.plugin.csiplugin_driver import mounts_under, tree
+from tests.csi.plugin.csiplugin_driver import tree
 from tests.csi.plugin.rig import (
     HOSTPATH_NODE_ID,
     NODE_NAME,

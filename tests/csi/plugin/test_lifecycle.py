@@ -11,8 +11,9 @@ from pathlib import Path
 from kubevol.csi import types as t
 from kubevol.csi.attach import attachment_name
 from kubevol.layout import sha256_hex
+from kubevol.testing.mount_rig import mounts_under
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
-from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID, mounts_under, tree
+from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID, tree
 from tests.csi.plugin.rig import NODE_NAME, POD_UID, Rig, RigFactory, make_pod, pv_spec
 
 HANDLE = "vol-0001"

@@ -20,8 +20,9 @@ from kubevol.errors import (
     UncertainProgressError,
     is_operation_finished,
 )
+from kubevol.testing.mount_rig import mounts_under
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
-from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, mounts_under, tree
+from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, tree
 from tests.csi.plugin.rig import POD_UID, Rig, RigFactory, inline_spec, make_pod, pv_spec
 
 
