@@ -7,6 +7,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -14,7 +15,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from kubevol.csi.drivers.engine import AccessKind, DriverState, VolumeRecord
+import pytest
+
+from kubevol.csi.drivers.engine import AccessKind, DriverState, DriverStateError, VolumeRecord
 from kubevol.csi.drivers.hostpath.state import DB_FILE, LEGACY_STATE_FILE, SqliteStore
 
 
@@ -116,4 +119,41 @@ def test_migration_interrupted_after_its_commit_keeps_the_database(tmp_path: Pat
     store = SqliteStore(str(tmp_path))
     assert store.load().volumes == {}
     assert not (tmp_path / LEGACY_STATE_FILE).exists()
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero", "deep-json"])
+def test_a_hostile_legacy_state_json_is_one_clear_error(tmp_path: Path, kind: str) -> None:
+    """An older driver's state.json is read as untrusted: a FIFO (an open for reading would
+    block forever), a link to /dev/zero (a read never ends) or JSON nested 100,000 deep
+    (RecursionError) is refused with an error naming the file, at once, and left in place."""
+    legacy = tmp_path / LEGACY_STATE_FILE
+    if kind == "fifo":
+        os.mkfifo(legacy)
+    elif kind == "link-to-dev-zero":
+        legacy.symlink_to("/dev/zero")
+    else:
+        legacy.write_text("[" * 100_000 + "]" * 100_000)
+    store = SqliteStore(str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(DriverStateError, match=LEGACY_STATE_FILE):
+        store.load()
+    assert time.monotonic() - started < 5
+    assert os.path.lexists(legacy)
+    store.close()
+
+
+def test_an_edited_record_nested_without_bound_is_one_clear_error(tmp_path: Path) -> None:
+    """A record in the database edited to JSON nested 100,000 deep is refused naming the
+    record, not a RecursionError."""
+    store = SqliteStore(str(tmp_path))
+    store.save_records([("volumes", "v1", record("v1"))])
+    store.close()
+    db = sqlite3.connect(tmp_path / DB_FILE)
+    db.execute("UPDATE records SET data = ? WHERE id = 'v1'", ("[" * 100_000 + "]" * 100_000,))
+    db.commit()
+    db.close()
+    store = SqliteStore(str(tmp_path))
+    with pytest.raises(DriverStateError, match=r"v1.*nests deeper"):
+        store.load()
     store.close()

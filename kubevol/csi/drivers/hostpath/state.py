@@ -32,6 +32,7 @@ from kubevol.csi.drivers.engine.state import (
     record_from_json,
     record_to_json,
 )
+from kubevol.safeio import load_json_file, parse_json
 
 DB_FILE = "state.db"
 #: What drivers before the SQLite store kept (migrated on first use).
@@ -75,9 +76,12 @@ class SqliteStore(StateStore):
             if kind not in TABLES:
                 raise DriverStateError(f"{self.path}: unknown record kind {kind!r}")
             try:
-                parsed = json.loads(data)
+                # Through safeio: an edited database may hold JSON nested without bound.
+                parsed = parse_json(
+                    data.encode() if isinstance(data, str) else data, f"{kind} {key!r}"
+                )
             except ValueError as exc:
-                raise DriverStateError(f"{self.path}: {kind} {key!r} is not JSON") from exc
+                raise DriverStateError(f"{self.path}: {exc}") from exc
             if not isinstance(parsed, dict):
                 raise DriverStateError(f"{self.path}: {kind} {key!r} is not a JSON object")
             try:
@@ -172,9 +176,8 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 
 
 def _load_legacy(path: str) -> DriverState:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+    try:  # a file an older driver left, so read as untrusted (no link, FIFO, size cap)
+        data = load_json_file(path)
     except (OSError, ValueError) as exc:
         raise DriverStateError(f"cannot read driver state {path}: {exc}") from exc
     if not isinstance(data, dict):
