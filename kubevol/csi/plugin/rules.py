@@ -7,8 +7,10 @@ import contextlib
 import errno
 import hashlib
 import os
+from collections.abc import Callable
 from typing import Any
 
+from kubevol import fdtree
 from kubevol.csi.driverinfo import (
     LIFECYCLE_EPHEMERAL,
     LIFECYCLE_PERSISTENT,
@@ -17,7 +19,7 @@ from kubevol.csi.driverinfo import (
 )
 from kubevol.csi.plugin.source import READ_WRITE_ONCE, CSIVolumeSource, SecretRef
 from kubevol.host import VolumeHost
-from kubevol.layout import CSI_VOL_DATA_FILE, CSI_VOL_DATA_TEMP_PREFIX
+from kubevol.layout import CSI_VOL_DATA_FILE, CSI_VOL_DATA_TEMP_PREFIX, is_below
 
 #: Kubernetes' prefix of CSI attach-limit resource names, and their length limit.
 CSI_ATTACH_LIMIT_PREFIX = "attachable-volumes-csi-"
@@ -100,7 +102,10 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
     the ``vol_data.json`` beside it and their parent directory. Absent pieces are fine.
 
     A mounted path is left alone. Raises ``OSError`` when a directory is not empty or the
-    mount check fails (a corrupted mount): data is never deleted.
+    mount check fails (a corrupted mount): data is never deleted. Every removal is made
+    relative to a descriptor of the volume directory, opened (below the kubelet root) without
+    following a link: a link put at the volume or pod directory is refused
+    (:class:`~kubevol.errors.UnsafePathError`) and nothing is removed where it points.
     """
     try:
         mounted = not host.get_mounter().is_likely_not_mount_point(mount_path)
@@ -108,26 +113,45 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
         mounted = False
     if mounted:
         return
-    parent = os.path.dirname(mount_path)
-    # A writer of vol_data.json killed mid-write leaves its temporary file; it is ours.
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for name in os.listdir(parent):
+    root = os.path.dirname(host.get_pods_dir().rstrip("/"))
+    beneath = root if is_below(mount_path, root) else None
+    try:
+        parent_fd, mount_name = fdtree.open_parent(mount_path, beneath=beneath)
+    except FileNotFoundError:
+        return
+    try:
+        # A writer of vol_data.json killed mid-write leaves its temporary file; it is ours.
+        for name in os.listdir(parent_fd):
             if name.startswith(CSI_VOL_DATA_TEMP_PREFIX):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(parent, name))
-    for action, path in (
-        (os.rmdir, mount_path),
-        (os.unlink, os.path.join(parent, CSI_VOL_DATA_FILE)),
-        (os.rmdir, parent),
-    ):
-        try:
-            action(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if exc.errno == errno.ENOTEMPTY:
-                raise OSError(exc.errno, f"failed to remove dir [{path}]: not empty") from exc
-            raise
+                    os.unlink(name, dir_fd=parent_fd)
+        _remove_at(os.rmdir, mount_name, parent_fd, mount_path)
+        _remove_at(os.unlink, CSI_VOL_DATA_FILE, parent_fd,
+                   os.path.join(os.path.dirname(mount_path), CSI_VOL_DATA_FILE))
+    finally:
+        os.close(parent_fd)
+    volume_dir = os.path.dirname(mount_path)
+    try:
+        grand_fd, volume_name = fdtree.open_parent(volume_dir, beneath=beneath)
+    except FileNotFoundError:
+        return
+    try:
+        _remove_at(os.rmdir, volume_name, grand_fd, volume_dir)
+    finally:
+        os.close(grand_fd)
+
+
+def _remove_at(action: Callable[..., None], name: str, dir_fd: int, path: str) -> None:
+    """``action(name, dir_fd=dir_fd)`` (rmdir or unlink, neither follows a link at ``name``);
+    absent is fine; ``path`` names it in the error for a directory that is not empty."""
+    try:
+        action(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.ENOTEMPTY:
+            raise OSError(exc.errno, f"failed to remove dir [{path}]: not empty") from exc
+        raise
 
 
 def secret_lookup_error(ref: SecretRef, namespace: str, exc: BaseException, what: str) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from kubevol.csi.plugin import remove_mount_dir
+from kubevol.errors import UnsafePathError
 from kubevol.node.host import NodeVolumeHost
 
 
@@ -32,3 +35,31 @@ def test_leaves_a_mounted_path_and_its_metadata(host: NodeVolumeHost, tmp_path: 
         assert (volume_dir / "vol_data.json").is_file()
     finally:
         subprocess.run(["umount", str(volume_dir / "mount")], check=True)
+
+
+@pytest.mark.parametrize("link_at", ["volume", "pod"])
+def test_a_link_at_the_volume_or_pod_directory_changes_nothing_where_it_points(
+    host: NodeVolumeHost, node_root: Path, tmp_path: Path, link_at: str
+) -> None:
+    """A link put at a CSI pod volume directory (or at the pod directory) pointing at a
+    directory shaped like a volume outside the root: the removal is refused naming the link,
+    and the target keeps its vol_data.json, its temporary file and its empty ``mount``."""
+    victim = tmp_path / "victim"
+    (victim / "mount").mkdir(parents=True)
+    (victim / "vol_data.json").write_text("{}\n")
+    (victim / ".vol_data.abc123").write_text("keep")
+    kind_dir = node_root / "pods/uid/volumes/kubernetes.io~csi"
+    if link_at == "volume":
+        kind_dir.mkdir(parents=True)
+        (kind_dir / "pv").symlink_to(victim)
+    else:
+        (victim / "volumes/kubernetes.io~csi/pv/mount").mkdir(parents=True)
+        (node_root / "pods").mkdir()
+        (node_root / "pods/uid").symlink_to(victim)
+        victim = victim / "volumes/kubernetes.io~csi/pv"
+        (victim / "vol_data.json").write_text("{}\n")
+        (victim / ".vol_data.abc123").write_text("keep")
+    with pytest.raises(UnsafePathError, match="link"):
+        remove_mount_dir(host, str(kind_dir / "pv" / "mount"))
+    assert sorted(p.name for p in victim.iterdir()) == [".vol_data.abc123", "mount",
+                                                         "vol_data.json"]
