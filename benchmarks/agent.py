@@ -21,7 +21,6 @@ converge or is left mounted, or the loop's idle CPU is over 1%.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.churn import manifests_for
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
@@ -40,22 +40,6 @@ from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from kubevol.testing.call_clock import CallClock
-
-
-def manifest(i: int, handle: str) -> str:
-    objects = [
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv{i}"},
-         "spec": {"capacity": {"storage": "16Mi"}, "accessModes": ["ReadWriteOnce"],
-                  "csi": {"driver": DRIVER_NAME, "volumeHandle": handle}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-         "metadata": {"name": f"c{i}", "namespace": "bench"},
-         "spec": {"volumeName": f"pv{i}", "accessModes": ["ReadWriteOnce"]}},
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "bench"},
-         "spec": {"containers": [{"name": "c", "image": "x"}],
-                  "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": f"c{i}"}},
-                              {"name": "scratch", "emptyDir": {}}]}},
-    ]
-    return "\n---\n".join(json.dumps(o) for o in objects)
 
 
 def wait(what: str, check: Any, timeout: float) -> float:
@@ -159,7 +143,7 @@ def main() -> int:
     try:
         with CSIClient(running.endpoint, timeout=30) as client:
             texts = [
-                manifest(i, client.create_volume(
+                manifests_for(i, scratch=True, handle=client.create_volume(
                     f"v{i}", [t.VolumeCapability.mount()],
                     capacity_range=t.CapacityRange(required_bytes=16 << 20)).volume_id)
                 for i in range(args.pods)

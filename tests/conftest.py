@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kubevol.node.host import NodeVolumeHost
+from kubevol.testing.mount_rig import KubeletTree, MountRig
 
 
 @pytest.fixture
@@ -21,3 +24,22 @@ def node_root(tmp_path: Path) -> Path:
 def host(node_root: Path) -> NodeVolumeHost:
     """A NodeVolumeHost on ``node_root`` for node ``node-1`` with the real Linux mounter."""
     return NodeVolumeHost(root_dir=str(node_root), node_name="node-1")
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[MountRig]:
+    """Real mounts under tmp_path (loop devices, tmpfs, binds, a dead FUSE mount), all undone
+    afterwards. Needs root, in a private mount namespace (as scripts/run-tests.sh runs)."""
+    if os.geteuid() != 0:
+        pytest.fail("these tests mount filesystems: run them as root (scripts/run-tests.sh)")
+    r = MountRig(tmp_path)
+    try:
+        yield r
+    finally:
+        r.cleanup()
+
+
+@pytest.fixture
+def kubelet(node_root: Path) -> KubeletTree:
+    """An empty kubelet root (``node_root``) to stage and publish volumes in."""
+    return KubeletTree(node_root)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,25 +12,6 @@ import pytest
 from kubevol.cli import exits
 from kubevol.cli.main import main
 from kubevol.testing.mount_rig import KubeletTree, MountRig
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[MountRig]:
-    """Real mounts under tmp_path, all undone afterwards (needs root)."""
-    if os.geteuid() != 0:
-        pytest.fail("these tests mount filesystems: run them as root")
-    r = MountRig(tmp_path)
-    try:
-        yield r
-    finally:
-        r.cleanup()
-
-
-@pytest.fixture
-def kubelet(tmp_path: Path) -> KubeletTree:
-    """An empty kubelet root."""
-    (tmp_path / "kubelet").mkdir()
-    return KubeletTree(tmp_path / "kubelet")
 
 
 @pytest.fixture

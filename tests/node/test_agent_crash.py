@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-from kubevol.mount.mountinfo import parse_mountinfo
 from tests.node.test_crash import (
     SEED,
     Driver,
@@ -116,18 +115,7 @@ def test_kubevol_agent_killed_at_random_points_converges(tmp_path: Path, driver:
         for uid in sorted(world.running):
             world.terminate(uid)
         world.wait_converged(90)
-        assert world.records.all() == []
-        assert [m for m in parse_mountinfo() if m.mount_point.startswith(str(world.root))] == []
-        assert os.listdir(world.root / "pods") == []
-        kept = {
-            f"{os.path.basename(d)}/{f}"
-            for d, _, files in os.walk(driver.state_dir) for f in files if f.endswith(".txt")
-        }
-        by_pv = {f"pv{j}": h for j, h in enumerate(world.handles)}
-        missing = [m for m in world.markers
-                   if f"{by_pv[m.split('/')[0]]}/{m.split('/')[1]}" not in kept]
-        assert missing == [], f"files lost from CSI volumes: {missing[:5]}"
-        assert world.violations == []
+        world.assert_all_gone_and_nothing_lost()
         assert world.restarts >= KILLS
     finally:
         stop(world.agent, signal.SIGTERM)

@@ -291,6 +291,25 @@ class World:
             lines += [f"  log: {line[:300]}" for line in log if uid in line][-6:]
         return "\n".join(lines)
 
+    def assert_all_gone_and_nothing_lost(self) -> None:
+        """After every pod was terminated and the agent converged: no record, no mount and
+        no pod directory is left, every marker file written into a CSI volume is still in
+        the driver's storage, and no invariant was violated on the way."""
+        assert self.records.all() == []
+        assert [m for m in parse_mountinfo() if m.mount_point.startswith(str(self.root))] == []
+        assert os.listdir(self.root / "pods") == []
+        kept = {
+            f"{os.path.basename(d)}/{f}"
+            for d, _, files in os.walk(self.driver.state_dir) for f in files
+            if f.endswith(".txt")
+        }
+        # Files are kept per volume directory; map each pv to its volume id to compare.
+        by_pv = {f"pv{j}": h for j, h in enumerate(self.handles)}
+        missing = [m for m in self.markers
+                   if f"{by_pv[m.split('/')[0]]}/{m.split('/')[1]}" not in kept]
+        assert missing == [], f"files lost from CSI volumes: {missing[:5]}"
+        assert self.violations == []
+
     def wait_converged(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while why := self.not_converged():
@@ -342,19 +361,7 @@ def test_agent_killed_at_random_points_converges_without_losing_anything(
         for uid in sorted(world.running):
             world.terminate(uid)
         world.wait_converged(60)
-        assert world.records.all() == []
-        assert [m for m in parse_mountinfo() if m.mount_point.startswith(str(world.root))] == []
-        assert os.listdir(world.root / "pods") == []
-        kept = {
-            f"{os.path.basename(os.path.dirname(os.path.join(d, f)))}/{f}"
-            for d, _, files in os.walk(driver.state_dir) for f in files if f.endswith(".txt")
-        }
-        # Files are kept per volume directory; map each pv to its volume id to compare.
-        by_pv = {f"pv{j}": h for j, h in enumerate(world.handles)}
-        missing = [m for m in world.markers
-                   if f"{by_pv[m.split('/')[0]]}/{m.split('/')[1]}" not in kept]
-        assert missing == [], f"files lost from CSI volumes: {missing[:5]}"
-        assert world.violations == []
+        world.assert_all_gone_and_nothing_lost()
         assert world.restarts >= KILLS
         print(f"crash test: {PODS} pods, {len(world.markers)} seen up, "
               f"{world.restarts} agent kills")

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from kubevol.node.state import MountState, VolumeMode
 from kubevol.testing.mount_rig import MountRig, mounts_under
 from tests.node.conftest import NodeEnv
 from tests.node.fakes import claim_manifest, local_pv_manifest, pod_manifest
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[MountRig]:
-    """Real mounts (a dead FUSE mount, ...) undone afterwards."""
-    r = MountRig(tmp_path)
-    try:
-        yield r
-    finally:
-        r.cleanup()
 
 
 def set_up(
