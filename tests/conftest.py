@@ -11,6 +11,11 @@ import pytest
 from kubevol.node.host import NodeVolumeHost
 from kubevol.testing.mount_rig import KubeletTree, MountRig
 
+# As kubevol.csi does (imported above, through the node host), before any test module
+# imports grpc: the tests fork+exec commands while gRPC channels live, and gRPC's fork
+# handlers can deadlock inside fork().
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 
 @pytest.fixture
 def node_root(tmp_path: Path) -> Path:

@@ -14,7 +14,16 @@ Names are imported on first use, so ``import kubevol.csi`` does not load grpc.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# gRPC's fork handlers (pthread_atfork) wait for gRPC's threads to reach a safe point before
+# every fork; kubevol forks only to exec (mount(8), helpers, drivers), where they protect
+# nothing, and under load they deadlocked a subprocess.run() inside fork() for good (seen in
+# the test suite, grpcio 1.85: main thread in fork -> cygrpc prefork -> futex). gRPC's
+# documented setting for fork+exec programs turns them off; a program that sets it keeps its
+# choice. Set before any gRPC import: gRPC reads it once.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 if TYPE_CHECKING:
     from kubevol.csi.attach import DirectAttachBackend, VolumeAttachmentBackend
