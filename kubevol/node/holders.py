@@ -39,7 +39,7 @@ import attrs
 
 from kubevol.errors import KubevolError
 from kubevol.mount.mountinfo import MountInfo, parse_mountinfo_bytes
-from kubevol.mount.table import read_mountinfo_bytes
+from kubevol.mount.mountread import read_mountinfo_bytes
 
 PROC = "/proc"
 

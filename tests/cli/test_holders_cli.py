@@ -17,11 +17,11 @@ import pytest
 from kubevol.cli.main import main
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_node_cli import (
     UID,
     create_volume,
     driver,  # noqa: F401 - the fixture
-    mounts_under,
     write_manifest,
 )
 

@@ -19,7 +19,7 @@ from kubevol.node.agent import Agent
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.runtime import NodeRuntime
 from kubevol.testing.kube_api import KubeAPIServer
-from tests.node.conftest import mounts_under
+from kubevol.testing.mount_rig import mounts_under
 from tests.node.test_agent import AgentEnv, env, pod, wait_for  # noqa: F401 (env: a fixture)
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.owners import Ownership
-from tests.node.conftest import NodeEnv, mounts_under
+from kubevol.testing.mount_rig import mounts_under
+from tests.node.conftest import NodeEnv
 from tests.node.fakes import claim_manifest, local_pv_manifest, pod_manifest
 from tests.node.test_reconstruct import set_up, staged_pod
 
