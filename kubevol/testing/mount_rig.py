@@ -38,9 +38,10 @@ def mounted_at(path: Path) -> bool:
 
 
 def mounts_under(path: Path | str) -> list[str]:
-    """Mount points at or below ``path`` (links resolved) in this mount namespace, in
-    mount-table order (a mount on top of another comes after it)."""
-    base = os.path.realpath(path)
+    """Mount points at or below ``path`` in this mount namespace, in mount-table order (a
+    mount on top of another comes after it). Reads only the mount table: resolving links
+    would stat the path, which on a FUSE mount asks (or hangs on) its daemon."""
+    base = os.path.abspath(path)
     return [
         e.mount_point
         for e in parse_mountinfo()
