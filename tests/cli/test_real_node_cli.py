@@ -18,7 +18,7 @@ from kubevol.testing.kubelet_root import (
     PV_DRIVER,
     KubeletRoot,
 )
-from tests.cli.test_node_cli import mounts_under
+from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_repair_plan import run_json, tree_digest
 from tests.node.real_node import real_node
 

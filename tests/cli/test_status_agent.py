@@ -20,8 +20,8 @@ from kubevol.node import reconstruct
 from kubevol.node.agent import Agent
 from kubevol.node.agent_status import StatusServer, status_socket_path
 from kubevol.node.runtime import NodeRuntime
+from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_node_cli import run_json
-from tests.node.conftest import mounts_under
 from tests.node.test_agent import UIDS, AgentEnv, env, pod, pv, wait_for  # noqa: F401
 
 
