@@ -38,25 +38,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.report import Row, emit, load_average
+from benchmarks.report import Row, emit, load_average, reexec_in_private_namespace
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.mount import syscalls
 
-NS_MARKER = "KUBEVOL_BENCH_PRIVATE_NS"
 CAP = t.VolumeCapability.mount()
 
-
-def reexec_in_private_namespace() -> None:
-    """Run this script again under ``unshare -m --propagation private`` (once)."""
-    if os.environ.get(NS_MARKER) == "1":
-        return
-    if os.geteuid() != 0:
-        sys.exit("run as root: the benchmark makes real mounts")
-    env = {**os.environ, NS_MARKER: "1"}
-    args = ["unshare", "-m", "--propagation", "private", sys.executable, "-m",
-            "benchmarks.csi_lifecycle", *sys.argv[1:]]  # fmt: skip
-    os.execvpe("unshare", args, env)
 
 
 def run(*cmd: str) -> None:
@@ -328,7 +316,7 @@ def main() -> int:
     parser.add_argument("--baseline", metavar="REV",
                         help="also measure the driver at this git revision, in the same run")
     args = parser.parse_args()
-    reexec_in_private_namespace()
+    reexec_in_private_namespace("benchmarks.csi_lifecycle")
     work = Path(tempfile.mkdtemp(prefix="kubevol-bench-"))
     print(load_average())
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -40,27 +39,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import Row, emit, load_average
+from benchmarks.report import Row, emit, load_average, reexec_in_private_namespace
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.mount.mountinfo import parse_mountinfo
 
-NS_MARKER = "KUBEVOL_BENCH_PRIVATE_NS"
 CAP = t.VolumeCapability.mount()
 SIZE = t.CapacityRange(required_bytes=16 << 20)
 
-
-def reexec_in_private_namespace() -> None:
-    """Run this module again under ``unshare -m --propagation private`` (once)."""
-    if os.environ.get(NS_MARKER) == "1":
-        return
-    if os.geteuid() != 0:
-        sys.exit("run as root: the benchmark makes real mounts")
-    env = {**os.environ, NS_MARKER: "1"}
-    args = ["unshare", "-m", "--propagation", "private", sys.executable, "-m",
-            "benchmarks.down", *sys.argv[1:]]  # fmt: skip
-    os.execvpe("unshare", args, env)
 
 
 class RpcCounter:
@@ -215,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds per size, the two sides alternating; medians are compared")
     args = parser.parse_args(argv)
-    reexec_in_private_namespace()
+    reexec_in_private_namespace("benchmarks.down")
     print(load_average())
     small = measure(args.small, args.repeat)
     big = measure(args.pods, args.repeat)

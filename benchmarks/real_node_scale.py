@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks.reconstruct import cli_and_find
 from benchmarks.report import Row, emit, load_average
 
 CLI_TARGET_SECONDS = 2.0
@@ -184,12 +185,7 @@ def main() -> int:
         mounts = build_tree(root, args.pods)
         print(f"built {args.pods} pods x 4 volumes ({len(mounts)} tmpfs mounts) in "
               f"{time.perf_counter() - started:.1f} s under {root}")
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        commands = {
-            "cli": [sys.executable, "-m", "kubevol.cli.main", "reconstruct", "--root", root,
-                    "-o", "json"],
-            "find": ["find", root, "-name", "vol_data.json"],
-        }  # fmt: skip
+        commands, env = cli_and_find(root)
         times: dict[str, list[float]] = {name: [] for name in commands}
         cpu: dict[str, list[float]] = {name: [] for name in commands}
         rss: list[float] = []

@@ -114,16 +114,24 @@ def walk_tree(pods_dir: str) -> int:
     return count
 
 
-def cli_against_find(root: str, repeat: int) -> tuple[float, float]:
-    """Median seconds of ``kubevol reconstruct --root ROOT -o json`` (a fresh process each
-    time: start-up counts, with the bytecode cache on) and of ``find ROOT -name
-    vol_data.json``, interleaved."""
+def cli_and_find(root: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The two commands compared on ``root`` (``kubevol reconstruct -o json`` in a fresh
+    process, and ``find ROOT -name vol_data.json``) and their environment: this machine's
+    PYTHONDONTWRITEBYTECODE dropped, as a user's machine has bytecode."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     commands = {
         "cli": [sys.executable, "-m", "kubevol.cli.main", "reconstruct", "--root", root,
                 "-o", "json"],
         "find": ["find", root, "-name", "vol_data.json"],
     }  # fmt: skip
+    return commands, env
+
+
+def cli_against_find(root: str, repeat: int) -> tuple[float, float]:
+    """Median seconds of ``kubevol reconstruct --root ROOT -o json`` (a fresh process each
+    time: start-up counts, with the bytecode cache on) and of ``find ROOT -name
+    vol_data.json``, interleaved."""
+    commands, env = cli_and_find(root)
     samples: dict[str, list[float]] = {name: [] for name in commands}
     for round_ in range(repeat + 1):
         for name, command in commands.items():

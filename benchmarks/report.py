@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import attrs
 
@@ -79,3 +80,20 @@ def load_average() -> str:
     """The 1-, 5- and 15-minute load averages, for the record next to every figure."""
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} CPUs)"
+
+
+#: Set in the environment of a benchmark re-run inside its private mount namespace.
+NS_MARKER = "KUBEVOL_BENCH_PRIVATE_NS"
+
+
+def reexec_in_private_namespace(module: str) -> None:
+    """Run ``python -m module`` (with this process's arguments) again under ``unshare -m
+    --propagation private``, once: the benchmark's mounts never reach the host's namespace."""
+    if os.environ.get(NS_MARKER) == "1":
+        return
+    if os.geteuid() != 0:
+        sys.exit("run as root: the benchmark makes real mounts")
+    env = {**os.environ, NS_MARKER: "1"}
+    args = ["unshare", "-m", "--propagation", "private", sys.executable, "-m", module,
+            *sys.argv[1:]]  # fmt: skip
+    os.execvpe("unshare", args, env)
