@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
             # then uses: it does these actions and no others.
             found = pods.reconstruct(clean=False)
             plan = plan_repair(found, pods.manager)
+            if plan.uninspected:
+                print(f"warning: the open files of {plan.uninspected} processes could not be "
+                      "read (run as root): the plan may miss refusals", file=sys.stderr)
             if args.dry_run:
                 emit(plan.to_dict(), PLAN_TABLES, args, sys.stdout)
                 return 0

@@ -208,7 +208,8 @@ class NodeVolumeManager:
     def volume_held(self, d: PodVolumeDir, holders: Holders, action: str) -> str:
         """Why ``action`` on pod volume ``d`` is refused (a process or another mount
         namespace holds its directory or subPath binds), or ``""``."""
-        for path in self.generator.pod_volume_paths(d.pod_uid, d.plugin_name, d.spec_name):
+        # d.path, not the filesystem volume path: a block volume's is under volumeDevices.
+        for path in (d.path, self.generator.subpaths_dir(d.pod_uid, d.spec_name)):
             held = holders.of(path)
             if held:
                 return refusal(action, path, held)

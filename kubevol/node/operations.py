@@ -359,10 +359,14 @@ class OperationGenerator:
         subPath binds."""
         return [
             self.host.get_pod_volume_dir(pod_uid, plugin_name, spec_name),
-            os.path.join(
-                self.host.get_pod_dir(pod_uid), layout.POD_VOLUME_SUBPATHS_DIR, spec_name
-            ),
+            self.subpaths_dir(pod_uid, spec_name),
         ]
+
+    def subpaths_dir(self, pod_uid: str, spec_name: str) -> str:
+        """``pods/<uid>/volume-subpaths/<volume>``: the volume's subPath binds."""
+        return os.path.join(
+            self.host.get_pod_dir(pod_uid), layout.POD_VOLUME_SUBPATHS_DIR, spec_name
+        )
 
     def tear_down(
         self, av: AttachedVolume, m: MountedVolume, *, holders: HoldersOnce | None = None

@@ -58,11 +58,14 @@ class RepairPlan:
 
     actions: tuple[PlannedAction, ...]
     left: tuple[PlannedAction, ...]
+    #: Processes whose open files could not be read (not root): refusals may be missing.
+    uninspected: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "actions": [a.to_dict() for a in self.actions],
             "left": [a.to_dict() for a in self.left],
+            "uninspected_processes": self.uninspected,
         }
 
 
@@ -123,7 +126,8 @@ def plan_repair(
                 refused = "a volume of the pod is held (above); left in place"
             plan.act(REMOVE_POD_DIR, pod_uid=uid, volume="", plugin="",
                      path=pod_dir, reason=verdict.reason, refused=refused)
-    return RepairPlan(actions=tuple(plan.actions), left=tuple(plan.left))
+    return RepairPlan(actions=tuple(plan.actions), left=tuple(plan.left),
+                      uninspected=plan.holders.uninspected)
 
 
 class _Planner:

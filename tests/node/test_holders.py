@@ -201,3 +201,35 @@ def test_one_snapshot_per_batch_taken_only_when_asked(tmp_path: Path) -> None:
     assert taken == []
     first = once.get()
     assert once.get() is first and len(taken) == 1
+
+
+def test_a_proc_tree_is_read_for_links_and_descriptors_and_unreadable_ones_counted(
+    tmp_path: Path,
+) -> None:
+    """Over a proc-shaped tree: a cwd link and a descriptor of a deleted file below the
+    path are found (the kernel's " (deleted)" suffix dropped), with the command name; a
+    process whose descriptors cannot be listed is counted as not inspected (so a plan made
+    without root can say it may miss refusals)."""
+    under = tmp_path / "pods"
+    (under / "a").mkdir(parents=True)
+    proc = tmp_path / "proc"
+    (proc / "self" / "ns").mkdir(parents=True)
+    (proc / "self" / "ns" / "mnt").write_text("")
+    (proc / "self" / "mountinfo").write_bytes(Path("/proc/self/mountinfo").read_bytes())
+    for pid in ("100", "101"):
+        (proc / pid / "ns").mkdir(parents=True)
+        os.link(proc / "self" / "ns" / "mnt", proc / pid / "ns" / "mnt")  # our namespace
+        (proc / pid / "root").symlink_to("/")
+        (proc / pid / "comm").write_text("worker\n")
+    (proc / "100" / "cwd").symlink_to(under / "a")
+    (proc / "100" / "fd").mkdir()
+    (proc / "100" / "fd" / "0").symlink_to("/dev/null")
+    (proc / "100" / "fd" / "3").symlink_to(f"{under}/b/log (deleted)")
+    (proc / "101" / "fd").write_text("")  # listing fails: not inspected
+    holders = Holders.take(str(under), proc=str(proc))
+    assert [(h.pid, h.comm, h.what) for h in holders.of(str(under / "a"))] == [
+        (100, "worker", CWD)]
+    assert [(h.what, h.path) for h in holders.of(str(under / "b"))] == [
+        (OPEN_FILE, f"{under}/b/log")]
+    assert holders.uninspected == 1
+    assert holders.namespaces == []
