@@ -183,7 +183,7 @@ class Holders:
                        mounts=_Mounts(entries, under, devices))
             for ino, pid, comm, same, entries in namespaces
         ]
-        #: Processes whose descriptors could not be read (not root, or exited meanwhile).
+        #: Processes whose descriptors could not be read (not root); not those that exited.
         self.uninspected = uninspected
 
     @classmethod
@@ -302,7 +302,7 @@ class Holders:
 
 def _held_by(base: str, under: str, prefix: str) -> tuple[list[tuple[str, str]], bool]:
     """(what, path) that the process at ``base`` holds at ``under`` or below (``prefix``),
-    and whether its descriptors could be read."""
+    and False when its descriptors may not be read (a process that exited is no holder)."""
     held: list[tuple[str, str]] = []
     for link, what in _LINKS:
         try:
@@ -313,8 +313,10 @@ def _held_by(base: str, under: str, prefix: str) -> tuple[list[tuple[str, str]],
             held.append((what, target))
     try:
         fds = os.listdir(f"{base}/fd")
-    except OSError:
+    except PermissionError:
         return held, False
+    except OSError:
+        return held, True  # exited meanwhile: it holds nothing any more
     for fd in fds:
         try:
             target = os.readlink(f"{base}/fd/{fd}")

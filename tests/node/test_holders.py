@@ -208,8 +208,8 @@ def test_a_proc_tree_is_read_for_links_and_descriptors_and_unreadable_ones_count
 ) -> None:
     """Over a proc-shaped tree: a cwd link and a descriptor of a deleted file below the
     path are found (the kernel's " (deleted)" suffix dropped), with the command name; a
-    process whose descriptors cannot be listed is counted as not inspected (so a plan made
-    without root can say it may miss refusals)."""
+    process whose descriptors may not be listed is counted as not inspected (so a plan made
+    without root can say it may miss refusals), one that exited meanwhile is not."""
     under = tmp_path / "pods"
     (under / "a").mkdir(parents=True)
     proc = tmp_path / "proc"
@@ -225,11 +225,20 @@ def test_a_proc_tree_is_read_for_links_and_descriptors_and_unreadable_ones_count
     (proc / "100" / "fd").mkdir()
     (proc / "100" / "fd" / "0").symlink_to("/dev/null")
     (proc / "100" / "fd" / "3").symlink_to(f"{under}/b/log (deleted)")
-    (proc / "101" / "fd").write_text("")  # listing fails: not inspected
+    (proc / "101" / "fd").mkdir(mode=0)  # listing refused: not inspected
+    (proc / "102").mkdir()  # exited while walked: nothing to list, but no one to inspect
     holders = Holders.take(str(under), proc=str(proc))
     assert [(h.pid, h.comm, h.what) for h in holders.of(str(under / "a"))] == [
         (100, "worker", CWD)]
     assert [(h.what, h.path) for h in holders.of(str(under / "b"))] == [
         (OPEN_FILE, f"{under}/b/log")]
-    assert holders.uninspected == 1
     assert holders.namespaces == []
+    assert holders.uninspected == 0  # root reads everything; 102 simply exited
+    # Without the capabilities that let root read any directory, 101's are refused.
+    script = ("import sys; from kubevol.node.holders import Holders; "
+              "print(Holders.take(sys.argv[1], proc=sys.argv[2]).uninspected)")
+    out = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c",
+         script, str(under), str(proc)], capture_output=True, text=True, check=True,
+    ).stdout
+    assert out.strip() == "1"
