@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from kubevol.csi.driverinfo import KubernetesCSIDrivers
 from kubevol.csi.plugin import CSIPlugin
 from kubevol.csi.registration import DriverRegistry
 from kubevol.deadline import Deadline
@@ -132,6 +133,9 @@ class NodeRuntime(ClosesOnExit):
             self.host = NodeVolumeHost(
                 root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0],
                 kube_client=kube_client, objects=source, tokens=tokens,
+                # With an API server its CSIDriver objects say how to treat a driver
+                # (attachRequired, podInfoOnMount, fsGroupPolicy), as the kubelet reads them.
+                csi_drivers=KubernetesCSIDrivers(kube_client) if kube_client is not None else None,
                 node_labels=dict(node_labels or {}),
             )
             #: What the API server says about this node's pods (``kube_client`` given): pods

@@ -55,11 +55,12 @@ class APIAgent:
 
 @pytest.fixture
 def api() -> Iterator[KubeAPIServer]:
-    """The stand-in API server, with node n1; it plays the external attacher too (the
-    hostpath driver publishes through the controller, so its volumes are attached through
-    VolumeAttachments)."""
-    with KubeAPIServer(auto_attach=True) as server:
+    """The stand-in API server, with node n1 and the hostpath driver's CSIDriver saying no
+    attach is needed (so nothing waits for an external attacher)."""
+    with KubeAPIServer() as server:
         server.add_node("n1")
+        server.add_csidriver({"metadata": {"name": DRIVER_NAME},
+                              "spec": {"attachRequired": False}})
         yield server
 
 
@@ -116,6 +117,7 @@ def test_pods_of_the_node_come_and_go(
 
     web_mount = f"{pod_dir(env, web)}/volumes/kubernetes.io~csi/pv-web/mount"
     wait_for("the CSI mount of the API pod", lambda: web_mount in mounts_under(env.root))
+    assert api.names("volumeattachments") == []  # the API's CSIDriver was read
     conf = Path(pod_dir(env, web)) / "volumes/kubernetes.io~configmap/conf/greeting"
     wait_for("the ConfigMap volume", conf.exists)
     assert conf.read_text() == "hello"
