@@ -21,6 +21,7 @@ from kubevol.node.state import ActualState, DesiredPod
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
 
 if TYPE_CHECKING:
+    from kubevol.node.rootlock import RootLock
     from kubevol.node.runtime import NodeRuntime
 
 
@@ -81,7 +82,6 @@ def open_runtime(
     wait. ``exclusive`` (commands that change the root) holds the root's lock until the
     runtime closes, waiting for another holder with a message, until the deadline.
     """
-    from kubevol.node.rootlock import RootLock
     from kubevol.node.runtime import NodeRuntime, parse_driver_flag  # brings grpc: load late
 
     drivers: dict[str, str] = {}
@@ -97,12 +97,7 @@ def open_runtime(
     entry_points: bool | list[str] = (
         False if args.no_entry_points else (args.plugins or True)
     )
-    lock = None
-    if exclusive:
-        lock = RootLock(
-            root, timeout=(deadline or Deadline.never()).remaining(),
-            on_wait=lambda message: print(f"kubevol {args.command}: {message}", file=sys.stderr),
-        )
+    lock = root_lock(args, deadline) if exclusive else None
     runtime = NodeRuntime(
         root, node_name=args.node_name, csi_drivers=drivers,
         guard_policy=args.guard_policy, **api_options(args), entry_points=entry_points,
@@ -112,6 +107,17 @@ def open_runtime(
         print(f"warning: {problem}", file=sys.stderr)
     # Drivers that are not available were logged as warnings by the runtime: once.
     return runtime
+
+
+def root_lock(args: argparse.Namespace, deadline: Deadline | None = None) -> RootLock:
+    """The lock on ``--root`` (not taken yet) that a command changing the root holds: it
+    waits for another holder with a message, until ``deadline``."""
+    from kubevol.node.rootlock import RootLock
+
+    return RootLock(
+        os.path.abspath(args.root), timeout=(deadline or Deadline.never()).remaining(),
+        on_wait=lambda message: print(f"kubevol {args.command}: {message}", file=sys.stderr),
+    )
 
 
 def api_options(args: argparse.Namespace) -> dict[str, Any]:

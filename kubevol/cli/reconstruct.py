@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
+from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, root_lock
 from kubevol.cli.output import (
     Column,
     OutputFormat,
@@ -24,6 +25,9 @@ from kubevol.node.plan import RepairPlan, plan_repair
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
 
+if TYPE_CHECKING:
+    from kubevol.node.runtime import NodeRuntime, RecordedPods
+
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
@@ -32,24 +36,35 @@ def run(args: argparse.Namespace) -> int:
     gone = gone_pods(args)
     if args.repair and not args.dry_run:
         require_privileges("kubevol reconstruct --repair")
-    with open_runtime(args, deadline=deadline, exclusive=args.repair and not args.dry_run) \
-            as runtime:
+    # The root is locked only once the repair has something to do (below); --csi-driver
+    # may write the root's driver list as the runtime opens, so it locks up front.
+    early_lock = args.repair and not args.dry_run and bool(args.csi_driver)
+    with open_runtime(args, deadline=deadline, exclusive=early_lock) as runtime:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)
             return 0
-        pods = runtime.volume_manager(gone=gone)
+        # The plan is made from the same scan, ownership and desired state the repair
+        # then uses: it does these actions and no others.
+        pods, found, plan = survey(runtime, gone)
         try:
-            # The plan is made from the same scan, ownership and desired state the repair
-            # then uses: it does these actions and no others.
-            found = pods.reconstruct(clean=False)
-            plan = plan_repair(found, pods.manager)
-            if plan.uninspected:
-                print(f"warning: the open files of {plan.uninspected} processes could not be "
-                      "read (run as root): the plan may miss refusals", file=sys.stderr)
             if args.dry_run:
+                warn_uninspected(plan)
                 emit(plan.to_dict(), PLAN_TABLES, args, sys.stdout)
                 return 0
+            if not early_lock:
+                if not plan.actions and not has_records(pods):
+                    # Nothing kubevol's and nothing to do: not even the lock is written.
+                    warn_uninspected(plan)
+                    render(plan.to_dict(), PLAN_TABLES, OutputFormat("table"), sys.stderr)
+                    show(pods.manager.left_alone(found), args, plan)
+                    return 0
+                # Planned unlocked: plan again under the lock, so that what is done is
+                # what a writer that finished meanwhile left.
+                pods.close()
+                runtime.hold(root_lock(args, deadline))
+                pods, found, plan = survey(runtime, gone)
+            warn_uninspected(plan)
             render(plan.to_dict(), PLAN_TABLES, OutputFormat("table"), sys.stderr)
             result = pods.manager.clean(found)
             sync = pods.sync(timeout=args.timeout)
@@ -60,6 +75,33 @@ def run(args: argparse.Namespace) -> int:
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
         failed = any(c.kind is CleanupKind.FAILED for c in outcomes)
         return 0 if sync.converged and not failed else 1
+
+
+def survey(
+    runtime: NodeRuntime, gone: list[str]
+) -> tuple[RecordedPods, Reconstruction, RepairPlan]:
+    """A volume manager for the repair, its scan of the root (nothing cleaned yet) and the
+    plan of the repair; reads only. The caller closes the manager."""
+    pods = runtime.volume_manager(gone=gone)
+    try:
+        found = pods.reconstruct(clean=False)
+        return pods, found, plan_repair(found, pods.manager)
+    except BaseException:
+        pods.close()
+        raise
+
+
+def warn_uninspected(plan: RepairPlan) -> None:
+    """Say when the plan could not read some processes' open files (it may miss refusals)."""
+    if plan.uninspected:
+        print(f"warning: the open files of {plan.uninspected} processes could not be "
+              "read (run as root): the plan may miss refusals", file=sys.stderr)
+
+
+def has_records(pods: RecordedPods) -> bool:
+    """Whether the root has pod records (readable or not): pods kubevol runs, which a
+    repair brings up to date even when it plans nothing destructive."""
+    return bool(pods.records) or bool(pods.invalid)
 
 
 #: The largest --pods-gone-file read (a UID a line: room for a million pods).
@@ -154,7 +196,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "cannot be rebuilt cleaned once; orphan device mounts of its plugins and drivers "
         "are unmounted through the unstage guard when every pod on the root is kubevol's. "
         "Everything else (other agents' pods, unknown plugins) is reported and left alone. "
-        "The repair's plan is printed first (--dry-run: only the plan)."
+        "The repair's plan is printed first (--dry-run: only the plan); a repair with "
+        "nothing to do (no action planned, no pod records) does not even lock the root, "
+        "so it writes nothing; one with actions locks the root and plans again under the "
+        "lock before acting."
     )
     add_root_flags(parser)
     parser.add_argument("--repair", action="store_true", help="clean what is broken")

@@ -175,6 +175,26 @@ class NodeVolumeManager:
              if o.path not in claimed]
         )
 
+    def left_alone(self, result: Reconstruction) -> Reconstruction:
+        """What :meth:`clean` reports for ``result`` when it may change nothing (a repair
+        whose plan has no action): each failure and unclaimed orphan left, with why. Reads
+        only."""
+        def why(verdict: Verdict, uid: str) -> str:
+            if verdict.allowed and self.desired.pod(uid) is not None:
+                return "the pod is desired; set-up redoes it"
+            return verdict.reason
+
+        pods_on_disk = self.pods_on_disk()
+        claimed = self.claimed_device_mounts()
+        result = result.with_failures([
+            attrs.evolve(f, cleanup=Cleanup.left(why(self.failure_verdict(f), f.dir.pod_uid)))
+            for f in result.failures
+        ])
+        return result.with_orphans([
+            attrs.evolve(o, cleanup=Cleanup.left(self.orphan_verdict(o, pods_on_disk).reason))
+            for o in result.orphans if o.path not in claimed
+        ])
+
     def claimed_device_mounts(self) -> set[str]:
         """The device mount paths of the desired volumes (never orphans)."""
         return {v.device_mount_path for v in self.desired.volumes_to_mount()}

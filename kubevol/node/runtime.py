@@ -222,6 +222,14 @@ class NodeRuntime(ClosesOnExit):
         :class:`NodeVolumeManager`."""
         return RecordedPods(self, adding=adding, **kwargs)
 
+    def hold(self, lock: RootLock) -> None:
+        """Take the root's lock now (waiting as ``lock`` says), held until :meth:`close`:
+        for a command that reads first and locks only once it has something to change."""
+        if self.lock is not None and self.lock.held:
+            raise KubevolError(f"the runtime already holds the lock on {lock.root_dir}")
+        lock.acquire()
+        self.lock = lock
+
     def close(self) -> None:
         """Close the CSI clients, then let go of the root's lock. Idempotent."""
         registry = getattr(self, "registry", None)  # None: the constructor failed before it

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kubevol.csi.server import serve_in_background
+from kubevol.node.rootlock import RootLock
 from kubevol.testing.csi_driver import FakeCSIDriver
 from kubevol.testing.kubelet_root import (
     EPHEMERAL_DRIVER,
@@ -74,7 +75,8 @@ def test_repair_with_no_pod_named_gone_changes_nothing_at_all(
     """No pod on a kubelet's root is kubevol's: the plan has no action, lists every volume
     (and the unknown plugins' ones) as left alone; the dry run changes nothing at all, and
     the repair leaves every path, mode, content, link target and mount under the test
-    directory as it was, adding only kubevol's own lock."""
+    directory as it was: it does not even take (create) kubevol's lock, so it neither
+    waits for another writer's."""
     before = tree_digest(tmp_path)
     code, plan, _ = run_json(capsys, "reconstruct", *flags(node), "--repair", "--dry-run",
                              "-o", "json")
@@ -84,9 +86,13 @@ def test_repair_with_no_pod_named_gone_changes_nothing_at_all(
     assert tree_digest(tmp_path) == before
     code, result, _ = run_json(capsys, "reconstruct", *flags(node), "--repair", "-o", "json")
     assert code == 0 and result["plan"]["actions"] == [] and result["failures"] == []
-    own = node.root / "kubevol"
-    assert tree_digest(tmp_path, exclude=[own]) == before
-    assert os.listdir(own) == ["lock"]
+    assert tree_digest(tmp_path) == before
+    assert not os.path.lexists(node.root / "kubevol")
+    with RootLock(str(node.root), timeout=0):  # another writer holds the root
+        code, result, err = run_json(capsys, "reconstruct", *flags(node), "--repair",
+                                     "--timeout", "0.5", "-o", "json")
+    assert code == 0 and result["plan"]["actions"] == []
+    assert "waiting for root" not in err
 
 
 @pytest.fixture

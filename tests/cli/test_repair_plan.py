@@ -16,6 +16,7 @@ import pytest
 from kubevol.cli.main import main
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.node.rootlock import RootLock
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli import test_node_cli
 from tests.cli.test_node_cli import UID, create_volume, write_manifest
@@ -111,6 +112,12 @@ def test_dry_run_with_the_pod_named_gone_lists_its_tear_down_and_the_repair_does
     assert all("named gone by the operator" in a["reason"]
                or a["action"] in ("unstage", "detach")
                for a in plan["actions"])
+    assert tree_digest(tmp_path) == before
+    # A plan with actions is done under the root's lock: while another writer holds it,
+    # the repair waits, then gives up having changed nothing.
+    with RootLock(flags[1], timeout=0):
+        assert main(["reconstruct", *flags, *gone, "--timeout", "1"]) == 1
+    assert "waiting for root" in capsys.readouterr().err
     assert tree_digest(tmp_path) == before
 
     code, result, err = run_json(capsys, "reconstruct", *flags, *gone, "-o", "json")
