@@ -4,21 +4,15 @@ never a pod it has no record of and that is not named, nor a recorded pod not na
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kubevol.cli.main import main
-from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 UIDS = {name: f"0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i, name in enumerate("abc")}
-
-
-def _mounts_under(path: Path) -> list[str]:
-    base = os.path.realpath(path)
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(base + "/")]
 
 
 @pytest.fixture
@@ -29,8 +23,7 @@ def root(tmp_path: Path) -> Iterator[Path]:
     try:
         yield tmp_path / "root"
     finally:
-        for point in reversed(_mounts_under(tmp_path)):
-            subprocess.run(["umount", "-l", point], check=False)
+        unmount_all_under(tmp_path)
 
 
 def _manifest(tmp_path: Path, name: str) -> Path:
@@ -61,17 +54,17 @@ def test_down_takes_only_the_named_pod_not_recorded_or_unknown_ones(
         (cache / "f").write_text(name)
         data[name] = cache
     os.unlink(root / "kubevol" / "pods" / f"{UIDS['c']}.json")
-    others = [p for p in _mounts_under(root) if f"/{UIDS['a']}/" not in p]
+    others = [p for p in mounts_under(root) if f"/{UIDS['a']}/" not in p]
     assert len(others) == 2
     capsys.readouterr()
     assert main(["down", *flags, str(manifests["a"])]) == 0
     assert capsys.readouterr().out.strip() == f"{UIDS['a']}: gone"
-    assert _mounts_under(root) == others
+    assert mounts_under(root) == others
     assert not (root / "pods" / UIDS["a"]).exists()
     for name in "bc":
         assert (data[name] / "f").read_text() == name
     assert sorted(os.listdir(root / "kubevol" / "pods")) == [f"{UIDS['b']}.json"]
     # Named, the pod without a record goes too (the operator vouches for it).
     assert main(["down", *flags, "--pod-uid", UIDS["c"]]) == 0
-    assert [p for p in _mounts_under(root) if f"/{UIDS['c']}/" in p] == []
+    assert [p for p in mounts_under(root) if f"/{UIDS['c']}/" in p] == []
     assert (data["b"] / "f").read_text() == "b"

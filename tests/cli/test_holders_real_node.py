@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from kubevol.cli.main import main
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.testing.kubelet_root import KubeletRoot
+from kubevol.testing.mount_rig import mounts_under
 from tests.node.real_node import real_node
 
 _HOLD_OPEN = (
@@ -31,8 +31,7 @@ def node(tmp_path: Path) -> Iterator[KubeletRoot]:
 
 
 def _mounts_of(root: Path, uid: str) -> list[str]:
-    prefix = f"{root}/pods/{uid}/"
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(prefix)]
+    return mounts_under(root / "pods" / uid)
 
 
 def test_a_token_file_held_open_refuses_its_volume_on_a_real_node_root(
