@@ -159,6 +159,13 @@ TABLES = (
         at="orphan_device_mounts",
         title="device mounts no pod volume leads to",
     ),
+    Table(
+        columns=columns("pod_uid", "volume", "path", "mounted", "cleanup",
+                        Column("reason", wide=True)),
+        at="orphan_subpaths",
+        title="subPath binds whose volume directory is gone",
+        name="path",
+    ),
 )
 
 

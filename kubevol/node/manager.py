@@ -25,6 +25,7 @@ from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError, is_operation_finished
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountread import PROC_MOUNTINFO
+from kubevol.mount.subpath import clean_subpaths
 from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.executor import (
     INITIAL_BACKOFF,
@@ -40,7 +41,7 @@ from kubevol.node.orphans import OrphanDeviceMount
 from kubevol.node.owners import Ownership, Verdict
 from kubevol.node.poddirs import PodVolumeDir, list_pod_volume_dirs
 from kubevol.node.reconciler import Reconciler
-from kubevol.node.reconstruct import FailedVolume, Reconstruction, scan
+from kubevol.node.reconstruct import FailedVolume, OrphanSubpath, Reconstruction, scan
 from kubevol.node.repair import clean_failed_volume
 from kubevol.node.state import ActualState, DesiredPod, DesiredState, MountState
 from kubevol.node.usage import VolumeUsage
@@ -170,10 +171,21 @@ class NodeVolumeManager:
                     # Cleaned later, once, if its pod stops being wanted first.
                     self._failed[f.dir.path] = f
         claimed = self.claimed_device_mounts()
+        result = result.with_orphan_subpaths(
+            [self._clean_orphan_subpath(o, holders) for o in result.orphan_subpaths]
+        )
         return result.with_orphans(
             [self._clean_orphan(o, pods_on_disk) for o in result.orphans
              if o.path not in claimed]
         )
+
+    def orphan_subpath_verdict(self, orphan: OrphanSubpath) -> Verdict:
+        """Whether the subPath binds of a volume whose directory is gone may be unmounted
+        and removed: only in a pod kubevol owns and no longer wants."""
+        verdict = self.ownership.pod(orphan.pod_uid)
+        if verdict.allowed and self.desired.pod(orphan.pod_uid) is not None:
+            return Verdict(allowed=False, reason="the pod is desired; set-up redoes it")
+        return verdict
 
     def left_alone(self, result: Reconstruction) -> Reconstruction:
         """What :meth:`clean` reports for ``result`` when it may change nothing (a repair
@@ -189,6 +201,10 @@ class NodeVolumeManager:
         result = result.with_failures([
             attrs.evolve(f, cleanup=Cleanup.left(why(self.failure_verdict(f), f.dir.pod_uid)))
             for f in result.failures
+        ])
+        result = result.with_orphan_subpaths([
+            attrs.evolve(o, cleanup=Cleanup.left(self.orphan_subpath_verdict(o).reason))
+            for o in result.orphan_subpaths
         ])
         return result.with_orphans([
             attrs.evolve(o, cleanup=Cleanup.left(self.orphan_verdict(o, pods_on_disk).reason))
@@ -253,6 +269,25 @@ class NodeVolumeManager:
                  verdict.reason, outcome)
         self.reconciler.forget_pod_later(uid)
         return attrs.evolve(failed, cleanup=outcome)
+
+    def _clean_orphan_subpath(self, orphan: OrphanSubpath, holders: HoldersOnce) -> OrphanSubpath:
+        verdict = self.orphan_subpath_verdict(orphan)
+        if not verdict.allowed:
+            return attrs.evolve(orphan, cleanup=Cleanup.left(verdict.reason))
+        for path in orphan.paths:
+            held = holders.get().of(path)
+            if held:
+                why = refusal("unmount the subPath bind", path, held)
+                log.warning("%s", why)
+                return attrs.evolve(orphan, cleanup=Cleanup.left(why))
+        try:
+            clean_subpaths(self.host.get_mounter(), orphan.pod_dir, orphan.volume)
+        except (OSError, KubevolError) as exc:
+            return attrs.evolve(orphan, cleanup=Cleanup.failed(str(exc)))
+        log.info("%s: %s, unmounted and removed (%s)", orphan.pod_dir, orphan.reason,
+                 verdict.reason)
+        self.reconciler.forget_pod_later(orphan.pod_uid)
+        return attrs.evolve(orphan, cleanup=CLEANED)
 
     def _clean_orphan(self, orphan: OrphanDeviceMount, pods_on_disk: set[str]) -> OrphanDeviceMount:
         verdict = self.orphan_verdict(orphan, pods_on_disk)

@@ -1,5 +1,6 @@
 """The plan of a repair: every destructive action ``reconstruct --repair`` takes (unmount,
-unmap, remove a directory, clean a volume that could not be rebuilt, unstage, detach), each
+unmap, remove a directory, clean a volume that could not be rebuilt, unmount a subPath bind
+whose volume directory is gone, unstage, detach), each
 with its pod, volume, plugin and the reason the ownership model allows it, and everything
 found that is left alone, with why.
 
@@ -12,14 +13,16 @@ defence will refuse (a process or another mount namespace holds its path:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
 
+from kubevol import layout
 from kubevol.node.holders import Holders, refusal
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.mountcheck import MountCheck
-from kubevol.node.reconstruct import FoundVolume, Reconstruction
+from kubevol.node.reconstruct import FoundVolume, OrphanSubpath, Reconstruction
 from kubevol.node.state import VolumeMode
 
 #: What a planned action does.
@@ -30,6 +33,7 @@ CLEAN = "clean"
 UNSTAGE = "unstage"
 DETACH = "detach"
 REMOVE_POD_DIR = "remove pod dir"
+UNMOUNT_SUBPATH = "unmount subPath bind"
 
 #: Mount checks that mean something is mounted there (to unmount).
 _MOUNTED = (MountCheck.MOUNTED, MountCheck.CORRUPTED)
@@ -95,6 +99,8 @@ def plan_repair(
             plan.torn_pods.add(uid)
             if refused:
                 plan.held_pods.add(uid)
+    for binds in result.orphan_subpaths:
+        plan.orphan_subpath(binds)
     kept_pods: set[str] = set()
     for unknown in result.unknown:
         d = unknown.dir
@@ -174,6 +180,29 @@ class _Planner:
             self.held_pods.add(d.pod_uid)
             return  # still used by this pod: its device stays
         self._torn.setdefault(found.unique_name, set()).add(d.pod_uid)
+
+    def orphan_subpath(self, orphan: OrphanSubpath) -> None:
+        where = {"pod_uid": orphan.pod_uid, "volume": orphan.volume, "plugin": ""}
+        verdict = self.manager.orphan_subpath_verdict(orphan)
+        paths = orphan.paths or (os.path.join(orphan.pod_dir, layout.POD_VOLUME_SUBPATHS_DIR,
+                                              orphan.volume),)
+        if not verdict.allowed:
+            for path in paths:
+                self.leave(**where, path=path, reason=f"{orphan.reason}: {verdict.reason}")
+            return
+        refused = ""
+        for path in orphan.paths:
+            held = self.holders.of(path)
+            if held:
+                refused = refusal("unmount the subPath bind", path, held)
+                break
+        for path in paths:
+            action = UNMOUNT_SUBPATH if path in orphan.mounted else REMOVE_DIR
+            self.act(action, **where, path=path, reason=f"{verdict.reason}; {orphan.reason}",
+                     refused=refused)
+        self.torn_pods.add(orphan.pod_uid)
+        if refused:
+            self.held_pods.add(orphan.pod_uid)
 
     def devices(self, volumes: tuple[FoundVolume, ...]) -> None:
         users: dict[str, set[str]] = {}

@@ -15,7 +15,9 @@ up again (operations are idempotent) if a pod still wants it, and tears it down 
 Unlike the kubelet, a device-mountable volume whose pod mount is gone is still rebuilt
 (uncertain): dropping it would forget its device mount, which would then never be
 unmounted. Mounts under ``plugins/`` that no pod volume leads to are reported as orphan
-device mounts (a crash between the last tear-down and the device unmount leaves one).
+device mounts (a crash between the last tear-down and the device unmount leaves one), and
+subPath binds whose volume directory is gone as :class:`OrphanSubpath` (only a repair of
+a pod kubevol owns cleans them: :meth:`kubevol.node.manager.NodeVolumeManager.clean`).
 
 A volume that cannot be rebuilt is reported as a :class:`FailedVolume`, never dropped
 silently (:mod:`kubevol.node.repair` cleans it once). A volume of a plugin kubevol does not
@@ -114,6 +116,28 @@ class UnknownPluginVolume:
 
 
 @attrs.frozen(kw_only=True)
+class OrphanSubpath:
+    """The subPath binds of a pod volume whose directory is gone: ``volume-subpaths/<volume>``
+    with no ``volumes/*/<volume>`` beside it (a tear-down that stopped half-way, a volume
+    directory removed by hand). No volume's tear-down would ever unmount them, and they keep
+    the pod directory from being removed."""
+
+    pod_uid: str
+    volume: str
+    #: ``pods/<uid>``.
+    pod_dir: str
+    #: The bind targets (``volume-subpaths/<volume>/<container>/<index>``).
+    paths: tuple[str, ...]
+    #: Those of ``paths`` that are mount points.
+    mounted: tuple[str, ...] = ()
+    cleanup: Cleanup = NOT_TRIED
+
+    @property
+    def reason(self) -> str:
+        return f"subPath bind of volume {self.volume!r}, whose volume directory is gone"
+
+
+@attrs.frozen(kw_only=True)
 class Reconstruction:
     """Everything :func:`scan` found."""
 
@@ -121,6 +145,7 @@ class Reconstruction:
     failures: tuple[FailedVolume, ...]
     orphans: tuple[OrphanDeviceMount, ...]
     unknown: tuple[UnknownPluginVolume, ...] = ()
+    orphan_subpaths: tuple[OrphanSubpath, ...] = ()
 
     def actual_state(self) -> list[AttachedVolume]:
         """The volumes as actual-state snapshots, every pod and device mount uncertain."""
@@ -172,6 +197,10 @@ class Reconstruction:
         """A copy with ``orphans`` replacing the orphan device mounts."""
         return attrs.evolve(self, orphans=tuple(orphans))
 
+    def with_orphan_subpaths(self, orphans: Sequence[OrphanSubpath]) -> Reconstruction:
+        """A copy with ``orphans`` replacing the orphan subPath binds."""
+        return attrs.evolve(self, orphan_subpaths=tuple(orphans))
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly description."""
         return {
@@ -221,6 +250,19 @@ class Reconstruction:
                     "cleanup": str(o.cleanup),
                 }
                 for o in self.orphans
+            ],
+            "orphan_subpaths": [
+                {
+                    "pod_uid": o.pod_uid,
+                    "volume": o.volume,
+                    "path": path,
+                    "mounted": path in o.mounted,
+                    "reason": o.reason,
+                    "cleanup": str(o.cleanup),
+                }
+                for o in self.orphan_subpaths
+                for path in (o.paths or (os.path.join(o.pod_dir, layout.POD_VOLUME_SUBPATHS_DIR,
+                                                      o.volume),))
             ],
         }
 
@@ -367,18 +409,46 @@ class ScanPass:
         )
 
     def _subpaths(self, d: PodVolumeDir) -> tuple[str, ...]:
-        """The subPath binds of filesystem volume ``d``; the pod's ``volume-subpaths`` is
-        listed once per pass (most volumes have none: one listing per pod, not a failed one
-        per volume)."""
+        """The subPath binds of filesystem volume ``d``."""
         if d.mode is not VolumeMode.FILESYSTEM:
             return ()
         pod_dir = pod_dir_of(d.path)
+        if d.spec_name not in self.subpath_volumes(pod_dir):
+            return ()
+        return tuple(list_subpaths(pod_dir, d.spec_name))
+
+    def subpath_volumes(self, pod_dir: str) -> frozenset[str]:
+        """The volume names in the pod's ``volume-subpaths``, listed once per pass (most
+        volumes have none: one listing per pod, not a failed one per volume)."""
         names = self._subpath_volumes.get(pod_dir)
         if names is None:
             names = self._subpath_volumes[pod_dir] = frozenset(
                 list_entries(os.path.join(pod_dir, layout.POD_VOLUME_SUBPATHS_DIR))
             )
-        return tuple(list_subpaths(pod_dir, d.spec_name)) if d.spec_name in names else ()
+        return names
+
+    def orphan_subpaths(
+        self, pods_dir: str, dirs: Sequence[PodVolumeDir], pod_uids: Iterable[str] | None
+    ) -> list[OrphanSubpath]:
+        """The subPath binds under ``pods_dir`` (of ``pod_uids``, else of every pod) whose
+        volume has no directory among ``dirs`` (every volume directory of those pods, of
+        whatever plugin: an unknown plugin's volume keeps its binds)."""
+        names: dict[str, set[str]] = {}
+        for d in dirs:
+            names.setdefault(d.pod_uid, set()).add(d.spec_name)
+        uids = sorted(pod_uids) if pod_uids is not None else sorted(list_entries(pods_dir))
+        out = []
+        for uid in uids:
+            pod_dir = os.path.join(pods_dir, uid)
+            for volume in sorted(self.subpath_volumes(pod_dir) - names.get(uid, set())):
+                paths = tuple(list_subpaths(pod_dir, volume))
+                mounted = tuple(
+                    p for p in paths if self._check is not None
+                    and self._check(p) in (MountCheck.MOUNTED, MountCheck.CORRUPTED)
+                )
+                out.append(OrphanSubpath(pod_uid=uid, volume=volume, pod_dir=pod_dir,
+                                         paths=paths, mounted=mounted))
+        return out
 
 
 def scan(
@@ -395,7 +465,8 @@ def scan(
     found: list[FoundVolume] = []
     failed: list[FailedVolume] = []
     unknown: list[UnknownPluginVolume] = []
-    for d in list_pod_volume_dirs(host.get_pods_dir(), pod_uids):
+    dirs = list_pod_volume_dirs(host.get_pods_dir(), pod_uids)
+    for d in dirs:
         if not volumes.knows(d.plugin_name):
             # Another agent's plugin (flexVolume, out-of-tree): normal on a real node.
             log.info("reconstruct: %s: unknown plugin %r, left alone", d.path, d.plugin_name)
@@ -413,7 +484,10 @@ def scan(
             claimed=[f.device_mount_path for f in found],
             block_names=[f.dir.spec_name for f in found if f.dir.mode is VolumeMode.BLOCK],
         )
+    orphan_subpaths = volumes.orphan_subpaths(host.get_pods_dir(), dirs, pod_uids)
+    for o in orphan_subpaths:
+        log.info("reconstruct: %s: %s", o.pod_dir, o.reason)
     return Reconstruction(
         volumes=tuple(found), failures=tuple(failed), orphans=tuple(orphans),
-        unknown=tuple(unknown),
+        unknown=tuple(unknown), orphan_subpaths=tuple(orphan_subpaths),
     )

@@ -6,6 +6,7 @@ pod named gone, exactly its volumes are torn down and nothing else changes."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,3 +200,45 @@ def test_status_lists_unknown_plugins_volumes_as_such(
             assert row["used"] is None and "metrics_error" not in row
         else:
             assert row["state"] != "unreadable", row
+
+
+def test_a_subpath_bind_whose_volume_directory_is_gone_is_cleaned_only_for_a_gone_pod(
+    tmp_path: Path, node: KubeletRoot, drivers: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Pod 1's configMap directory removed under its subPath bind: the bind is reported
+    ("volume directory is gone") and, the pod being nobody's kubevol knows, left mounted;
+    with the pod named gone the plan unmounts it, and the repair does so and removes the
+    pod directory within the timeout (the bind no longer keeps it)."""
+    uid = node.pods[1]
+    pod_dir = node.root / "pods" / uid
+    [bind] = [b for b in node.subpaths if b.pod_uid == uid]
+    [volume] = [v for v in node.volumes_of(uid) if v.name == bind.volume]
+    assert not volume.mounted  # a configMap on disk: its directory goes with rmtree
+    shutil.rmtree(volume.path)
+    assert str(bind.path) in mounts_under(pod_dir)
+
+    code, out, err = run_json(capsys, "reconstruct", *flags(node), "-o", "json")
+    assert code == 0, err
+    [row] = out["orphan_subpaths"]
+    assert (row["pod_uid"], row["volume"], row["path"], row["mounted"]) == (
+        uid, bind.volume, str(bind.path), True)
+    assert "volume directory is gone" in row["reason"]
+
+    code, result, err = run_json(capsys, "reconstruct", *flags(node), "--repair", "-o", "json")
+    assert code == 0, err
+    assert result["plan"]["actions"] == []
+    assert any(x["path"] == str(bind.path) and "not kubevol's" in x["reason"]
+               for x in result["plan"]["left"])
+    assert result["orphan_subpaths"][0]["cleanup"].startswith("left: ")
+    assert str(bind.path) in mounts_under(pod_dir)
+
+    code, result, err = run_json(capsys, "reconstruct", *flags(node), *drivers, "--repair",
+                                 "--pod-gone", uid, "--timeout", "60", "-o", "json")
+    assert code == 0, err
+    planned = {(a["action"], a["volume"], a["path"]) for a in result["plan"]["actions"]}
+    assert ("unmount subPath bind", bind.volume, str(bind.path)) in planned
+    assert ("remove pod dir", "", str(pod_dir)) in planned
+    assert result["orphan_subpaths"][0]["cleanup"] == "cleaned"
+    assert mounts_under(pod_dir) == []
+    assert not os.path.lexists(pod_dir)
