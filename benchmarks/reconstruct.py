@@ -19,13 +19,13 @@ namespace: ``unshare -m --propagation private``). Then it times, warm, ``--repea
   ``construct_volume_spec`` (reading every ``vol_data.json``), unique names, device mount
   paths, mount checks of every pod and device path, and orphan detection.
 
-It prints both, the ratio, and exits 1 if the scan found the wrong number of volumes or
-took longer than the target (1 s).
+It prints both and the ratio, for information (no target: the issue's target is the CLI's,
+below); it exits 1 if the scan found the wrong number of volumes.
 
 Then, from the command line as an operator runs it, start-up included: ``kubevol
 reconstruct --root ROOT -o json`` against ``find ROOT -name vol_data.json`` (the strongest
-reference for finding the volumes on disk). Targets: <= 1.5 s per 10,000 volumes and <= 2x
-find.
+reference for finding the volumes on disk). Issue 18's targets, which decide the exit
+status: <= 1.5 s per 10,000 volumes and <= 2x find.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import Reconstruction, scan
 
-TARGET_SECONDS = 1.0
 #: The CLI's target per 10,000 volumes, start-up included (issue 18).
 CLI_TARGET_SECONDS = 1.5
 DRIVER = "bench.csi.kubevol.io"
@@ -177,10 +176,10 @@ def main() -> int:
               f"median {took * 1000:7.1f} ms, best {took_best * 1000:7.1f} ms")
         print(f"ratio reconstruct / os.walk: median {took / ref:.1f}x, best "
               f"{took_best / ref_best:.1f}x; {took / len(volumes) * 1e6:.1f} us per volume "
-              f"(median); target: median <= {TARGET_SECONDS} s")
-        ok = len(volumes) == args.volumes and mounted == args.mounted and took <= TARGET_SECONDS
+              "(median; for information, the target is the CLI row's)")
+        ok = len(volumes) == args.volumes and mounted == args.mounted
         if not ok:
-            print("FAILED: wrong volume count or over the target", file=sys.stderr)
+            print("FAILED: wrong volume or mount count", file=sys.stderr)
         cli, find = cli_against_find(root, args.repeat)
         print(f"kubevol reconstruct -o json (CLI, start-up included): median {cli:.3f} s; "
               f"find ROOT -name vol_data.json: median {find:.3f} s")
