@@ -158,8 +158,9 @@ class NodeVolumeManager:
 
     def clean(self, result: Reconstruction) -> Reconstruction:
         """Clean, once, what :meth:`reconstruct` (with ``clean=False``) found broken and
-        ownership allows: volumes that could not be rebuilt (pod not desired) and orphan
-        device mounts no desired volume claims. Returns ``result`` with what was done."""
+        ownership allows: volumes that could not be rebuilt (pod not desired), subPath binds
+        whose volume directory is gone (pod not desired) and orphan device mounts no desired
+        volume claims. Returns ``result`` with what was done."""
         pods_on_disk = self.pods_on_disk()
         holders = self.generator.holders_once()
         result = result.with_failures(
