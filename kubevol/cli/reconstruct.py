@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         show(result, args, plan)
         report_sync(sync)
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
+        outcomes += [o.cleanup for o in result.orphan_subpaths]
         failed = any(c.kind is CleanupKind.FAILED for c in outcomes)
         return 0 if sync.converged and not failed else 1
 
