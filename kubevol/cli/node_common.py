@@ -160,19 +160,18 @@ def state_of_path(mounter: MountInterface, path: str, *, device: bool) -> str:
     """What a scan reports for a volume kubevol knows is set up at ``path`` (``device``:
     its plugin mounts a device first): ``present`` for a plain directory, else what the
     mount check finds there."""
-    found = check_mount(mounter, path)
-    if found is MountCheck.NOT_MOUNTED and not device:
-        return "present"
-    return found.value
+    return _state_word(check_mount(mounter, path), device=device)
 
 
 def state_of(found: FoundVolume) -> str:
     """What the mount check means for this kind of volume, in one word."""
-    if found.mount is MountCheck.NOT_MOUNTED and not (
-        found.device_mountable or found.attachable
-    ):
+    return _state_word(found.mount, device=found.device_mountable or found.attachable)
+
+
+def _state_word(check: MountCheck, *, device: bool) -> str:
+    if check is MountCheck.NOT_MOUNTED and not device:
         return "present"  # a plain directory volume (emptyDir on disk)
-    return found.mount.value
+    return check.value
 
 
 def _row(names: dict[str, str], uid: str, spec_name: str, **fields: Any) -> dict[str, Any]:

@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 
 #: How long one watch request lasts before it is resumed (the server ends it cleanly).
 WATCH_TIMEOUT = 300
-#: Pod phases after which no container runs again.
-TERMINAL_PHASES = ("Succeeded", "Failed")
 #: How often pods whose claims could not be read are tried again (seconds).
 RESOLVE_RETRY = 2.0
 
@@ -54,9 +52,7 @@ def _clean(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def is_running(pod: Mapping[str, Any]) -> bool:
     """Whether the pod still wants its volumes: not terminal, not being deleted."""
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in TERMINAL_PHASES and not (pod.get("metadata") or {}).get(
-        "deletionTimestamp")
+    return may_run(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
 class APIServerPods(ClosesOnExit, PodBindings):

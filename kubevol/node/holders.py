@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
+from kubevol import layout
 from kubevol.errors import KubevolError
 from kubevol.mount.mountinfo import MountInfo, parse_mountinfo_bytes
 from kubevol.mount.mountread import read_mountinfo_bytes
@@ -260,10 +261,24 @@ class Holders:
     def refuse(self, action: str, paths: Iterable[str]) -> None:
         """Raise :class:`VolumeHeldError` if anything holds one of ``paths`` (checked in
         order; the first held one is named)."""
+        found = self._first_held(paths)
+        if found is not None:
+            path, holders = found
+            raise VolumeHeldError(refusal(action, path, holders), path, holders)
+
+    def why_refused(self, action: str, paths: Iterable[str]) -> str:
+        """What :meth:`refuse` would say about ``action`` on ``paths``, or ``""`` when
+        nothing holds any of them."""
+        found = self._first_held(paths)
+        return refusal(action, *found) if found is not None else ""
+
+    def _first_held(self, paths: Iterable[str]) -> tuple[str, list[Holder]] | None:
+        """The first of ``paths`` that something holds, with its holders."""
         for path in paths:
             holders = self.of(path)
             if holders:
-                raise VolumeHeldError(refusal(action, path, holders), path, holders)
+                return path, holders
+        return None
 
     def _containing(self, path: str) -> MountInfo | None:
         """Our top-most mount at ``path`` or at its nearest ancestor."""
@@ -293,7 +308,7 @@ class Holders:
                 # A propagation copy in the same place goes with our unmount; a bind of
                 # the same mount elsewhere (a container's) stays, whatever its group.
                 found = [e for e in found
-                         if not (_follows(e, groups) and _is_below(e.mount_point, path))]
+                         if not (_follows(e, groups) and layout.is_within(e.mount_point, path))]
             if found:
                 out.append(Holder(pid=ns.pid, comm=ns.comm, what=MOUNT,
                                   path=found[0].mount_point, mnt_ns=ns.inode))
@@ -343,10 +358,6 @@ def _follows(entry: MountInfo, groups: set[str]) -> bool:
         if kind in ("shared", "master") and group in groups:
             return True
     return False
-
-
-def _is_below(mount_point: str, path: str) -> bool:
-    return mount_point == path or mount_point.startswith(path.rstrip("/") + "/")
 
 
 def _ns_inode(base: str) -> int:

@@ -34,7 +34,7 @@ from kubevol.node.executor import (
     OperationFailure,
     OperationObserver,
 )
-from kubevol.node.holders import Holders, HoldersOnce, refusal
+from kubevol.node.holders import Holders, HoldersOnce
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.operations import OperationGenerator
 from kubevol.node.orphans import OrphanDeviceMount
@@ -246,11 +246,9 @@ class NodeVolumeManager:
         """Why ``action`` on pod volume ``d`` is refused (a process or another mount
         namespace holds its directory or subPath binds), or ``""``."""
         # d.path, not the filesystem volume path: a block volume's is under volumeDevices.
-        for path in (d.path, self.generator.subpaths_dir(d.pod_uid, d.spec_name)):
-            held = holders.of(path)
-            if held:
-                return refusal(action, path, held)
-        return ""
+        return holders.why_refused(
+            action, (d.path, self.generator.subpaths_dir(d.pod_uid, d.spec_name))
+        )
 
     def _clean_failure(self, failed: FailedVolume, holders: HoldersOnce) -> FailedVolume:
         uid = failed.dir.pod_uid
@@ -275,12 +273,10 @@ class NodeVolumeManager:
         verdict = self.orphan_subpath_verdict(orphan)
         if not verdict.allowed:
             return attrs.evolve(orphan, cleanup=Cleanup.left(verdict.reason))
-        for path in orphan.paths:
-            held = holders.get().of(path)
-            if held:
-                why = refusal("unmount the subPath bind", path, held)
-                log.warning("%s", why)
-                return attrs.evolve(orphan, cleanup=Cleanup.left(why))
+        why = holders.get().why_refused("unmount the subPath bind", orphan.paths)
+        if why:
+            log.warning("%s", why)
+            return attrs.evolve(orphan, cleanup=Cleanup.left(why))
         try:
             clean_subpaths(self.host.get_mounter(), orphan.pod_dir, orphan.volume)
         except (OSError, KubevolError) as exc:

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from kubevol import layout
-from kubevol.node.holders import Holders, refusal
+from kubevol.node.holders import Holders
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import FoundVolume, OrphanSubpath, Reconstruction
@@ -126,8 +126,7 @@ def plan_repair(
                        reason="pod directory holds a volume of an unknown plugin, left alone")
         elif verdict.allowed and manager.desired.pod(uid) is None:
             pod_dir = manager.host.get_pod_dir(uid)
-            held = plan.holders.of(pod_dir)
-            refused = refusal("remove the pod directory", pod_dir, held) if held else ""
+            refused = plan.holders.why_refused("remove the pod directory", [pod_dir])
             if uid in plan.held_pods and not refused:
                 refused = "a volume of the pod is held (above); left in place"
             plan.act(REMOVE_POD_DIR, pod_uid=uid, volume="", plugin="",
@@ -190,12 +189,7 @@ class _Planner:
             for path in paths:
                 self.leave(**where, path=path, reason=f"{orphan.reason}: {verdict.reason}")
             return
-        refused = ""
-        for path in orphan.paths:
-            held = self.holders.of(path)
-            if held:
-                refused = refusal("unmount the subPath bind", path, held)
-                break
+        refused = self.holders.why_refused("unmount the subPath bind", orphan.paths)
         for path in paths:
             action = UNMOUNT_SUBPATH if path in orphan.mounted else REMOVE_DIR
             self.act(action, **where, path=path, reason=f"{verdict.reason}; {orphan.reason}",

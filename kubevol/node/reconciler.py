@@ -29,7 +29,7 @@ from collections.abc import Callable
 from kubevol.errors import KubevolError
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import OperationExecutor, OperationKey, OperationKind
-from kubevol.node.holders import HoldersOnce, refusal
+from kubevol.node.holders import HoldersOnce
 from kubevol.node.operations import Operation, OperationGenerator, operation_key
 from kubevol.node.poddirs import remove_pod_dir
 from kubevol.node.state import (
@@ -315,16 +315,15 @@ class Reconciler:
 
     def _held(self, uid: str, holders: HoldersOnce) -> bool:
         pod_dir = self.generator.host.get_pod_dir(uid)
-        held = holders.get().of(pod_dir)
+        why = holders.get().why_refused("remove the pod directory", [pod_dir])
         with self._lock:
-            if held:
-                why = refusal("remove the pod directory", pod_dir, held)
+            if why:
                 if self._held_dirs.get(uid) != why:
                     log.warning("%s", why)
                 self._held_dirs[uid] = why
             else:
                 self._held_dirs.pop(uid, None)
-        return bool(held)
+        return bool(why)
 
     # --------------------------------------------------------------------------------------
 
