@@ -131,22 +131,28 @@ class APIStatusError(Exception):
         }
 
 
-def _not_found(resource: str, name: str) -> APIStatusError:
+def _object_error(code: int, reason: str, resource: str, name: str,
+                  message: str) -> APIStatusError:
+    """An error about one object: ``message`` with ``{qualified}`` (``resource.group``, or
+    the resource of the core group) and ``{name}`` filled in, and the details naming it."""
     group = _KINDS[resource][2]
     qualified = f"{resource}.{group}" if group else resource
-    return APIStatusError(404, "NotFound", f'{qualified} "{name}" not found',
+    return APIStatusError(code, reason, message.format(qualified=qualified, name=name),
                           {"name": name, "group": group, "kind": resource})
+
+
+def _not_found(resource: str, name: str) -> APIStatusError:
+    return _object_error(404, "NotFound", resource, name, '{qualified} "{name}" not found')
 
 
 def _already_exists(resource: str, name: str) -> APIStatusError:
-    group = _KINDS[resource][2]
-    qualified = f"{resource}.{group}" if group else resource
-    return APIStatusError(409, "AlreadyExists", f'{qualified} "{name}" already exists',
-                          {"name": name, "group": group, "kind": resource})
+    return _object_error(409, "AlreadyExists", resource, name,
+                         '{qualified} "{name}" already exists')
 
 
 def default_csidriver(obj: dict[str, Any]) -> dict[str, Any]:
-    """What storage/v1 defaulting does to a CSIDriver on create."""
+    """What storage/v1 defaulting does to a CSIDriver on create (kubernetes/kubernetes
+    ``pkg/apis/storage/v1/defaults.go``, ``SetDefaults_CSIDriver``)."""
     spec = obj.setdefault("spec", {})
     spec.setdefault("attachRequired", True)
     spec.setdefault("podInfoOnMount", False)
@@ -160,13 +166,10 @@ def default_csidriver(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _conflict(resource: str, name: str) -> APIStatusError:
-    group = _KINDS[resource][2]
-    qualified = f"{resource}.{group}" if group else resource
-    return APIStatusError(
-        409, "Conflict",
-        f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+    return _object_error(
+        409, "Conflict", resource, name,
+        'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
         "please apply your changes to the latest version and try again",
-        {"name": name, "group": group, "kind": resource},
     )
 
 
@@ -592,43 +595,44 @@ class KubeAPIServer(RunsWhileEntered):
         req.end_headers()
         req.wfile.write(payload)
 
-    def _collection_of(self, path: str) -> tuple[str, str | None]:
-        """(resource, namespace or None for every namespace) of a collection path."""
+    @staticmethod
+    def _match(method: str, path: str) -> tuple[str, tuple[str, ...]]:
+        """The route kind of ``path`` and the parts its pattern captured (the patterns are
+        anchored and exclusive); a 404 Status for a path no route serves."""
         for pattern, kind in _ROUTES:
             match = pattern.match(path)
-            if match is None:
-                continue
-            groups = match.groups()
-            if kind in ("collection", "all-namespaces"):
-                return groups[0], (None if kind == "all-namespaces" else "")
-            if kind == "ns-collection":
-                return groups[1], groups[0]
+            if match is not None:
+                return kind, match.groups()
+        raise APIStatusError(404, "NotFound", f"the server could not find the requested "
+                                              f"resource ({method} {path})", {})
+
+    def _collection_of(self, path: str) -> tuple[str, str | None]:
+        """(resource, namespace or None for every namespace) of a collection path."""
+        kind, groups = self._match("GET", path)
+        if kind in ("collection", "all-namespaces"):
+            return groups[0], (None if kind == "all-namespaces" else "")
+        if kind == "ns-collection":
+            return groups[1], groups[0]
         raise APIStatusError(404, "NotFound", f"the server could not find the requested "
                                               f"resource (GET {path})", {})
 
     def _route(
         self, method: str, path: str, body: Any, query: Mapping[str, str]
     ) -> tuple[int, Any]:
-        for pattern, kind in _ROUTES:
-            match = pattern.match(path)
-            if match is None:
-                continue
-            groups = match.groups()
-            if kind == "collection":
-                return self._collection(method, groups[0], "", body, query)
-            if kind == "all-namespaces":
-                return self._collection(method, groups[0], None, body, query)
-            if kind == "object":
-                return self._object(method, groups[0], "", groups[1], body)
-            if kind == "status":
-                return self._status(method, groups[1], body)
-            if kind == "ns-collection":
-                return self._collection(method, groups[1], groups[0], body, query)
-            if kind == "token":
-                return self._token(method, groups[0], groups[1], body)
-            return self._object(method, groups[1], groups[0], groups[2], body)
-        raise APIStatusError(404, "NotFound", f"the server could not find the requested "
-                                              f"resource ({method} {path})", {})
+        kind, groups = self._match(method, path)
+        if kind == "collection":
+            return self._collection(method, groups[0], "", body, query)
+        if kind == "all-namespaces":
+            return self._collection(method, groups[0], None, body, query)
+        if kind == "object":
+            return self._object(method, groups[0], "", groups[1], body)
+        if kind == "status":
+            return self._status(method, groups[1], body)
+        if kind == "ns-collection":
+            return self._collection(method, groups[1], groups[0], body, query)
+        if kind == "token":
+            return self._token(method, groups[0], groups[1], body)
+        return self._object(method, groups[1], groups[0], groups[2], body)
 
     def _collection(
         self, method: str, resource: str, namespace: str | None, body: Any,

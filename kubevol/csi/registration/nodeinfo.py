@@ -40,7 +40,12 @@ UPDATE_BACKOFF = Backoff(initial=0.01, maximum=10.0, factor=5.0)
 
 
 class NodeInfoError(KubevolError):
-    """The Node or CSINode could not be updated (after the retries)."""
+    """The Node or CSINode could not be updated (after the retries). ``status``: the HTTP
+    status of the API's answer, 0 when there was none."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _node_id_map(node: Mapping[str, Any]) -> dict[str, str]:
@@ -138,17 +143,16 @@ class NodeInfoManager:
     # -- API calls (raw dicts: the API's own shapes) -------------------------------------------
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        """``call()``'s JSON answer; NodeInfoError for an API or transport failure, with
-        ``status`` (the HTTP status, 0 for transport) as an attribute."""
+        """``call()``'s JSON answer; NodeInfoError (with its ``status``) for an API or
+        transport failure."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
             return json.loads(call().data)
         except ApiException as exc:
-            err = NodeInfoError(f"{what}: API status {exc.status} {exc.reason}")
-            err.status = exc.status  # type: ignore[attr-defined]
-            raise err from None
+            raise NodeInfoError(f"{what}: API status {exc.status} {exc.reason}",
+                                exc.status or 0) from None
         except (HTTPError, OSError, ValueError) as exc:
             raise NodeInfoError(f"{what}: {exc}") from exc
 
@@ -201,7 +205,7 @@ class NodeInfoManager:
                 lambda: self._storage().read_csi_node(self.node_name, _preload_content=False,
                                                       _request_timeout=30))
         except NodeInfoError as exc:
-            if getattr(exc, "status", None) == 404:
+            if exc.status == 404:
                 return None
             raise
         return result
