@@ -39,14 +39,16 @@ from kubevol.node.runtime import NodeRuntime
 from kubevol.testing.call_clock import CallClock
 
 
-def manifests_for(i: int, handle: str, *, scratch: bool = False) -> str:
+def manifests_for(i: int, handle: str, *, scratch: bool = False, uid: str | None = None) -> str:
     """Pod ``p{i}`` with a claim bound to a CSI PV of ``handle`` (and, with ``scratch``, an
-    emptyDir), as one multi-document YAML text (JSON documents)."""
+    emptyDir; with ``uid``, that metadata.uid), as one multi-document YAML text (JSON
+    documents)."""
     volumes: list[dict[str, Any]] = [
         {"name": "data", "persistentVolumeClaim": {"claimName": f"c{i}"}}
     ]
     if scratch:
         volumes.append({"name": "scratch", "emptyDir": {}})
+    pod_meta = {"name": f"p{i}", "namespace": "bench"} | ({"uid": uid} if uid else {})
     objects = [
         {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv{i}"},
          "spec": {"capacity": {"storage": "16Mi"}, "accessModes": ["ReadWriteOnce"],
@@ -54,7 +56,7 @@ def manifests_for(i: int, handle: str, *, scratch: bool = False) -> str:
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
          "metadata": {"name": f"c{i}", "namespace": "bench"},
          "spec": {"volumeName": f"pv{i}", "accessModes": ["ReadWriteOnce"]}},
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "bench"},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,
          "spec": {"containers": [{"name": "c", "image": "x"}], "volumes": volumes}},
     ]
     return "\n---\n".join(json.dumps(o) for o in objects)

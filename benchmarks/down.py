@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.churn import manifests_for
 from benchmarks.report import Row, emit, load_average, reexec_in_private_namespace
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -82,23 +83,10 @@ class RpcCounter:
 
 def manifests(handles: list[str]) -> str:
     """Pods with an emptyDir and a CSI PersistentVolume each (multi-document YAML)."""
-    docs: list[dict[str, Any]] = []
-    for i, handle in enumerate(handles):
-        docs += [
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv{i}"},
-             "spec": {"capacity": {"storage": "16Mi"}, "accessModes": ["ReadWriteOnce"],
-                      "csi": {"driver": DRIVER_NAME, "volumeHandle": handle}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": f"c{i}", "namespace": "bench"},
-             "spec": {"volumeName": f"pv{i}", "accessModes": ["ReadWriteOnce"]}},
-            {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"p{i}", "namespace": "bench",
-                          "uid": str(uuid.UUID(int=i + 1))},
-             "spec": {"containers": [{"name": "c", "image": "x"}],
-                      "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": f"c{i}"}},
-                                  {"name": "scratch", "emptyDir": {}}]}},
-        ]  # fmt: skip
-    return "\n---\n".join(json.dumps(d) for d in docs)
+    return "\n---\n".join(
+        manifests_for(i, handle, scratch=True, uid=str(uuid.UUID(int=i + 1)))
+        for i, handle in enumerate(handles)
+    )
 
 
 def kubevol(*args: str) -> tuple[float, float]:

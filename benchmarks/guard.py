@@ -32,12 +32,11 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.report import Row, emit, load_average
+from benchmarks.report import Row, emit, interleaved_samples, load_average
 from kubevol.layout import sha256_hex
 from kubevol.mount import MountTable, UnmountVerdict, check_unmount_device, search_mount_points
 
@@ -97,12 +96,7 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int) -> dic
     """Best milliseconds of each contender, run in turn ``rounds`` times. The best, not the
     median: a check takes a millisecond or two, the scheduler's slices on a shared machine
     are longer, so the median measures the neighbours as much as the code."""
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            start = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - start) * 1000)
+    samples = interleaved_samples(contenders, rounds)
     for name, values in samples.items():
         print(f"  {name:24} best {min(values):7.3f} ms, median {statistics.median(values):7.3f} ms")
     return {name: min(values) for name, values in samples.items()}

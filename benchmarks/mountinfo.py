@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.report import Row, emit, load_average
+from benchmarks.report import Row, emit, interleaved_samples, load_average
 from kubevol.mount import MountTable, MountTableCache, parse_mountinfo, search_mount_points
 from kubevol.mount.mountinfo import parse_mountinfo_bytes
 from kubevol.mount.mountread import read_mountinfo_bytes
@@ -114,14 +114,8 @@ def timed(fn: Callable[[], object], rounds: int = ROUNDS) -> tuple[float, float]
 
 
 def interleaved(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median milliseconds of each contender, run in turn ``rounds`` times (so a change in
-    the machine's load hits all of them alike)."""
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            start = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - start) * 1000)
+    """Median milliseconds of each contender (:func:`interleaved_samples`)."""
+    samples = interleaved_samples(contenders, rounds)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 
 import attrs
 
@@ -97,3 +99,17 @@ def reexec_in_private_namespace(module: str) -> None:
     args = ["unshare", "-m", "--propagation", "private", sys.executable, "-m", module,
             *sys.argv[1:]]  # fmt: skip
     os.execvpe("unshare", args, env)
+
+
+def interleaved_samples(
+    contenders: dict[str, Callable[[], object]], rounds: int
+) -> dict[str, list[float]]:
+    """Milliseconds of each contender, run in turn ``rounds`` times (so a change in the
+    machine's load hits all of them alike)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - start) * 1000)
+    return samples

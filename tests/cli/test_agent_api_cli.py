@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,7 @@ import pytest
 from kubevol.csi.drivers.common import RunningDriver
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.testing.kube_api import KubeAPIServer
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+from kubevol.testing.waiting import wait_until
 
 
 def kubevol(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -70,14 +63,14 @@ def test_agent_process_with_an_api_server(tmp_path: Path, driver: RunningDriver)
             def scratch(uid: str) -> Path:
                 return root / "pods" / uid / "volumes/kubernetes.io~empty-dir/scratch"
 
-            wait_for("both pods", lambda: all(scratch(u).is_dir() for u in uids))
-            wait_for("the CSINode", lambda: api.get("csinodes", "n1") is not None)
+            wait_until(lambda: all(scratch(u).is_dir() for u in uids), 60, "both pods")
+            wait_until(lambda: api.get("csinodes", "n1") is not None, 60, "the CSINode")
             assert [d["name"] for d in api.get("csinodes", "n1")["spec"]["drivers"]] == [  # type: ignore[index]
                 DRIVER_NAME]
 
             flags = ["--root", str(root), "--node-name", "n1", "-o", "json", "--no-metrics"]
-            wait_for("the agent's answer", lambda: "answered by the running agent" in
-                     kubevol("status", *flags).stderr)
+            wait_until(lambda: "answered by the running agent" in
+                     kubevol("status", *flags).stderr, 60, "the agent's answer")
             started = time.monotonic()
             asked = kubevol("status", *flags)
             asked_took = time.monotonic() - started
@@ -92,7 +85,8 @@ def test_agent_process_with_an_api_server(tmp_path: Path, driver: RunningDriver)
                   f"--scan {scan_took * 1000:.0f} ms")
 
             api.delete("pods", "a", "shop")
-            wait_for("the deleted pod torn down", lambda: not (root / "pods" / uids[0]).exists())
+            wait_until(lambda: not (root / "pods" / uids[0]).exists(),
+                60, "the deleted pod torn down")
             assert scratch(uids[1]).is_dir()
         finally:
             agent.send_signal(signal.SIGTERM)

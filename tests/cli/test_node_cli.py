@@ -177,16 +177,23 @@ def test_up_refuses_bad_manifest_and_changes_nothing(
     assert not (root / "kubevol" / "pods").exists() or not os.listdir(root / "kubevol" / "pods")
 
 
-def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
-    tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A pod whose record is gone is left alone by up, and torn down by down --pod-uid."""
+def foreign_pod_root(tmp_path: Path, driver: RunningDriver) -> list[str]:
+    """A root with a pod (CSI volume staged + published, a tmpfs emptyDir) whose record is
+    gone: a pod of another owner, as far as kubevol knows."""
     manifest = write_manifest(tmp_path, create_volume(driver))
     root = str(tmp_path / "root")
     flags = ["--root", root, "--node-name", "n1"]
     assert main(["up", *flags, "--csi-driver", f"{DRIVER_NAME}={driver.endpoint}",
                  str(manifest)]) == 0
     os.unlink(f"{root}/kubevol/pods/{UID}.json")
+    return flags
+
+
+def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
+    tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod whose record is gone is left alone by up, and torn down by down --pod-uid."""
+    flags = foreign_pod_root(tmp_path, driver)
     assert main(["up", *flags]) == 0  # converging the recorded pods does not touch it
     assert len(mounts_under(tmp_path)) == 3
     capsys.readouterr()

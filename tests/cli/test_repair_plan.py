@@ -15,11 +15,10 @@ import pytest
 
 from kubevol.cli.main import main
 from kubevol.csi.drivers.common import RunningDriver
-from kubevol.csi.drivers.hostpath import DRIVER_NAME
 from kubevol.node.rootlock import RootLock
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli import test_node_cli
-from tests.cli.test_node_cli import UID, create_volume, write_manifest
+from tests.cli.test_node_cli import UID, foreign_pod_root
 
 
 @pytest.fixture
@@ -59,18 +58,6 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, 
     code = main(list(argv))
     out = capsys.readouterr()
     return code, json.loads(out.out), out.err
-
-
-def foreign_pod_root(tmp_path: Path, driver: RunningDriver) -> list[str]:
-    """A root with a pod (CSI volume staged + published, a tmpfs emptyDir) whose record is
-    gone: a pod of another owner, as far as kubevol knows."""
-    manifest = write_manifest(tmp_path, create_volume(driver))
-    root = str(tmp_path / "root")
-    flags = ["--root", root, "--node-name", "n1"]
-    assert main(["up", *flags, "--csi-driver", f"{DRIVER_NAME}={driver.endpoint}",
-                 str(manifest)]) == 0
-    os.unlink(f"{root}/kubevol/pods/{UID}.json")
-    return flags
 
 
 def test_dry_run_plans_nothing_for_a_foreign_pod_and_changes_nothing(

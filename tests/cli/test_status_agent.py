@@ -21,8 +21,9 @@ from kubevol.node.agent import Agent
 from kubevol.node.agent_status import StatusServer, status_socket_path
 from kubevol.node.runtime import NodeRuntime
 from kubevol.testing.mount_rig import mounts_under
+from kubevol.testing.waiting import wait_until
 from tests.cli.test_node_cli import run_json
-from tests.node.test_agent import UIDS, AgentEnv, env, pod, pv, wait_for  # noqa: F401
+from tests.node.test_agent import UIDS, AgentEnv, env, pod, pv  # noqa: F401
 
 
 @pytest.fixture
@@ -43,10 +44,10 @@ def agent(env: AgentEnv) -> Iterator[Agent]:  # noqa: F811
     with StatusServer(str(env.root), lambda: agent_rows(running), ready=running.ready.is_set):
         thread.start()
         try:
-            wait_for("both pods", lambda: running.running_pods() == sorted(
-                [UIDS["web"], UIDS["db"]]))
-            wait_for("the CSI mount", lambda: any(m.endswith("/pv-web/mount")
-                                                  for m in mounts_under(env.root)))
+            wait_until(lambda: running.running_pods() == sorted(
+                [UIDS["web"], UIDS["db"]]), 30, "both pods")
+            wait_until(lambda: any(m.endswith("/pv-web/mount") for m in mounts_under(env.root)),
+                       30, "the CSI mount")
             yield running
         finally:
             stop.set()

@@ -29,6 +29,7 @@ from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
+from kubevol.testing.waiting import wait_until
 
 UIDS = {
     "web": "0000000a-0000-4000-8000-000000000001",
@@ -75,14 +76,6 @@ def env(tmp_path: Path) -> Iterator[AgentEnv]:
     finally:
         running.stop()
         unmount_all_under(tmp_path)
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def pv(name: str, handle: str, *, block: bool = False) -> str:
@@ -141,29 +134,44 @@ class RunningAgent:
         }
 
 
+class AgentThreads:
+    """Agents run in threads of the test, each with its runtime; :meth:`stop_all` stops
+    them (nothing torn down), closes them and their runtimes."""
+
+    def __init__(self) -> None:
+        self._started: list[tuple[Agent, threading.Thread, threading.Event, NodeRuntime]] = []
+
+    def run(self, agent: Agent, runtime: NodeRuntime) -> tuple[threading.Thread, threading.Event]:
+        """Start ``agent`` in a thread and wait for its first reconcile pass."""
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        self._started.append((agent, thread, stop, runtime))
+        wait_until(agent.ready.is_set, 30, "the first reconcile pass")
+        return thread, stop
+
+    def stop_all(self) -> None:
+        for agent, thread, stop, runtime in self._started:
+            stop.set()
+            thread.join(30)
+            agent.close()
+            runtime.close()
+
+
 @pytest.fixture
 def start_agent(env: AgentEnv) -> Iterator[Callable[..., RunningAgent]]:
-    started: list[tuple[RunningAgent, NodeRuntime]] = []
+    threads = AgentThreads()
 
     def start(**kwargs: object) -> RunningAgent:
         runtime = NodeRuntime(str(env.root), node_name="n1",
                               csi_drivers={DRIVER_NAME: env.driver.endpoint})
         agent = Agent(runtime, manifest_dir=str(env.manifests),
                       metrics_address="127.0.0.1:0", **kwargs)  # type: ignore[arg-type]
-        stop = threading.Event()
-        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-        thread.start()
-        running = RunningAgent(agent=agent, thread=thread, stop=stop)
-        started.append((running, runtime))
-        wait_for("the first reconcile pass", agent.ready.is_set)
-        return running
+        thread, stop = threads.run(agent, runtime)
+        return RunningAgent(agent=agent, thread=thread, stop=stop)
 
     yield start
-    for running, runtime in started:
-        running.stop.set()
-        running.thread.join(30)
-        running.agent.close()
-        runtime.close()
+    threads.stop_all()
 
 
 def test_static_pods_come_and_go(env: AgentEnv, start_agent: Callable[..., RunningAgent]) -> None:
@@ -186,9 +194,9 @@ def test_static_pods_come_and_go(env: AgentEnv, start_agent: Callable[..., Runni
 
     web_mount = env.pod_volume("web", "pv-web") + "/mount"
     raw_link = f"{env.root}/pods/{UIDS['raw']}/volumeDevices/kubernetes.io~csi/pv-raw"
-    wait_for("all three pods", lambda: running.agent.running_pods() == sorted(UIDS.values()))
-    wait_for("the CSI mount", lambda: web_mount in mounts_under(env.root))
-    wait_for("the block device link", lambda: os.path.lexists(raw_link))
+    wait_until(lambda: running.agent.running_pods() == sorted(UIDS.values()), 30, "all three pods")
+    wait_until(lambda: web_mount in mounts_under(env.root), 30, "the CSI mount")
+    wait_until(lambda: os.path.lexists(raw_link), 30, "the block device link")
     assert os.path.isdir(env.pod_volume("db", "cache", "kubernetes.io~empty-dir"))
     assert running.agent.health() is None
 
@@ -197,15 +205,16 @@ def test_static_pods_come_and_go(env: AgentEnv, start_agent: Callable[..., Runni
         "web", "  - {name: scratch, emptyDir: {}}\n"))
     globalmounts = [m for m in mounts_under(env.root) if m.endswith("/globalmount")]
     assert globalmounts
-    wait_for("the removed volume torn down", lambda: web_mount not in mounts_under(env.root))
-    wait_for("its device unstaged", lambda: not any(
+    wait_until(lambda: web_mount not in mounts_under(env.root), 30, "the removed volume torn down")
+    wait_until(lambda: not any(
         m.endswith("/globalmount") for m in mounts_under(env.root)
-    ))
+    ), 30, "its device unstaged")
     assert os.path.isdir(env.pod_volume("web", "scratch", "kubernetes.io~empty-dir"))
 
     # Delete: the raw pod goes, its device link and directory with it.
     (env.manifests / "raw.yaml").unlink()
-    wait_for("the raw pod gone", lambda: not os.path.lexists(f"{env.root}/pods/{UIDS['raw']}"))
+    wait_until(lambda: not os.path.lexists(f"{env.root}/pods/{UIDS['raw']}"),
+        30, "the raw pod gone")
     assert running.agent.running_pods() == sorted([UIDS["web"], UIDS["db"]])
     assert not [m for m in mounts_under(env.root) if "pv-raw" in m]  # unpublished, unstaged
 
@@ -231,10 +240,10 @@ def test_a_half_written_manifest_is_not_read(
         assert running.agent.running_pods() == []
         assert running.agent.source is not None and running.agent.source.errors == {}
         f.write(pod("db", "  - {name: cache, emptyDir: {}}\n")[60:])
-    wait_for("the pod", lambda: running.agent.running_pods() == [UIDS["db"]])
+    wait_until(lambda: running.agent.running_pods() == [UIDS["db"]], 30, "the pod")
 
     (env.manifests / "bad.yaml").write_text("kind: Pod\nmetadata: {name: [\n")
-    wait_for("the bad file reported", lambda: "bad.yaml" in running.agent.source.errors)  # type: ignore[union-attr]
+    wait_until(lambda: "bad.yaml" in running.agent.source.errors, 30, "the bad file reported")  # type: ignore[union-attr]
     assert running.agent.running_pods() == [UIDS["db"]]
 
 
@@ -249,7 +258,7 @@ def test_metrics_match_kubevol_metrics(
     (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod(
         "web", "  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}\n"))
     mount = env.pod_volume("web", "pv-web") + "/mount"
-    wait_for("the CSI mount", lambda: mount in mounts_under(env.root))
+    wait_until(lambda: mount in mounts_under(env.root), 30, "the CSI mount")
     with open(os.path.join(mount, "payload"), "wb") as f:
         f.write(b"x" * (1 << 20))
     labels = (("namespace", "shop"), ("persistentvolumeclaim", "pv-web-claim"))
@@ -257,7 +266,7 @@ def test_metrics_match_kubevol_metrics(
     def used() -> float | None:
         return running.scrape().get(("kubelet_volume_stats_used_bytes", labels))
 
-    wait_for("a measurement with the payload", lambda: (used() or 0) >= 1 << 20)
+    wait_until(lambda: (used() or 0) >= 1 << 20, 30, "a measurement with the payload")
     # The cache is refreshed on its period: wait out one more, so both see the same tree.
     time.sleep(0.5)
     samples = running.scrape()
@@ -356,7 +365,7 @@ def test_drivers_register_through_the_plugins_registry(env: AgentEnv) -> None:
     thread.start()
     server = None
     try:
-        wait_for("the first reconcile pass", agent.ready.is_set)
+        wait_until(agent.ready.is_set, 30, "the first reconcile pass")
         assert not runtime.registry.is_registered(DRIVER_NAME)
         server = serve_registration(env.driver.handle, DRIVER_NAME, registry_dir)
         status = server.wait_for_status(10)
@@ -365,7 +374,7 @@ def test_drivers_register_through_the_plugins_registry(env: AgentEnv) -> None:
         (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod(
             "web", "  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}\n"))
         mount = env.pod_volume("web", "pv-web") + "/mount"
-        wait_for("the CSI mount", lambda: mount in mounts_under(env.root))
+        wait_until(lambda: mount in mounts_under(env.root), 30, "the CSI mount")
     finally:
         if server is not None:
             server.stop()

@@ -20,7 +20,8 @@ from kubevol.node.api_pods import APIServerPods
 from kubevol.node.runtime import NodeRuntime
 from kubevol.testing.kube_api import KubeAPIServer
 from kubevol.testing.mount_rig import mounts_under
-from tests.node.test_agent import AgentEnv, env, pod, wait_for  # noqa: F401 (env: a fixture)
+from kubevol.testing.waiting import wait_until
+from tests.node.test_agent import AgentEnv, AgentThreads, env, pod  # noqa: F401 (env: a fixture)
 
 
 def api_pod(name: str, node: str, volumes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def api() -> Iterator[KubeAPIServer]:
 
 @pytest.fixture
 def start_agent(env: AgentEnv, api: KubeAPIServer) -> Iterator[Callable[[], APIAgent]]:  # noqa: F811
-    started: list[tuple[APIAgent, NodeRuntime]] = []
+    threads = AgentThreads()
 
     def start() -> APIAgent:
         runtime = NodeRuntime(str(env.root), node_name="n1", kube_client=api.api_client(),
@@ -74,20 +75,11 @@ def start_agent(env: AgentEnv, api: KubeAPIServer) -> Iterator[Callable[[], APIA
         source = APIServerPods(runtime.host.get_kube_client(), "n1", watch_timeout=30)
         agent = Agent(runtime, manifest_dir=str(env.manifests), api_pods=source,
                       node_info=NodeInfoManager(runtime.host.get_kube_client(), "n1"))
-        stop = threading.Event()
-        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-        thread.start()
-        running = APIAgent(agent=agent, source=source, thread=thread, stop=stop)
-        started.append((running, runtime))
-        wait_for("the first reconcile pass", agent.ready.is_set)
-        return running
+        thread, stop = threads.run(agent, runtime)
+        return APIAgent(agent=agent, source=source, thread=thread, stop=stop)
 
     yield start
-    for running, runtime in started:
-        running.stop.set()
-        running.thread.join(30)
-        running.agent.close()
-        runtime.close()
+    threads.stop_all()
 
 
 def pod_dir(where: AgentEnv, uid: str) -> str:
@@ -116,14 +108,14 @@ def test_pods_of_the_node_come_and_go(
     running = start_agent()
 
     web_mount = f"{pod_dir(env, web)}/volumes/kubernetes.io~csi/pv-web/mount"
-    wait_for("the CSI mount of the API pod", lambda: web_mount in mounts_under(env.root))
+    wait_until(lambda: web_mount in mounts_under(env.root), 30, "the CSI mount of the API pod")
     assert api.names("volumeattachments") == []  # the API's CSIDriver was read
     conf = Path(pod_dir(env, web)) / "volumes/kubernetes.io~configmap/conf/greeting"
-    wait_for("the ConfigMap volume", conf.exists)
+    wait_until(conf.exists, 30, "the ConfigMap volume")
     assert conf.read_text() == "hello"
     assert (Path(pod_dir(env, web)) / "volumes/kubernetes.io~empty-dir/scratch").is_dir()
     assert not os.path.lexists(pod_dir(env, elsewhere["metadata"]["uid"]))
-    wait_for("the static pod beside it", lambda: len(running.agent.running_pods()) == 2)
+    wait_until(lambda: len(running.agent.running_pods()) == 2, 30, "the static pod beside it")
     assert running.source.lists == 1
     # The driver the agent was given is published as the kubelet does on registration.
     csinode = api.get("csinodes", "n1")
@@ -140,15 +132,17 @@ def test_pods_of_the_node_come_and_go(
     # A change the selector hides, then a bookmark: the resume point moves past it.
     api.update("pods", "elsewhere", {"metadata": {"labels": {"x": "y"}}}, "shop")
     api.send_bookmark()
-    wait_for("the bookmark", lambda: running.source.resource_version == str(api.resource_version))
+    wait_until(lambda: running.source.resource_version == str(api.resource_version),
+        30, "the bookmark")
 
     # A dropped watch resumes from the last resourceVersion: no list.
     before = len(api.queries)
     resume_from = running.source.resource_version
     api.drop_watches()
     second = api.add(api_pod("second", "n1", [{"name": "s", "emptyDir": {}}]))["metadata"]["uid"]
-    wait_for("the pod added after the drop", lambda: os.path.isdir(
-        f"{pod_dir(env, second)}/volumes/kubernetes.io~empty-dir/s"))
+    wait_until(lambda: os.path.isdir(
+        f"{pod_dir(env, second)}/volumes/kubernetes.io~empty-dir/s"),
+            30, "the pod added after the drop")
     resumed = [q for m, p, q in api.queries[before:] if q.get("watch") == "true"]
     assert resumed and resumed[0]["resourceVersion"] == resume_from
     assert running.source.lists == 1
@@ -157,14 +151,14 @@ def test_pods_of_the_node_come_and_go(
     api.drop_watches()
     api.delete("pods", "second", "shop")
     api.compact()
-    wait_for("the relist", lambda: running.source.lists == 2)
-    wait_for("the pod deleted meanwhile torn down", lambda: not os.path.lexists(
-        pod_dir(env, second)))
+    wait_until(lambda: running.source.lists == 2, 30, "the relist")
+    wait_until(lambda: not os.path.lexists(
+        pod_dir(env, second)), 30, "the pod deleted meanwhile torn down")
 
     # The pod ends: its volumes are torn down and the CSI volume unstaged.
     assert [m for m in mounts_under(env.root) if m.endswith("/globalmount")]
     api.update("pods", "web", {"status": {"phase": "Succeeded"}}, "shop")
-    wait_for("the finished pod torn down", lambda: not os.path.lexists(pod_dir(env, web)))
+    wait_until(lambda: not os.path.lexists(pod_dir(env, web)), 30, "the finished pod torn down")
     assert not [m for m in mounts_under(env.root) if "pv-web" in m]
     assert running.agent.running_pods() == [
         u for u in running.agent.running_pods() if u not in (web, second)]
@@ -179,7 +173,7 @@ def test_nothing_is_torn_down_before_the_first_list(
     keep = api.add(api_pod("keep", "n1", [{"name": "s", "emptyDir": {}}]))["metadata"]["uid"]
     drop = api.add(api_pod("drop", "n1", [{"name": "s", "emptyDir": {}}]))["metadata"]["uid"]
     first = start_agent()
-    wait_for("both pods", lambda: len(first.agent.running_pods()) == 2)
+    wait_until(lambda: len(first.agent.running_pods()) == 2, 30, "both pods")
     first.stop.set()
     first.thread.join(30)
     first.agent.close()
@@ -190,6 +184,6 @@ def test_nothing_is_torn_down_before_the_first_list(
     second = start_agent()
     assert second.source.lists == 0
     assert os.path.isdir(pod_dir(env, drop)) and os.path.isdir(pod_dir(env, keep))
-    wait_for("the list", lambda: second.source.lists == 1, timeout=60)
-    wait_for("the deleted pod torn down", lambda: not os.path.lexists(pod_dir(env, drop)))
+    wait_until(lambda: second.source.lists == 1, 60, "the list")
+    wait_until(lambda: not os.path.lexists(pod_dir(env, drop)), 30, "the deleted pod torn down")
     assert second.agent.running_pods() == [keep]

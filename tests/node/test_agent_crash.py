@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.node.test_crash import (
@@ -90,32 +89,12 @@ def test_kubevol_agent_killed_at_random_points_converges(tmp_path: Path, driver:
     world = StaticPodWorld(tmp_path, driver, create_volumes(driver, 4))
     world.start_agent()
     try:
-        next_kill: float | None = None
-        added = 0
-        while added < PODS or world.restarts < KILLS:
-            if added < PODS and (rng.random() < 0.7 or not world.running):
-                world.add(added, rng)
-                added += 1
-            elif added < PODS and world.running:
-                world.terminate(rng.choice(sorted(world.running)))
-            world.sample()
-            time.sleep(rng.uniform(0.02, 0.1))
-            if next_kill is None and world.agent_ready():
-                next_kill = time.monotonic() + rng.uniform(0.0, 1.0)
-            if next_kill is not None and time.monotonic() >= next_kill:
-                world.kill_agent()
-                world.start_agent()
-                next_kill = None
-        world.kill_agent()
-        world.start_agent()
-        world.wait_converged(90)
+        world.churn_with_kills(rng, pods=PODS, kills=KILLS, pause=(0.02, 0.1),
+                               kill_within=1.0, converge_every=None, timeout=90)
         assert world.violations == []
         assert len(world.markers) >= PODS // 3, (len(world.markers), world.restarts)
 
-        for uid in sorted(world.running):
-            world.terminate(uid)
-        world.wait_converged(90)
-        world.assert_all_gone_and_nothing_lost()
+        world.terminate_all_and_check(timeout=90)
         assert world.restarts >= KILLS
     finally:
         stop(world.agent, signal.SIGTERM)

@@ -37,6 +37,7 @@ from kubevol.node.records import PodRecord, PodRecords, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from kubevol.testing.mount_rig import unmount_all_under
+from kubevol.testing.waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 #: Pods started during the churn, and the CSI volumes they share.
@@ -56,14 +57,6 @@ def spawn(script: str, *args: str, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
 def reconcile_until(manager: NodeVolumeManager, predicate: Any, what: str) -> None:
     """Run reconciler passes until ``predicate()`` holds (30 s at most)."""
 
@@ -71,7 +64,7 @@ def reconcile_until(manager: NodeVolumeManager, predicate: Any, what: str) -> No
         manager.reconcile()
         return bool(predicate())
 
-    wait_for(step, 30, what)
+    wait_until(step, 30, what)
 
 
 def stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGKILL) -> None:
@@ -98,7 +91,7 @@ class Driver:
             "driver_process.py", "--endpoint", self.endpoint, "--state-dir",
             str(self.state_dir), "--stage-gate", str(self.gate), log=self.tmp / "driver.log",
         )
-        wait_for(sock.exists, 30, "the driver's socket")
+        wait_until(sock.exists, 30, "the driver's socket")
 
     def client(self) -> CSIClient:
         return CSIClient(self.endpoint, timeout=10)
@@ -291,6 +284,44 @@ class World:
             lines += [f"  log: {line[:300]}" for line in log if uid in line][-6:]
         return "\n".join(lines)
 
+    def churn_with_kills(
+        self, rng: random.Random, *, pods: int, kills: int, pause: tuple[float, float],
+        kill_within: float, converge_every: int | None, timeout: float,
+    ) -> None:
+        """Add ``pods`` pods (and terminate some) at random while SIGKILLing the agent at a
+        random point of its work, at least ``kills`` times, waiting for convergence every
+        ``converge_every`` kills; then a last kill and restart, and convergence."""
+        next_kill: float | None = None  # set once the agent has rebuilt its state
+        added = 0
+        while added < pods or self.restarts < kills:
+            if added < pods and (rng.random() < 0.7 or not self.running):
+                self.add(added, rng)
+                added += 1
+            elif added < pods and self.running:
+                self.terminate(rng.choice(sorted(self.running)))
+            self.sample()
+            time.sleep(rng.uniform(*pause))
+            if next_kill is None and self.agent_ready():
+                # Kill it somewhere in its work: right after start-up or well into it.
+                next_kill = time.monotonic() + rng.uniform(0.0, kill_within)
+            if next_kill is not None and time.monotonic() >= next_kill:
+                self.kill_agent()
+                self.start_agent()
+                next_kill = None
+                if converge_every and self.restarts % converge_every == 0:
+                    self.wait_converged(timeout)
+        self.kill_agent()
+        self.start_agent()
+        self.wait_converged(timeout)
+
+    def terminate_all_and_check(self, *, timeout: float) -> None:
+        """Terminate every running pod, wait for convergence, and check nothing is left and
+        nothing was lost."""
+        for uid in sorted(self.running):
+            self.terminate(uid)
+        self.wait_converged(timeout)
+        self.assert_all_gone_and_nothing_lost()
+
     def assert_all_gone_and_nothing_lost(self) -> None:
         """After every pod was terminated and the agent converged: no record, no mount and
         no pod directory is left, every marker file written into a CSI volume is still in
@@ -330,38 +361,15 @@ def test_agent_killed_at_random_points_converges_without_losing_anything(
     world = World(tmp_path, driver, create_volumes(driver, VOLUMES))
     world.start_agent()
     try:
-        next_kill: float | None = None  # set once the agent has rebuilt its state
-        added = 0
-        while added < PODS or world.restarts < KILLS:
-            if added < PODS and (rng.random() < 0.7 or not world.running):
-                world.add(added, rng)
-                added += 1
-            elif added < PODS and world.running:
-                world.terminate(rng.choice(sorted(world.running)))
-            world.sample()
-            time.sleep(rng.uniform(0.01, 0.06))
-            if next_kill is None and world.agent_ready():
-                # Kill it somewhere in its work: right after start-up or well into it.
-                next_kill = time.monotonic() + rng.uniform(0.0, 0.8)
-            if next_kill is not None and time.monotonic() >= next_kill:
-                world.kill_agent()
-                world.start_agent()
-                next_kill = None
-                if world.restarts % 4 == 0:
-                    world.wait_converged(60)
-        world.kill_agent()
-        world.start_agent()
-        world.wait_converged(60)
+        world.churn_with_kills(rng, pods=PODS, kills=KILLS, pause=(0.01, 0.06),
+                               kill_within=0.8, converge_every=4, timeout=60)
         assert world.violations == []
         assert len(world.running) > 0 and all(p.seen for p in world.running.values())
         # Most pods were seen running (some went before they were up) and were churned
         # across many restarts.
         assert len(world.markers) >= PODS // 2, (len(world.markers), world.restarts)
 
-        for uid in sorted(world.running):
-            world.terminate(uid)
-        world.wait_converged(60)
-        world.assert_all_gone_and_nothing_lost()
+        world.terminate_all_and_check(timeout=60)
         assert world.restarts >= KILLS
         print(f"crash test: {PODS} pods, {len(world.markers)} seen up, "
               f"{world.restarts} agent kills")

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,7 @@ import pytest
 
 from kubevol.nomad import PluginRegistry, PluginType, RegisteredPlugin
 from kubevol.testing.mount_rig import mounts_under
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
-    """Poll ``predicate`` every 10 ms until it is true; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.01)
+from kubevol.testing.waiting import wait_until
 
 
 def accepts(path: str) -> bool:

@@ -20,7 +20,8 @@ from kubevol.nomad import (
     VolumeManager,
 )
 from kubevol.testing.mount_rig import mounts_under
-from tests.nomad.conftest import PluginFactory, wait_until
+from kubevol.testing.waiting import wait_until
+from tests.nomad.conftest import PluginFactory
 
 USAGE = UsageOptions()
 

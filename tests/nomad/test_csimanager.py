@@ -27,7 +27,8 @@ from kubevol.nomad import (
     UsageOptions,
     VolumeManager,
 )
-from tests.nomad.conftest import PluginFactory, wait_until
+from kubevol.testing.waiting import wait_until
+from tests.nomad.conftest import PluginFactory
 from tests.nomad.recorder import CallWatch, Recorder
 
 

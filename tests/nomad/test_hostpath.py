@@ -23,7 +23,7 @@ from kubevol.nomad import (
     VolumeChecker,
 )
 from kubevol.testing.mount_rig import mounts_under
-from tests.nomad.conftest import wait_until
+from kubevol.testing.waiting import wait_until
 
 SCRIPT = Path(__file__).with_name("hostpath_process.py")
 

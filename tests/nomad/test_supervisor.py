@@ -21,7 +21,8 @@ from kubevol.nomad import (
     TaskEvent,
     TaskEventType,
 )
-from tests.nomad.conftest import PluginFactory, PluginProcess, wait_until
+from kubevol.testing.waiting import wait_until
+from tests.nomad.conftest import PluginFactory, PluginProcess
 from tests.nomad.recorder import Recorder
 
 

@@ -5,8 +5,7 @@ through plugins_registry (as the kubelet's nodeinfomanager does)."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,16 +13,9 @@ import pytest
 from kubevol.csi.registration import PluginWatcher, serve_registration
 from kubevol.csi.registration.nodeinfo import ANNOTATION_NODE_ID, NodeInfoError, NodeInfoManager
 from kubevol.testing.kube_api import KubeAPIServer
+from kubevol.testing.waiting import wait_until
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID
 from tests.csi.registration.conftest import Node
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -77,8 +69,8 @@ def test_registration_publishes_and_deregistration_unpublishes(
                                                 **node.driver.topology}
         finally:
             server.stop()
-        _wait(lambda: not node.registry.is_registered(DRIVER_NAME))
-    _wait(lambda: drivers(api) == [])
+        wait_until(lambda: not node.registry.is_registered(DRIVER_NAME))
+    wait_until(lambda: drivers(api) == [])
     assert annotation(api) == {"other.example.com": "o-1"}
     assert info.errors == {}
 

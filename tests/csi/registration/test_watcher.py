@@ -6,7 +6,6 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -17,16 +16,9 @@ from kubevol.csi.registration import (
     registration_socket_path,
     serve_registration,
 )
+from kubevol.testing.waiting import wait_until
 from tests.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID
 from tests.csi.registration.conftest import Node
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def test_watcher_registers_from_socket_and_deregisters_when_it_goes(node: Node) -> None:
@@ -44,7 +36,7 @@ def test_watcher_registers_from_socket_and_deregisters_when_it_goes(node: Node) 
             assert server.socket_path == str(node.registry_dir / f"{DRIVER_NAME}-reg.sock")
         finally:
             server.stop()
-        _wait(lambda: not node.registry.is_registered(DRIVER_NAME))
+        wait_until(lambda: not node.registry.is_registered(DRIVER_NAME))
     assert node.events == [("registered", DRIVER_NAME), ("deregistered", DRIVER_NAME)]
 
 
