@@ -9,6 +9,7 @@ fixture with a finalizer, as root, inside a private mount namespace
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -16,7 +17,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from kubevol.layout import sha256_hex
 from kubevol.mount.mountinfo import parse_mountinfo
 
 
@@ -186,7 +186,10 @@ class KubeletTree:
 
     def global_mount(self, handle: str, driver: str = "lustre.csi.example.com") -> Path:
         """``plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`` (created)."""
-        vol_dir = self.root / "plugins/kubernetes.io/csi" / driver / sha256_hex(handle)
+        # The kubelet's staging directory (csi_attacher.go, MakeDeviceMountPath): the hex
+        # SHA-256 of the volume handle, computed here, not by kubevol's layout under test.
+        vol_dir = (self.root / "plugins/kubernetes.io/csi" / driver
+                   / hashlib.sha256(handle.encode()).hexdigest())
         path = vol_dir / "globalmount"
         path.mkdir(parents=True, exist_ok=True)
         data = {"volumeHandle": handle, "driverName": driver}
