@@ -148,3 +148,85 @@ def test_a_call_that_fails_midway_leaves_no_change() -> None:
         engine.commit(half_done)
     assert [v.volume_id for v in engine.volumes()] == ["a"]
     assert store.saves == 1
+
+
+def named(vid: str, name: str, size: int) -> VolumeRecord:
+    """A volume record with its own name and size."""
+    return VolumeRecord(volume_id=vid, name=name, capacity_bytes=size, kind=AccessKind.MOUNT)
+
+
+def scanned(state: DriverState) -> tuple[dict[str, str], int]:
+    """Name -> id and the capacity summed by walking every volume (what the index saves)."""
+    return {v.name: k for k, v in state.volumes.items()}, sum(
+        v.capacity_bytes for v in state.volumes.values()
+    )
+
+
+def indexed(state: DriverState, names: Sequence[str]) -> tuple[dict[str, str], int]:
+    """The same, answered by the state's lookups."""
+    found = {n: v.volume_id for n in names if (v := state.volume_by_name(n)) is not None}
+    return found, state.capacity_bytes()
+
+
+def test_lookup_by_name_and_capacity_follow_every_change() -> None:
+    """Volume lookups by name and the capacity in use stay what a walk over every volume
+    says through adds, replacements (renamed, resized), removals in each dict form, a failed
+    commit's undo, a copy and a failed save."""
+    store = FlakyStore()
+    engine = engine_with(store)
+    names = [f"n{i}" for i in range(8)] + ["renamed", "gone"]
+    for i in range(6):
+        engine.put_volume(named(f"v{i}", f"n{i}", 10 + i))
+    engine.put_volume(named("v1", "renamed", 100))  # replaced under another name and size
+    engine.drop_volume("v2")
+
+    def several(state: DriverState) -> None:
+        state.volumes.pop("v3")
+        del state.volumes["v4"]
+        state.volumes.update({"v6": named("v6", "n6", 7)})
+        state.volumes.setdefault("v7", named("v7", "n7", 5))
+
+    engine.commit(several)
+
+    def fails(state: DriverState) -> None:
+        state.volumes["v8"] = named("v8", "gone", 1000)
+        state.volumes.pop("v0")
+        state.volumes["v5"] = named("v5", "gone", 3)
+        raise ValueError("undo me")
+
+    with pytest.raises(ValueError):
+        engine.commit(fails)
+    store.fail = True
+    with pytest.raises(OSError):
+        engine.put_volume(named("v9", "gone", 1))
+    state = engine.read(lambda s: s.copy())
+    for each in (state, engine.read(lambda s: s)):
+        assert indexed(each, names) == scanned(each)
+    assert scanned(state) == ({"n0": "v0", "renamed": "v1", "n5": "v5", "n6": "v6", "n7": "v7"},
+                              10 + 100 + 15 + 7 + 5)  # fmt: skip
+    assert engine.used_bytes() == 137
+    assert state.volume_by_name("gone") is None and state.volume_by_name("n3") is None
+
+
+def test_lookup_by_name_does_not_walk_the_volumes() -> None:
+    """With 20,000 volumes, a lookup by name (each CreateVolume makes one) and the capacity
+    in use (each creation's reservation) read no volume record: they cost the same as with
+    ten. A table that counts its reads would see a walk."""
+    state = DriverState()
+    for i in range(20_000):
+        state.volumes[f"v{i}"] = named(f"v{i}", f"n{i}", 1)
+
+    reads = 0
+    real_values = type(state.volumes).values
+
+    def counting_values(self: dict[str, VolumeRecord]) -> object:
+        nonlocal reads
+        reads += 1
+        return real_values(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(state.volumes), "values", counting_values)
+        assert state.volume_by_name("n19999") == state.volumes["v19999"]
+        assert state.volume_by_name("absent") is None
+        assert state.capacity_bytes() == 20_000
+    assert reads == 0

@@ -70,7 +70,7 @@ class Engine:
     def used_bytes(self) -> int:
         """Capacity given to volumes, plus what creations in progress reserved."""
         with self._mutex:
-            return sum(v.capacity_bytes for v in self._state.volumes.values()) + self._reserved
+            return self._state.capacity_bytes() + self._reserved
 
     # --- writes ---------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ class Engine:
         the reservation ends when the block exits (by then the volume record counts instead).
         """
         with self._mutex:
-            used = sum(v.capacity_bytes for v in self._state.volumes.values()) + self._reserved
+            used = self._state.capacity_bytes() + self._reserved
             available(used, size)
             self._reserved += size
         try:

@@ -44,32 +44,78 @@ _ABSENT: Any = object()
 
 
 class _Table(dict[str, _V]):
-    """A dict that, while its journal is open, notes ``(table, key, value before)`` for
-    every key it changes, so a commit knows what it changed in O(changes), not O(state)."""
+    """A dict of records that, while its journal is open, notes ``(table, key, value
+    before)`` for every key it changes, so a commit knows what it changed in O(changes), not
+    O(state); and that keeps its records' names indexed and their capacities summed, so
+    that a lookup by name (every CreateVolume) and the space in use (every creation's
+    reservation) cost the same with 10 records as with 20,000."""
 
-    __slots__ = ("journal", "name")
+    __slots__ = ("by_name", "capacity", "journal", "name")
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
         self.journal: list[tuple[str, str, Any]] | None = None
+        #: Record name -> the keys of the records with that name (insertion order).
+        self.by_name: dict[str, dict[str, None]] = {}
+        #: The sum of the records' ``capacity_bytes`` (volumes; 0 in the other tables).
+        self.capacity = 0
 
     def _note(self, key: str) -> None:
         if self.journal is not None:
             self.journal.append((self.name, key, dict.get(self, key, _ABSENT)))
 
+    def _index(self, key: str, before: Any, after: Any) -> None:
+        if before is not _ABSENT:
+            name = getattr(before, "name", None)
+            keys = self.by_name.get(name) if isinstance(name, str) else None
+            if isinstance(name, str) and keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del self.by_name[name]
+            self.capacity -= getattr(before, "capacity_bytes", 0)
+        if after is not _ABSENT:
+            name = getattr(after, "name", None)
+            if isinstance(name, str):
+                self.by_name.setdefault(name, {})[key] = None
+            self.capacity += getattr(after, "capacity_bytes", 0)
+
+    def put(self, key: str, value: _V) -> None:
+        """Set ``key`` without journaling (loading, copying, undoing)."""
+        before = dict.get(self, key, _ABSENT)
+        dict.__setitem__(self, key, value)
+        self._index(key, before, value)
+
+    def drop(self, key: str) -> None:
+        """Remove ``key`` (if present) without journaling."""
+        before = dict.pop(self, key, _ABSENT)
+        if before is not _ABSENT:
+            self._index(key, before, _ABSENT)
+
+    def first_named(self, name: str) -> _V | None:
+        """The first record stored under ``name``, or None."""
+        keys = self.by_name.get(name)
+        return dict.get(self, next(iter(keys))) if keys else None
+
     def __setitem__(self, key: str, value: _V) -> None:
         self._note(key)
-        super().__setitem__(key, value)
+        self.put(key, value)
 
     def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
         self._note(key)
-        super().__delitem__(key)
+        self.drop(key)
 
     def pop(self, key: str, *default: Any) -> Any:
         if key in self:
             self._note(key)
-        return super().pop(key, *default)
+            value = dict.__getitem__(self, key)
+            self.drop(key)
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
 
     def setdefault(self, key: str, default: Any = None) -> Any:
         if key not in self:
@@ -93,6 +139,13 @@ class _Table(dict[str, _V]):
         return self
 
 
+def _first_named(table: Mapping[str, _V], name: str) -> _V | None:
+    if isinstance(table, _Table):
+        found: _V | None = table.first_named(name)
+        return found
+    return next((r for r in table.values() if getattr(r, "name", None) == name), None)
+
+
 class DriverState:
     """Volumes, snapshots and group snapshots by id. Not thread-safe: the engine locks.
 
@@ -111,7 +164,12 @@ class DriverState:
         """A copy sharing the (immutable) records."""
         other = DriverState()
         for name in TABLES:
-            dict.update(other.table(name), self.table(name))
+            table = other.table(name)
+            for key, record in self.table(name).items():
+                if isinstance(table, _Table):
+                    table.put(key, record)
+                else:
+                    dict.__setitem__(table, key, record)
         return other
 
     def table(self, name: str) -> dict[str, Any]:
@@ -154,22 +212,33 @@ class DriverState:
             table = self.table(name)
             if dict.get(table, key, _ABSENT) is not after:
                 continue
-            if before is _ABSENT:
+            if isinstance(table, _Table):
+                if before is _ABSENT:
+                    table.drop(key)
+                else:
+                    table.put(key, before)
+            elif before is _ABSENT:
                 dict.pop(table, key, None)
             else:
                 dict.__setitem__(table, key, before)
 
     def volume_by_name(self, name: str) -> VolumeRecord | None:
-        """The volume created under ``name``, if any."""
-        return next((v for v in self.volumes.values() if v.name == name), None)
+        """The volume created under ``name``, if any (O(1))."""
+        return _first_named(self.volumes, name)
 
     def snapshot_by_name(self, name: str) -> SnapshotRecord | None:
-        """The snapshot created under ``name``, if any."""
-        return next((s for s in self.snapshots.values() if s.name == name), None)
+        """The snapshot created under ``name``, if any (O(1))."""
+        return _first_named(self.snapshots, name)
 
     def group_by_name(self, name: str) -> GroupSnapshotRecord | None:
-        """The group snapshot created under ``name``, if any."""
-        return next((g for g in self.groups.values() if g.name == name), None)
+        """The group snapshot created under ``name``, if any (O(1))."""
+        return _first_named(self.groups, name)
+
+    def capacity_bytes(self) -> int:
+        """The capacity of every volume together (O(1))."""
+        if isinstance(self.volumes, _Table):
+            return self.volumes.capacity
+        return sum(v.capacity_bytes for v in self.volumes.values())
 
     def to_json(self) -> dict[str, Any]:
         """Everything as one JSON-friendly dict."""
