@@ -16,6 +16,7 @@ import attrs
 
 from kubevol.layout import PodVolumeEntry
 from kubevol.mount.guard import UnmountVerdict, kubelet_refs_verdict
+from kubevol.mount.table import MountTable
 from kubevol.types import NodeResizeOptions, ReconstructedVolume, VolumeOptions
 from kubevol.volume import (
     Attacher,
@@ -145,9 +146,13 @@ class DeviceMountableVolumePlugin(VolumePlugin):
         ``GetMountRefs``: the same filesystem root and device), whether they block its
         unmount or not: :meth:`device_unmount_verdict` decides that."""
 
-    def device_unmount_verdict(self, device_mount_path: str) -> UnmountVerdict:
+    def device_unmount_verdict(
+        self, device_mount_path: str, *, table: MountTable | None = None
+    ) -> UnmountVerdict:
         """May ``device_mount_path`` be unmounted now? The ONE unstage check: the node layer
-        asks it once and hands the verdict to ``unmount_device``.
+        asks it once and hands the verdict to ``unmount_device``. ``table`` is the mount
+        table the caller read for this operation (its other checks use the same one); None
+        reads the current one. A plugin may ignore it and look itself.
 
         Default: the kubelet's ``HasMountRefs`` rule on :meth:`get_device_mount_refs`
         (:func:`~kubevol.mount.guard.kubelet_refs_verdict`). A plugin with its own policy

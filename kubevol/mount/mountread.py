@@ -66,7 +66,8 @@ class MountinfoReader:
     def __init__(self, fd: int, path: str) -> None:
         self.fd = fd
         self.path = path
-        self.is_proc = os.path.realpath(path).startswith("/proc/")
+        # Every unstage check opens a reader: no path resolution for the usual file.
+        self.is_proc = path == PROC_MOUNTINFO or os.path.realpath(path).startswith("/proc/")
         self._poll = select.poll()
         self._poll.register(fd, select.POLLPRI | select.POLLERR)
 

@@ -225,8 +225,12 @@ class MountTableCache(ClosesOnExit):
     """The current :class:`MountTable` of a mountinfo file, re-read only when it changed.
 
     For a proc file, the change signal is the kernel's poll flag; for a regular file (a
-    fixture), its size, inode and modification time. Thread-safe. ``reads`` counts how often
-    the file was actually read. Use as a context manager or call :meth:`close`.
+    fixture), its size, inode and modification time. Thread-safe: callers that ask while a
+    read is under way share the next read rather than each reading (a read that began after
+    a caller asked shows the table as it was then or later, all the caller can want); so
+    workers checking a table that changes all the time read it about once per round, not
+    once each. ``reads`` counts how often the file was actually read. Use as a context
+    manager or call :meth:`close`.
     """
 
     def __init__(self, path: str = PROC_MOUNTINFO) -> None:
@@ -237,10 +241,16 @@ class MountTableCache(ClosesOnExit):
         self._table: MountTable | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._closer: weakref.finalize[[int], MountTableCache] | None = None
+        #: Reads begun so far, and which of them gave the table held now.
+        self._begun = 0
+        self._held_from = 0
 
     def table(self) -> MountTable:
         """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable."""
+        asked_after = self._begun  # reads begun before this call; an int read is atomic
         with self._lock:
+            if self._table is not None and self._held_from > asked_after:
+                return self._table  # read since this call began
             reader = self._open()
             if reader.is_proc:
                 # Poll before reading: a change during the read leaves the flag set, so
@@ -257,7 +267,9 @@ class MountTableCache(ClosesOnExit):
             if stale or self._table is None:
                 # The change flag is consumed: a failed read must not leave the old table.
                 self._table = None
+                self._begun += 1
                 self._table = MountTable(reader.read())
+                self._held_from = self._begun
                 self.reads += 1
             return self._table
 

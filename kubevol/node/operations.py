@@ -50,6 +50,7 @@ from kubevol.mount.blockmap import (
     unmap_block_device,
 )
 from kubevol.mount.helpers import cleanup_mount_point
+from kubevol.mount.table import MountTable
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
 from kubevol.node.holders import Holders, HoldersOnce
@@ -260,8 +261,8 @@ class OperationGenerator:
 
         return run
 
-    def _refuse_if_used(self, av: AttachedVolume) -> None:
-        users = self.usage.users(av.unique_name, av.plugin_name, av.mode)
+    def _refuse_if_used(self, av: AttachedVolume, table: MountTable | None = None) -> None:
+        users = self.usage.users(av.unique_name, av.plugin_name, av.mode, table=table)
         if users:
             raise VolumeInUseError(
                 f"volume {av.unique_name!r} is still used by pods on disk: {', '.join(users)}",
@@ -276,16 +277,24 @@ class OperationGenerator:
             dmp = av.device_mount_path or plugin.new_device_mounter().get_device_mount_path(
                 av.spec
             )
-            self._refuse_if_used(av)
-            self._unmount_device_path(plugin, dmp, av.unique_name)
+            # One reading of the mount table for both checks: both must see the table as
+            # it is after this volume's pods were torn down, and a second read of a large
+            # table (one unstage after another) costs as much as the rest of the check.
+            table = self.usage.table()
+            self._refuse_if_used(av, table)
+            self._unmount_device_path(plugin, dmp, av.unique_name, table)
             self.actual.set_device_state(av.unique_name, MountState.UNMOUNTED)
 
         return run
 
     def _unmount_device_path(
-        self, plugin: DeviceMountableVolumePlugin, dmp: str, unique_name: str | None
+        self,
+        plugin: DeviceMountableVolumePlugin,
+        dmp: str,
+        unique_name: str | None,
+        table: MountTable | None = None,
     ) -> None:
-        verdict = plugin.device_unmount_verdict(dmp)
+        verdict = plugin.device_unmount_verdict(dmp, table=table)
         verdict.raise_if_blocked()
         try:
             plugin.new_device_unmounter().unmount_device(dmp, verdict=verdict)

@@ -19,7 +19,7 @@ from kubevol import layout
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import escape, parse_mountinfo_line
 from kubevol.mount.mountread import PROC_MOUNTINFO
-from kubevol.mount.table import MountTableCache
+from kubevol.mount.table import MountTable, MountTableCache
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.poddirs import PodVolumeDir
@@ -51,8 +51,16 @@ class VolumeUsage:
         """Release the mount table descriptor. Idempotent."""
         self._table.close()
 
-    def users(self, unique_name: str, plugin_name: str, mode: VolumeMode) -> list[str]:
-        """Pod paths (mount points or device links) that use the volume, sorted.
+    def table(self) -> MountTable:
+        """The node's mount table as it is now (read again only when it changed)."""
+        return self._table.table()
+
+    def users(
+        self, unique_name: str, plugin_name: str, mode: VolumeMode,
+        *, table: MountTable | None = None,
+    ) -> list[str]:
+        """Pod paths (mount points or device links) that use the volume, sorted, by
+        ``table`` (None: :meth:`table`).
 
         Pod volumes that cannot be rebuilt are not counted here: the unstage guard's
         mount-reference check is what protects them.
@@ -62,7 +70,7 @@ class VolumeUsage:
         if mode is VolumeMode.BLOCK:
             candidates = self._block_candidates(pods_dir, escaped)
         else:
-            candidates = self._mounted_candidates(pods_dir, escaped)
+            candidates = self._mounted_candidates(pods_dir, escaped, table or self.table())
         users = []
         names = ScanPass(self._mgr)  # names only: no mount checks
         for (uid, spec_name, vol_dir), paths in sorted(candidates.items()):
@@ -74,7 +82,7 @@ class VolumeUsage:
         return sorted(users)
 
     def _mounted_candidates(
-        self, pods_dir: str, escaped: str
+        self, pods_dir: str, escaped: str, table: MountTable
     ) -> dict[tuple[str, str, str], list[str]]:
         """Pod volume directories of the plugin with something mounted in them.
 
@@ -83,7 +91,7 @@ class VolumeUsage:
         """
         prefix = pods_dir + "/"
         needle = os.fsencode(escape(prefix))
-        data = self._table.table().data
+        data = table.data
         out: dict[tuple[str, str, str], list[str]] = {}
         pos = 0
         while (hit := data.find(needle, pos)) >= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -25,7 +26,9 @@ from kubevol.mount import (
 from kubevol.mount import mountinfo as mountinfo_module
 from kubevol.mount import table as table_module
 from kubevol.mount.mountinfo import escape, parse_mountinfo_bytes, unescape
+from kubevol.mount.mountread import MountinfoReader
 from kubevol.testing.mount_rig import MountRig
+from kubevol.testing.waiting import wait_until
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "mountinfo"
 
@@ -266,6 +269,67 @@ def test_cache_rereads_a_regular_file_when_it_changes(tmp_path: Path) -> None:
         os.replace(new, path)
         assert cache.table().find_mount_point("/x") is not None
         assert cache.reads == 2
+
+
+class _CountingLock:
+    """A lock that counts the threads waiting for it or holding it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.entered = 0
+
+    def __enter__(self) -> None:
+        self.entered += 1  # before blocking: the caller has already taken its ticket
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_callers_that_wait_during_a_read_share_the_next_one(tmp_path: Path) -> None:
+    """A table that changes during every read (a busy node's) is read once for all the
+    callers that asked while a read was under way, not once each."""
+    path = tmp_path / "mountinfo"
+    line = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+    path.write_text(line)
+    first_read = threading.Event()
+    release = threading.Event()
+    real_read = MountinfoReader.read
+    calls = 0
+
+    def read(self: MountinfoReader) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            first_read.set()
+            release.wait(10)
+        # The table changes while it is read, as a proc table does under churn.
+        path.write_text(line * (calls + 1))
+        return real_read(self)
+
+    with MountTableCache(str(path)) as cache, mock.patch.object(MountinfoReader, "read", read):
+        lock = _CountingLock()
+        cache._lock = lock  # type: ignore[assignment]
+        results: dict[str, MountTable] = {}
+
+        def ask(name: str) -> None:
+            results[name] = cache.table()
+
+        threads = [threading.Thread(target=ask, args=(n,)) for n in "abcd"]
+        threads[0].start()
+        assert first_read.wait(10)
+        for t in threads[1:]:
+            t.start()
+        wait_until(lambda: lock.entered == 4, what="three callers waiting on the read")
+        release.set()
+        for t in threads:
+            t.join(10)
+        assert cache.reads == 2
+        assert results["b"] is results["c"] is results["d"]
+        assert results["b"] is not results["a"]
+        # The next caller asked after both reads: the table changed since, so it reads.
+        assert cache.table() is not results["b"]
+        assert cache.reads == 3
 
 
 def test_table_falls_back_to_a_full_scan_for_hand_written_text() -> None:

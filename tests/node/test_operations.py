@@ -14,7 +14,9 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.errors import DeviceStillMountedError
+from kubevol.mount import guard as guard_module
 from kubevol.mount.guard import RefKind, UnmountVerdict
+from kubevol.mount.table import MountTable
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
@@ -58,13 +60,43 @@ def _device_state(manager: NodeVolumeManager, unique_name: str) -> MountState:
     return volume.device_state
 
 
+class _CountedChecks:
+    """Counts the plugin's unstage verdicts and guard runs, keeps the table each guard run
+    was given, and fails the test if the guard reads the mount table itself."""
+
+    def __init__(self, runtime: NodeRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.verdicts: list[UnmountVerdict] = []
+        self.guard_runs: list[str] = []
+        self.tables: list[MountTable | None] = []
+        ask, check = runtime.csi.device_unmount_verdict, runtime.csi.context.check_unmount
+
+        def counting(path: str, *, table: MountTable | None = None) -> UnmountVerdict:
+            self.verdicts.append(ask(path, table=table))
+            return self.verdicts[-1]
+
+        def counting_guard(
+            path: str, driver: str | None, *, table: MountTable | None = None
+        ) -> UnmountVerdict:
+            self.guard_runs.append(path)
+            self.tables.append(table)
+            return check(path, driver, table=table)
+
+        def no_read(*args: object) -> bytes:
+            raise AssertionError("the guard read the mount table itself")
+
+        monkeypatch.setattr(runtime.csi, "device_unmount_verdict", counting)
+        monkeypatch.setattr(runtime.csi.context, "check_unmount", counting_guard)
+        monkeypatch.setattr(guard_module, "read_mountinfo_bytes", no_read)
+
+
 def test_nested_mount_blocks_unstage_under_safe_with_one_guard_run(
     tmp_path: Path, hostpath: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under ``safe``, a bind mount nested inside the staging path (a sub-directory of the
     volume itself) blocks unmount_device: the plugin's verdict is asked exactly once, the
     device stays staged and its state unchanged; once the nested mount is gone the next
-    unmount_device unstages it, again with one guard run."""
+    unmount_device unstages it, again with one guard run. The guard judges on the one mount
+    table the operation read for its checks: it reads none itself."""
     with CSIClient(hostpath, timeout=30) as client:
         handle = client.create_volume(
             "vol1", [t.VolumeCapability.mount()],
@@ -87,35 +119,24 @@ def test_nested_mount_blocks_unstage_under_safe_with_one_guard_run(
             os.mkdir(sub)
             subprocess.run(["mount", "--bind", sub, nested], check=True)
 
-            verdicts: list[UnmountVerdict] = []
-            ask = runtime.csi.device_unmount_verdict
-
-            def counting(path: str) -> UnmountVerdict:
-                verdicts.append(ask(path))
-                return verdicts[-1]
-
-            guard_runs: list[str] = []
-            check = runtime.csi.context.check_unmount
-
-            def counting_guard(path: str, driver: str | None) -> UnmountVerdict:
-                guard_runs.append(path)
-                return check(path, driver)
-
-            monkeypatch.setattr(runtime.csi, "device_unmount_verdict", counting)
-            monkeypatch.setattr(runtime.csi.context, "check_unmount", counting_guard)
+            checks = _CountedChecks(runtime, monkeypatch)
+            reads = manager.usage._table.reads
 
             with pytest.raises(DeviceStillMountedError) as err:
                 manager.generator.unmount_device(av)()
             assert err.value.refs == (nested,)
-            assert len(guard_runs) == len(verdicts) == 1
-            [ref] = verdicts[0].refs
+            assert len(checks.guard_runs) == len(checks.verdicts) == 1
+            table = checks.tables[0]
+            assert table is not None and table.find_mount_point(nested) is not None
+            assert manager.usage._table.reads == reads + 1  # one read for both checks
+            [ref] = checks.verdicts[0].refs
             assert (ref.mount_point, ref.kind, ref.blocking) == (nested, RefKind.SAME_VOLUME, True)
             assert dmp in mounts_under(root)
             assert _device_state(manager, av.unique_name) is MountState.MOUNTED
 
             subprocess.run(["umount", nested], check=True)
             manager.generator.unmount_device(av)()
-            assert len(guard_runs) == len(verdicts) == 2
+            assert len(checks.guard_runs) == len(checks.verdicts) == 2
             assert mounts_under(root) == []
             assert _device_state(manager, av.unique_name) is MountState.UNMOUNTED
         finally:

@@ -285,9 +285,12 @@ class CSIContext:
 
     # --- the unstage guard ------------------------------------------------------------
 
-    def check_unmount(self, device_mount_path: str, driver: str | None) -> UnmountVerdict:
+    def check_unmount(
+        self, device_mount_path: str, driver: str | None, *, table: MountTable | None = None
+    ) -> UnmountVerdict:
         """The unstage guard's verdict on ``device_mount_path`` under :attr:`guard_policy`,
-        for a volume of ``driver`` (None: unknown, so no detach is expected)."""
+        for a volume of ``driver`` (None: unknown, so no detach is expected), on ``table``
+        (None: the mount table as it is now)."""
         detach = False
         if driver:
             try:
@@ -301,4 +304,5 @@ class CSIContext:
             root_dir=self.root_dir(),
             policy=self.guard_policy,
             detach_follows=detach,
+            table=table,
         )

@@ -55,6 +55,7 @@ from kubevol.deadline import Deadline
 from kubevol.host import VolumeHost
 from kubevol.layout import PodVolumeEntry, csi_pod_mount_path, csi_pod_volume_entry
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict
+from kubevol.mount.table import MountTable
 from kubevol.plugin import (
     AttachableVolumePlugin,
     BlockVolumePlugin,
@@ -344,11 +345,15 @@ class CSIPlugin(
         :class:`~kubevol.errors.MountError` when the mount table cannot be read."""
         return self.host.get_mounter().get_mount_refs(device_mount_path)
 
-    def device_unmount_verdict(self, device_mount_path: str) -> UnmountVerdict:
+    def device_unmount_verdict(
+        self, device_mount_path: str, *, table: MountTable | None = None
+    ) -> UnmountVerdict:
         """The unstage guard's verdict under :attr:`guard_policy` (the kubelet's rule
-        exactly under ``kubelet``). Raises :class:`~kubevol.errors.MountError` when the
-        mount table cannot be read."""
-        return self.context.check_unmount(device_mount_path, _driver_beside(device_mount_path))
+        exactly under ``kubelet``), on ``table`` when given. Raises
+        :class:`~kubevol.errors.MountError` when the mount table cannot be read."""
+        return self.context.check_unmount(
+            device_mount_path, _driver_beside(device_mount_path), table=table
+        )
 
     # --- block ------------------------------------------------------------------------
 
