@@ -53,6 +53,9 @@ class OperationKind(enum.StrEnum):
     UNMAP = "unmap"
     UNMAP_DEVICE = "unmap-device"
     EXPAND = "expand"
+    #: Not a kubelet storage operation (its housekeeping removes gone pods' directories):
+    #: run here so that removals overlap the other operations instead of holding up a pass.
+    REMOVE_POD_DIR = "remove-pod-directory"
 
 
 @attrs.frozen(kw_only=True)

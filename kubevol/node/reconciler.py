@@ -6,7 +6,9 @@ desired state (the kubelet's volume manager reconciler), in the kubelet's order:
    set the volume up for the pod (or map it); grow it when a larger size is desired;
 3. for every volume no pod wants and no pod uses any more: unmount the device (or unmap
    it), then detach it, then forget it;
-4. remove the directories of pods that are gone once nothing of theirs is left.
+4. remove the directories of pods that are gone once nothing of theirs is left (an
+   operation too, keyed by the directory's path: it runs beside the others, and no volume
+   of that pod is set up again until it is over).
 
 Operations run through the :class:`~kubevol.node.executor.OperationExecutor`, so a pass
 never starts a second operation on a busy key and respects backoff; uncertain states are
@@ -20,13 +22,12 @@ removal asks: what is held is not torn down or removed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
 from collections.abc import Callable
 
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, TransientOperationError
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import OperationExecutor, OperationKey, OperationKind
 from kubevol.node.holders import HoldersOnce
@@ -42,10 +43,6 @@ from kubevol.node.state import (
 )
 
 log = logging.getLogger(__name__)
-
-#: Pod directories removed at once in one pass (the kubelet's executor's worker count).
-_CLEANERS = 8
-
 
 def _manage_all(_uid: str) -> bool:
     return True
@@ -87,6 +84,8 @@ class Reconciler:
         self._kept_pod_dirs: set[str] = set()
         #: Pod UID -> how many operations that create or remove its directories run now.
         self._busy: dict[str, int] = {}
+        #: Pods whose directory is being removed: none of their volumes is set up meanwhile.
+        self._removing: set[str] = set()
         self._lock = threading.Lock()
 
     def forget_pod_later(self, uid: str) -> None:
@@ -105,7 +104,7 @@ class Reconciler:
         started = self._unmount_pods(holders)
         started += self._mount_desired()
         started += self._release_devices()
-        self._clean_pod_dirs(holders)
+        started += self._clean_pod_dirs(holders)
         return started
 
     def busy(self, uid: str) -> bool:
@@ -187,6 +186,9 @@ class Reconciler:
         return started
 
     def _mount_one(self, v: VolumeToMount) -> int:
+        with self._lock:
+            if v.pod_uid in self._removing:
+                return 0  # wanted again while its old directory goes: next pass
         self.actual.add_volume(
             unique_name=v.unique_name,
             volume_name=v.volume_name,
@@ -285,11 +287,11 @@ class Reconciler:
 
     # 4 ------------------------------------------------------------------------------------
 
-    def _clean_pod_dirs(self, holders: HoldersOnce) -> None:
+    def _clean_pod_dirs(self, holders: HoldersOnce) -> int:
         with self._lock:
             candidates = sorted(self._pods_to_clean - self._kept_pod_dirs)
         if not candidates:
-            return
+            return 0
         in_use = self.actual.pods()
         ready = [
             uid
@@ -299,19 +301,32 @@ class Reconciler:
             and self.managed(uid)
             and not self.busy(uid)
         ]
-        if ready:
-            ready = [uid for uid in ready if not self._held(uid, holders)]
-        if not ready:
-            return
-        # Each removal is dozens of system calls on a directory tree and waits on the disk:
-        # several at once (pods' directories are disjoint) instead of one after another.
-        with concurrent.futures.ThreadPoolExecutor(min(_CLEANERS, len(ready))) as pool:
-            removed = list(pool.map(remove_pod_dir, map(self.generator.host.get_pod_dir, ready)))
+        return sum(self._remove_pod_dir(uid) for uid in ready if not self._held(uid, holders))
+
+    def _remove_pod_dir(self, uid: str) -> int:
+        pod_dir = self.generator.host.get_pod_dir(uid)
+
+        def run() -> None:
+            try:
+                if not remove_pod_dir(pod_dir):
+                    # Something is left in it (logged by remove_pod_dir): retried later.
+                    raise TransientOperationError(f"pod {uid}: directory {pod_dir} not removed")
+                with self._lock:
+                    self._pods_to_clean.discard(uid)
+                    self._held_dirs.pop(uid, None)
+            finally:
+                with self._lock:
+                    self._removing.discard(uid)
+
         with self._lock:
-            gone = [uid for uid, ok in zip(ready, removed, strict=True) if ok]
-            self._pods_to_clean.difference_update(gone)
-            for uid in gone:
-                self._held_dirs.pop(uid, None)
+            self._removing.add(uid)
+        # Keyed by the path: no volume's unique name starts with "/", so it conflicts with
+        # nothing but itself.
+        started = self._start(OperationKind.REMOVE_POD_DIR, pod_dir, "", run, pod=uid)
+        if not started:
+            with self._lock:
+                self._removing.discard(uid)
+        return started
 
     def _held(self, uid: str, holders: HoldersOnce) -> bool:
         pod_dir = self.generator.host.get_pod_dir(uid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +11,17 @@ import attrs
 import pytest
 
 from kubevol.errors import DeviceStillMountedError, TransientOperationError, UncertainProgressError
+from kubevol.node import poddirs
+from kubevol.node import reconciler as reconciler_module
 from kubevol.node.desired import desired_pod
 from kubevol.node.errors import VolumeInUseError
+from kubevol.node.executor import OperationKind
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.owners import Ownership
 from kubevol.node.state import AttachedVolume, MountState, VolumeMode
 from kubevol.testing.mount_rig import mounts_under
+from kubevol.testing.waiting import wait_until
 from tests.node.conftest import NodeEnv
 from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest
 
@@ -334,4 +339,40 @@ def test_controller_attached_volume_is_waited_for(env: NodeEnv) -> None:
     assert manager.sync(timeout=20).converged
     assert env.staged.attached() == {"pv1"}  # detaching is the attacher's (controller's) job
     assert manager.actual.volumes() == []
+    manager.close()
+
+
+def test_a_pod_directory_is_removed_beside_the_pass_and_never_under_a_set_up(
+    env: NodeEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gone pod's directory is removed by an operation of its own: the pass that starts
+    it returns at once, and while it runs the same pod, wanted again, gets no set-up (its
+    volume directories would be created under a removal). Once it ended, the pod comes up."""
+    pod = pod_manifest("web", [{"name": "scratch", "emptyDir": {}}])
+    manager = make_manager(env)
+    uid = add(manager, env, pod)
+    assert manager.sync(timeout=20).converged
+    entered, release = threading.Event(), threading.Event()
+    real_remove = poddirs.remove_pod_dir
+
+    def slow_remove(pod_dir: str) -> bool:
+        entered.set()
+        assert release.wait(20)
+        return real_remove(pod_dir)
+
+    monkeypatch.setattr(reconciler_module, "remove_pod_dir", slow_remove)
+    try:
+        manager.remove_pod(uid)
+        # Passes tear the volume down, then start the removal and return while it runs.
+        wait_until(lambda: manager.reconcile() >= 0 and entered.is_set(), what="removal")
+        assert [k for _, k in manager.executor.pending()] == [OperationKind.REMOVE_POD_DIR]
+        add(manager, env, pod)
+        for _ in range(3):
+            assert manager.reconcile() == 0  # no set-up while the directory goes
+        assert [k for _, k in manager.executor.pending()] == [OperationKind.REMOVE_POD_DIR]
+    finally:
+        release.set()
+    manager.executor.wait_idle(20)
+    assert manager.sync(timeout=20).converged
+    assert (env.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "scratch").is_dir()
     manager.close()
