@@ -43,3 +43,16 @@ def test_every_public_name_resolves_to_its_module() -> None:
         assert "NoSuchName" in str(exc)
     else:
         raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_node_commands_load_no_http_client_until_an_etcd_provider_is_built() -> None:
+    """The node commands (through the driver framework's configuration) load neither
+    requests nor etcd3gw; building an etcd lock provider loads them."""
+    code = (
+        "import sys, kubevol.cli.down, kubevol.node.runtime, kubevol.csi.locks as locks; "
+        "first = sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'etcd3gw')); "
+        "locks.EtcdLockProvider(endpoints=['127.0.0.1:1']); "
+        "print(first, 'requests' in sys.modules, 'etcd3gw' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "True", "True"]

@@ -16,12 +16,11 @@ serves without a raft write, and tries the create transaction again once it is g
 
 The client is ``etcd3gw``, which speaks to etcd's HTTP/JSON gateway (``/v3/…`` from etcd
 3.4, found by asking ``/version``). Several endpoints give fail-over: a request that cannot
-reach one endpoint is retried on the next.
+reach one endpoint is retried on the next (:mod:`kubevol.csi.locks.etcd_cluster`).
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import os
@@ -31,18 +30,9 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING
 
 import attrs
-import requests
-
-try:  # the optional "etcd" extra: only this provider needs it
-    from etcd3gw import exceptions as etcd_exc
-    from etcd3gw.client import Etcd3Client
-except ImportError as _missing:
-    _ETCD3GW_MISSING: ImportError | None = _missing
-else:
-    _ETCD3GW_MISSING = None
 
 from kubevol.backoff import Backoff
 from kubevol.csi.locks.base import (
@@ -55,15 +45,10 @@ from kubevol.csi.locks.base import (
     check_timeout,
 )
 
+if TYPE_CHECKING:
+    from kubevol.csi.locks.etcd_cluster import EtcdCluster
+
 _log = logging.getLogger(__name__)
-
-#: What to do when etcd3gw is not installed.
-MISSING_EXTRA = (
-    "the etcd lock provider needs the etcd3gw package, which kubevol's 'etcd' extra "
-    "installs: pip install 'kubevol[etcd]'"
-)
-
-_T = TypeVar("_T")
 
 DEFAULT_PORT = 2379
 DEFAULT_TTL = 60.0
@@ -124,139 +109,6 @@ def normalise_domain(domain: str) -> str:
     return "".join("/" + s for s in segments)
 
 
-def _describe(exc: BaseException) -> str:
-    """Text of an error; etcd3gw keeps the server's answer in ``detail_text``, not in args."""
-    parts = [str(getattr(exc, "detail_text", None) or ""), str(exc)]
-    return " ".join(p.strip() for p in parts if p.strip()) or type(exc).__name__
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-class _TimeoutSession(requests.Session):
-    """A session that applies separate connect and read timeouts to every request.
-
-    etcd3gw passes one ``timeout`` for both phases; doing it here lets the dial timeout
-    differ from the request timeout.
-    """
-
-    def __init__(self, *, dial_timeout: float, request_timeout: float) -> None:
-        super().__init__()
-        self._timeouts = (dial_timeout, request_timeout)
-
-    def request(
-        self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any
-    ) -> requests.Response:
-        if kwargs.get("timeout") is None:
-            kwargs["timeout"] = self._timeouts
-        return super().request(method, url, *args, **kwargs)
-
-
-class _Cluster:
-    """Clients for each endpoint, with fail-over, authentication and error translation.
-
-    This is the one place where etcd3gw and requests errors become :class:`LockProviderError`.
-    """
-
-    def __init__(
-        self,
-        endpoints: Sequence[EtcdEndpoint],
-        *,
-        dial_timeout: float,
-        request_timeout: float,
-        username: str | None,
-        password: str | None,
-        tls_insecure: bool,
-    ) -> None:
-        if _ETCD3GW_MISSING is not None:
-            raise LockProviderError(MISSING_EXTRA) from _ETCD3GW_MISSING
-        self._clients: list[Etcd3Client] = []
-        for ep in endpoints:
-            session = _TimeoutSession(dial_timeout=dial_timeout, request_timeout=request_timeout)
-            if tls_insecure:
-                session.verify = False
-            self._clients.append(
-                Etcd3Client(host=ep.host, port=ep.port, protocol=ep.protocol, session=session)
-            )
-        self._names = ", ".join(f"{ep.protocol}://{ep.host}:{ep.port}" for ep in endpoints)
-        self._username = username
-        self._password = password or ""
-        self._guard = threading.Lock()
-        self._current = 0
-        self._authenticated: set[int] = set()
-
-    def call(self, what: str, op: Callable[[Etcd3Client], _T]) -> _T:
-        """Run ``op`` on the current endpoint, failing over to the others if it is unreachable.
-
-        Raises :class:`LockProviderError` (naming ``what``) if no endpoint answers or etcd
-        answers an error.
-        """
-        with self._guard:
-            start = self._current
-        last: BaseException | None = None
-        for step in range(len(self._clients)):
-            index = (start + step) % len(self._clients)
-            client = self._clients[index]
-            try:
-                result = self._call_one(index, client, op)
-            except (
-                etcd_exc.ConnectionFailedError,
-                etcd_exc.ConnectionTimeoutError,
-                requests.ConnectionError,
-                requests.Timeout,
-            ) as exc:
-                last = exc
-                _log.debug(
-                    "etcd endpoint %s failed during %s: %s", client.base_url, what, _describe(exc)
-                )
-                continue
-            except (etcd_exc.Etcd3Exception, requests.RequestException, ValueError) as exc:
-                # ValueError: a body that is not JSON.
-                raise LockProviderError(
-                    f"etcd {what} failed at {client.base_url}: {_describe(exc)}"
-                ) from exc
-            with self._guard:
-                self._current = index
-            return result
-        raise LockProviderError(
-            f"etcd {what} failed: no endpoint answered ({self._names}): "
-            f"{_describe(last) if last else 'no endpoints'}"
-        ) from last
-
-    def _call_one(self, index: int, client: Etcd3Client, op: Callable[[Etcd3Client], _T]) -> _T:
-        if self._username is None:
-            return op(client)
-        if index not in self._authenticated:
-            self._authenticate(index, client)
-        try:
-            return op(client)
-        except etcd_exc.Etcd3Exception as exc:
-            # Simple tokens expire (--auth-token-ttl): get a new one and retry once.
-            if "invalid auth token" not in _describe(exc):
-                raise
-            self._authenticate(index, client)
-            return op(client)
-
-    def _authenticate(self, index: int, client: Etcd3Client) -> None:
-        answer = client.post(
-            client.get_url("/auth/authenticate"),
-            json={"name": self._username, "password": self._password},
-            # etcd refuses to authenticate a request that carries an expired token.
-            headers={"Authorization": None},
-        )
-        token = answer.get("token") if isinstance(answer, dict) else None
-        if not isinstance(token, str) or not token:
-            raise etcd_exc.Etcd3Exception(f"authentication answered no token: {answer!r}")
-        client.session.headers["Authorization"] = token
-        with self._guard:
-            self._authenticated.add(index)
-
-    def close(self) -> None:
-        for client in self._clients:
-            client.session.close()
-
-
 class _KeepAlive:
     """One thread that refreshes every registered lease each ``interval`` seconds.
 
@@ -265,7 +117,7 @@ class _KeepAlive:
     them as long as one refresh gets through within its TTL.
     """
 
-    def __init__(self, cluster: _Cluster, interval: float) -> None:
+    def __init__(self, cluster: EtcdCluster, interval: float) -> None:
         self._cluster = cluster
         self._interval = interval
         self._guard = threading.Lock()
@@ -311,7 +163,7 @@ class _KeepAlive:
 
     def _refresh(self, lease_id: int) -> None:
         try:
-            ttl = self._cluster.call("lease keep-alive", lambda c: _keepalive(c, lease_id))
+            ttl = self._cluster.keepalive(lease_id)
         except LockProviderError as exc:
             _log.warning("could not refresh etcd lease %x, will retry: %s", lease_id, exc)
             return
@@ -321,51 +173,6 @@ class _KeepAlive:
             on_lost = self._leases.pop(lease_id, None)
         if on_lost is not None:
             on_lost()
-
-
-def _keepalive(client: Etcd3Client, lease_id: int) -> int:
-    answer = client.post(client.get_url("/lease/keepalive"), json={"ID": lease_id})
-    # etcd omits TTL (and answers TTL <= 0) for a lease that no longer exists.
-    return int(answer.get("result", {}).get("TTL", -1))
-
-
-def _grant(client: Etcd3Client, ttl: int) -> int:
-    answer = client.post(client.get_url("/lease/grant"), json={"TTL": ttl, "ID": 0})
-    return int(answer["ID"])
-
-
-def _revoke(client: Etcd3Client, lease_id: int) -> None:
-    try:
-        client.post(client.get_url("/kv/lease/revoke"), json={"ID": lease_id})
-    except etcd_exc.Etcd3Exception as exc:
-        if "lease not found" not in _describe(exc):  # already expired or revoked: the goal is met
-            raise
-
-
-def _create_with_lease(client: Etcd3Client, key: bytes, value: bytes, lease_id: int) -> bool:
-    """Create ``key`` attached to ``lease_id`` unless it exists; True if it is now ours.
-
-    A key that already exists with our lease counts as ours: that happens when an earlier
-    attempt was applied but its answer was lost and the request was retried.
-    """
-    k = _b64(key)
-    answer = client.transaction(
-        {
-            "compare": [{"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": 0}],
-            "success": [{"request_put": {"key": k, "value": _b64(value), "lease": lease_id}}],
-            "failure": [{"request_range": {"key": k}}],
-        }
-    )
-    if answer.get("succeeded"):
-        return True
-    responses: list[Any] = list(answer.get("responses", []))
-    kvs = responses[0].get("response_range", {}).get("kvs", []) if responses else []
-    return bool(kvs) and int(kvs[0].get("lease", 0)) == lease_id
-
-
-def _key_exists(client: Etcd3Client, key: bytes) -> bool:
-    answer = client.post(client.get_url("/kv/range"), json={"key": _b64(key), "count_only": True})
-    return int(answer.get("count", 0)) > 0
 
 
 class EtcdHeldLock(HeldLock):
@@ -447,7 +254,11 @@ class EtcdLockProvider(VolumeLockProvider):
         self.endpoints: tuple[EtcdEndpoint, ...] = tuple(parsed)
         self.prefix = normalise_domain(domain)
         self.ttl = max(1, math.ceil(ttl))
-        self._cluster = _Cluster(
+        # Loaded here, not at the top: every command imports this module (through the
+        # driver framework's configuration) and most never build an etcd provider.
+        from kubevol.csi.locks.etcd_cluster import EtcdCluster
+
+        self._cluster = EtcdCluster(
             parsed,
             dial_timeout=dial_timeout,
             request_timeout=request_timeout,
@@ -468,7 +279,7 @@ class EtcdLockProvider(VolumeLockProvider):
         For a driver that wants to fail at start-up rather than at its first call. Raises
         :class:`LockProviderError` if no endpoint answers.
         """
-        self._cluster.call("status check", lambda c: c.status())
+        self._cluster.status()
 
     def key_for(self, kind: LockKind, key: str) -> str:
         """The etcd key that holds the lock for (kind, key)."""
@@ -484,7 +295,7 @@ class EtcdLockProvider(VolumeLockProvider):
         deadline = time.monotonic() + check_timeout(timeout)
         if self._closed:
             raise LockProviderError("etcd lock provider is closed")
-        lease_id = self._cluster.call("lease grant", lambda c: _grant(c, self.ttl))
+        lease_id = self._cluster.grant(self.ttl)
         try:
             # Keep the lease alive while waiting too, so a wait longer than the TTL works.
             self._keepalive.add(lease_id, lambda: None)
@@ -499,9 +310,7 @@ class EtcdLockProvider(VolumeLockProvider):
     def _wait_for(self, key: bytes, lease_id: int, deadline: float) -> EtcdHeldLock | None:
         polls = 0
         while True:
-            if self._cluster.call(
-                "lock create", lambda c: _create_with_lease(c, key, self._holder, lease_id)
-            ):
+            if self._cluster.create_with_lease(key, self._holder, lease_id):
                 lock = EtcdHeldLock(self, key, lease_id)
                 self._keepalive.set_on_lost(lease_id, lock._mark_lost)
                 with self._guard:
@@ -517,13 +326,13 @@ class EtcdLockProvider(VolumeLockProvider):
                 delay = _WAIT_BACKOFF.delay(polls)
                 polls += 1
                 time.sleep(min(delay * random.uniform(0.5, 1.0), remaining))
-                if not self._cluster.call("lock poll", lambda c: _key_exists(c, key)):
+                if not self._cluster.key_exists(key):
                     break
 
     def _drop_lease(self, lease_id: int) -> None:
         self._keepalive.remove(lease_id)
         try:
-            self._cluster.call("lease revoke", lambda c: _revoke(c, lease_id))
+            self._cluster.revoke(lease_id)
         except LockProviderError as exc:
             _log.warning("could not revoke etcd lease %x; it expires by itself: %s", lease_id, exc)
 
