@@ -29,6 +29,7 @@ from kubevol.csi.endpoint import Endpoint, Scheme, parse_endpoint
 from kubevol.csi.errors import CSIEndpointError, CSIServeError, status_for_exception
 from kubevol.csi.locks import LockConfigError, VolumeLockProvider, lock_provider_from_env
 from kubevol.csi.server.config import Mode, ServerConfig, ServerConfigError
+from kubevol.csi.server.executor import ElasticThreadPool
 from kubevol.csi.server.middleware import build_chain
 from kubevol.csi.server.middleware.logging import LOGGER_NAME as CALL_LOGGER
 from kubevol.csi.server.relay import ListenerRelay
@@ -58,7 +59,9 @@ class StoragePlugin:
     stops serving. ``interceptors`` are extra gRPC server interceptors (or kubevol
     :class:`~kubevol.csi.server.middleware.Middleware`) placed outside kubevol's own.
     ``server_options`` are gRPC server options (``("grpc.max_receive_message_length", n)``,
-    keepalive settings, ...), gocsi's ``ServerOpts``.
+    keepalive settings, ...), gocsi's ``ServerOpts``. Calls run on ``steady_workers``
+    threads, and on more (up to ``max_workers``) only while calls are kept waiting (see
+    :mod:`kubevol.csi.server.executor`).
     """
 
     identity: IdentityService
@@ -70,6 +73,7 @@ class StoragePlugin:
     before_serve: Callable[[StoragePlugin, ServerConfig], None] | None = None
     env_defaults: Mapping[str, str] = attrs.field(factory=dict)
     max_workers: int = 16
+    steady_workers: int = 4
     server_options: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=tuple)
 
     def services_for(self, mode: Mode) -> list[CSIService]:
@@ -175,6 +179,8 @@ class ServerHandle:
         self._private_dir = private_dir
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
+        #: The calls' thread pool, ended once the server has stopped.
+        self.pool: futures.Executor | None = None
 
     @property
     def address(self) -> str:
@@ -194,6 +200,8 @@ class ServerHandle:
             if self._relay is not None:
                 self._relay.stop()
             self.server.stop(grace).wait()
+            if self.pool is not None:
+                self.pool.shutdown(wait=False)
             if self._unix_socket is not None:
                 self._unix_socket.remove()
             if self._private_dir is not None:
@@ -268,8 +276,13 @@ def serve_in_background(
         except LockConfigError as exc:
             raise ServerConfigError(str(exc)) from exc
     interceptors = build_chain(config, extra=plugin.interceptors, lock_provider=provider)
+    pool = ElasticThreadPool(
+        max(1, min(plugin.steady_workers, plugin.max_workers)),
+        max(1, plugin.max_workers),
+        thread_name_prefix="csi",
+    )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=plugin.max_workers, thread_name_prefix="csi"),
+        pool,
         interceptors=interceptors,
         options=[("grpc.so_reuseport", 0), *plugin.server_options, *options],
     )
@@ -287,7 +300,9 @@ def serve_in_background(
     except BaseException:
         if provider is not None and owns:
             provider.close()
+        pool.shutdown(wait=False)
         raise
+    handle.pool = pool
     _log.info("serving CSI (%s) on %s", config.mode.value, handle.endpoint)
     return handle
 
