@@ -157,3 +157,18 @@ def test_an_edited_record_nested_without_bound_is_one_clear_error(tmp_path: Path
     with pytest.raises(DriverStateError, match=r"v1.*nests deeper"):
         store.load()
     store.close()
+
+
+def test_any_parameter_text_round_trips(tmp_path: Path) -> None:
+    """Records are kept as JSON text whatever their strings hold: non-ASCII, and a lone
+    surrogate (which the C encoder refuses and the fallback escapes) come back unchanged."""
+    store = SqliteStore(str(tmp_path))
+    odd = {"snow": "\u2603 né", "lone": "x\udcff", "empty": ""}
+    rec = VolumeRecord(
+        volume_id="v1", name="n", capacity_bytes=1 << 62, kind=AccessKind.MOUNT, parameters=odd
+    )
+    store.save_records([("volumes", "v1", rec)])
+    store.close()
+    store = SqliteStore(str(tmp_path))
+    assert store.load().volumes == {"v1": rec}
+    store.close()
