@@ -224,10 +224,13 @@ class AgentMetrics:
         self, key: OperationKey, kind: OperationKind, seconds: float,
         error: BaseException | None,
     ) -> None:
-        """Record one finished operation (an executor observer)."""
+        """Record one finished operation (an executor observer); kubevol's own kinds
+        (a pod directory's removal) are no kubelet storage operation and are left out."""
+        if kind not in OPERATION_NAMES:
+            return
         self.operations.labels(
             volume_plugin=self.plugin_label(key.volume),
-            operation_name=OPERATION_NAMES.get(kind, str(kind)),
+            operation_name=OPERATION_NAMES[kind],
             status="success" if error is None else "fail-unknown",
             migrated="false",
         ).observe(seconds)

@@ -15,7 +15,8 @@ from kubevol.node import poddirs
 from kubevol.node import reconciler as reconciler_module
 from kubevol.node.desired import desired_pod
 from kubevol.node.errors import VolumeInUseError
-from kubevol.node.executor import OperationKind
+from kubevol.node.executor import OperationKey, OperationKind
+from kubevol.node.exporter import AgentMetrics
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.owners import Ownership
@@ -376,3 +377,21 @@ def test_a_pod_directory_is_removed_beside_the_pass_and_never_under_a_set_up(
     assert manager.sync(timeout=20).converged
     assert (env.root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "scratch").is_dir()
     manager.close()
+
+
+def test_a_pod_directory_removal_is_no_kubelet_storage_operation_in_the_metrics(
+    env: NodeEnv,
+) -> None:
+    """storage_operation_duration_seconds keeps the kubelet's operation names: kubevol's
+    removal of a pod directory is not recorded there; a tear-down is."""
+    manager = make_manager(env)
+    try:
+        metrics = AgentMetrics(manager)
+        pod_dir = str(env.root / "pods" / "uid-1")
+        metrics.observe(OperationKey(volume=pod_dir), OperationKind.REMOVE_POD_DIR, 0.01, None)
+        assert b"remove" not in metrics.exposition()
+        metrics.observe(OperationKey(volume="kubernetes.io/empty-dir/uid-1-scratch", pod="uid-1"),
+                        OperationKind.TEAR_DOWN, 0.01, None)
+        assert b'operation_name="volume_unmount"' in metrics.exposition()
+    finally:
+        manager.close()
