@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubevol.node.host import NodeVolumeHost
+from kubevol.testing.kubelet_root import KubeletRoot, build_kubelet_root
 from kubevol.testing.mount_rig import KubeletTree, MountRig
 
 # As kubevol.csi does (imported above, through the node host), before any test module
@@ -48,3 +49,11 @@ def rig(tmp_path: Path) -> Iterator[MountRig]:
 def kubelet(node_root: Path) -> KubeletTree:
     """An empty kubelet root (``node_root``) to stage and publish volumes in."""
     return KubeletTree(node_root)
+
+
+@pytest.fixture
+def real_node(rig: MountRig, tmp_path: Path) -> KubeletRoot:
+    """A kubelet root shaped as a real node has it (3 pods,
+    :mod:`kubevol.testing.kubelet_root`, built from the kubelet's facts) at tmp_path/root, on
+    the rig's real mounts, all undone afterwards."""
+    return build_kubelet_root(rig, tmp_path / "root", pods=3)

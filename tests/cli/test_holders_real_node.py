@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,10 @@ import pytest
 from kubevol.cli.main import main
 from kubevol.testing.kubelet_root import KubeletRoot
 from kubevol.testing.mount_rig import mounts_under
-from tests.node.real_node import real_node
 
 _HOLD_OPEN = (
     "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(600)"
 )
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[KubeletRoot]:
-    with real_node(tmp_path) as built:
-        yield built
 
 
 def _mounts_of(root: Path, uid: str) -> list[str]:
@@ -35,21 +27,21 @@ def _mounts_of(root: Path, uid: str) -> list[str]:
 
 
 def test_a_token_file_held_open_refuses_its_volume_on_a_real_node_root(
-    node: KubeletRoot, capsys: pytest.CaptureFixture[str]
+    real_node: KubeletRoot, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Pod 1 named gone; a process reads its service-account token. The dry run marks the
     kube-api-access volume's actions and the pod directory's removal refused naming the
     PID, and no other volume's; the repair leaves that tmpfs mounted with the token, and
     pods 0 and 2 keep every mount."""
-    gone = node.pods[1]
-    [token] = [v for v in node.volumes_of(gone) if v.name.startswith("kube-api-access-")]
+    gone = real_node.pods[1]
+    [token] = [v for v in real_node.volumes_of(gone) if v.name.startswith("kube-api-access-")]
     reader = subprocess.Popen([sys.executable, "-c", _HOLD_OPEN, str(token.path / "token")],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
-        flags = ["--root", str(node.root), "--node-name", node.node_name, "--no-entry-points",
-                 "--pod-gone", gone]
-        others = {uid: _mounts_of(node.root, uid) for uid in node.pods if uid != gone}
+        flags = ["--root", str(real_node.root), "--node-name", real_node.node_name,
+                 "--no-entry-points", "--pod-gone", gone]
+        others = {uid: _mounts_of(real_node.root, uid) for uid in real_node.pods if uid != gone}
         capsys.readouterr()
         assert main(["reconstruct", "--repair", "--dry-run", *flags, "-o", "json"]) == 0
         plan = json.loads(capsys.readouterr().out)
@@ -64,7 +56,7 @@ def test_a_token_file_held_open_refuses_its_volume_on_a_real_node_root(
         assert f"process {reader.pid} (" in err
         assert os.path.ismount(token.path)
         assert (token.path / "token").read_bytes()
-        assert {uid: _mounts_of(node.root, uid) for uid in others} == others
+        assert {uid: _mounts_of(real_node.root, uid) for uid in others} == others
     finally:
         reader.kill()
         reader.wait()

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.reconstruct import scan
@@ -21,29 +17,17 @@ from kubevol.testing.kubelet_root import (
     inline_volume_handle,
     sha256_hex,
 )
-from tests.node.real_node import real_node
+from kubevol.testing.mount_rig import mounts_under
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[KubeletRoot]:
-    """The real-node root (3 pods), mounts undone after."""
-    with real_node(tmp_path) as built:
-        yield built
-
-
-def mounts_below(path: Path) -> list[str]:
-    prefix = str(path) + "/"
-    return [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(prefix)]
-
-
-def test_the_fixture_has_a_real_nodes_shape(node: KubeletRoot) -> None:
+def test_the_fixture_has_a_real_nodes_shape(real_node: KubeletRoot) -> None:
     """Every pod has a kube-api-access projected tmpfs and the atomic writer's layout;
     wrapped emptyDir ready markers; both PVs staged from one loop device; the vol_data.json
     files carry the kubelet's keys; the non-pod files exist."""
-    root = node.root
+    root = real_node.root
     mounts = {e.mount_point: e for e in parse_mountinfo()}
-    for uid in node.pods:
-        [token] = [v for v in node.volumes_of(uid) if v.name.startswith("kube-api-access-")]
+    for uid in real_node.pods:
+        [token] = [v for v in real_node.volumes_of(uid) if v.name.startswith("kube-api-access-")]
         assert mounts[str(token.path)].fs_type == "tmpfs"
         data = os.readlink(token.path / "..data")
         assert data.startswith("..") and os.path.isdir(token.path / data)
@@ -55,39 +39,41 @@ def test_the_fixture_has_a_real_nodes_shape(node: KubeletRoot) -> None:
         handle = inline_volume_handle(uid, "secrets-store")
         assert inline == {
             "specVolID": "secrets-store", "volumeHandle": handle,
-            "driverName": EPHEMERAL_DRIVER, "nodeName": node.node_name,
-            "attachmentID": attachment_id(handle, EPHEMERAL_DRIVER, node.node_name),
+            "driverName": EPHEMERAL_DRIVER, "nodeName": real_node.node_name,
+            "attachmentID": attachment_id(handle, EPHEMERAL_DRIVER, real_node.node_name),
             "volumeLifecycleMode": "Ephemeral",
         }
-    sources = {mounts[str(p)].source for p in node.staging.values()}
+    sources = {mounts[str(p)].source for p in real_node.staging.values()}
     assert len(sources) == 1 and next(iter(sources)).startswith("/dev/loop")
-    logs_dir = node.staging["pv-logs"].parent
+    logs_dir = real_node.staging["pv-logs"].parent
     assert logs_dir.name == sha256_hex("vol-4e5f6a7b") and logs_dir.parent.name == PV_DRIVER
     assert set(json.loads((logs_dir / "vol_data.json").read_text())) == {
         "volumeHandle", "driverName", "seLinuxMountContext"}
-    assert all(os.path.lexists(p) for p in node.non_pod_paths)
-    assert len(node.subpaths) == len(node.pods) + 1
+    assert all(os.path.lexists(p) for p in real_node.non_pod_paths)
+    assert len(real_node.subpaths) == len(real_node.pods) + 1
 
 
-def test_scan_rebuilds_every_volume_of_a_known_kind(node: KubeletRoot) -> None:
+def test_scan_rebuilds_every_volume_of_a_known_kind(real_node: KubeletRoot) -> None:
     """The kinds kubevol has plugins for (projected, configMap, secret, downwardAPI,
     emptyDir, CSI PVs, inline CSI ephemeral volumes — with no driver registered — and local
     PVs) come back mounted as they are, with their subPath binds; volumes of plugins kubevol
     does not have are listed apart, not as failures; the scan changes no mount."""
-    before = mounts_below(node.root)
-    with NodeRuntime(str(node.root), node_name=node.node_name, entry_points=False) as runtime:
+    before = mounts_under(real_node.root)
+    with NodeRuntime(
+        str(real_node.root), node_name=real_node.node_name, entry_points=False
+    ) as runtime:
         assert not runtime.registry.drivers()
         result = scan(runtime.host, runtime.mgr)
     found = {(f.dir.pod_uid, f.dir.plugin_name, f.dir.spec_name): f for f in result.volumes}
     assert result.failures == ()
     assert {(u.dir.pod_uid, u.dir.plugin_name, u.dir.spec_name) for u in result.unknown} == {
-        (v.pod_uid, v.plugin, v.name) for v in node.volumes if v.unknown}
-    assert len(found) == len(node.known)
-    for v in node.known:
+        (v.pod_uid, v.plugin, v.name) for v in real_node.volumes if v.unknown}
+    assert len(found) == len(real_node.known)
+    for v in real_node.known:
         f = found[(v.pod_uid, v.plugin, v.name)]
         assert (f.mount.value == "mounted") == v.mounted, (v, f.mount)
-    for bind in node.subpaths:
+    for bind in real_node.subpaths:
         [f] = [f for k, f in found.items() if k[0] == bind.pod_uid and k[2] == bind.volume]
         assert str(bind.path) in f.subpaths
     assert not result.orphans
-    assert mounts_below(node.root) == before
+    assert mounts_under(real_node.root) == before
