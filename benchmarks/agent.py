@@ -35,11 +35,11 @@ from benchmarks.churn import manifests_for
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from kubevol.testing.call_clock import CallClock
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 
 def wait(what: str, check: Any, timeout: float) -> float:
@@ -164,7 +164,7 @@ def main() -> int:
                 stop.set()
                 thread.join(60)
         report(args.pods, phases, (idle_cpu, args.idle), rss, refresh)
-        left = [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(work)]
+        left = mounts_under(work)
         if left:
             print(f"FAILED: left mounted {left[:3]}", file=sys.stderr)
             return 1
@@ -175,9 +175,7 @@ def main() -> int:
     finally:
         stop.set()
         running.stop()
-        for e in reversed(parse_mountinfo()):
-            if e.mount_point.startswith(work):
-                os.system(f"umount -l {e.mount_point}")
+        unmount_all_under(work)
         shutil.rmtree(work, ignore_errors=True)
 
 

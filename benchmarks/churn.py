@@ -31,12 +31,12 @@ from typing import Any
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import parse_manifests
 from kubevol.node.runtime import NodeRuntime
 from kubevol.testing.call_clock import CallClock
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 
 def manifests_for(i: int, handle: str, *, scratch: bool = False, uid: str | None = None) -> str:
@@ -135,7 +135,7 @@ def main() -> int:
                            in_driver=in_driver, in_grpc=in_grpc)
             concurrent = churn(runtime, pods, workers=args.workers, batch=args.batch,
                                in_driver=in_driver, in_grpc=in_grpc)
-        left = [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(work)]
+        left = mounts_under(work)
         if left or serial is None or concurrent is None:
             print(f"FAILED: left mounted {left[:3]}, or a batch did not converge",
                   file=sys.stderr)
@@ -153,9 +153,7 @@ def main() -> int:
                   f"per pod ({args.pods / total:.0f} pods/s)")
     finally:
         running.stop()
-        for e in reversed(parse_mountinfo()):
-            if e.mount_point.startswith(work):
-                os.system(f"umount -l {e.mount_point}")
+        unmount_all_under(work)
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
 

@@ -44,7 +44,7 @@ from benchmarks.report import Row, emit, load_average, reexec_in_private_namespa
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 CAP = t.VolumeCapability.mount()
 SIZE = t.CapacityRange(required_bytes=16 << 20)
@@ -164,14 +164,12 @@ def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Co
         for i in range(1, repeat):
             for side in (kubevol_side, reference_side)[:: 1 if i % 2 == 0 else -1]:
                 side()
-        left = [e.mount_point for e in parse_mountinfo() if e.mount_point.startswith(str(work))]
+        left = mounts_under(work)
         if left:
             sys.exit(f"left mounted: {left[:3]}")
     finally:
         running.stop()
-        for e in reversed(parse_mountinfo()):
-            if e.mount_point.startswith(str(work)):
-                subprocess.run(["umount", "-l", e.mount_point], check=False)
+        unmount_all_under(work)
         shutil.rmtree(work, ignore_errors=True)
     print(f"{pods} pods, {repeat} rounds: kubevol down {_fmt(walls)} s, CPU {_fmt(cpus)} s; "
           f"direct {_fmt(references)} s, CPU {_fmt(reference_cpus)} s")  # fmt: skip

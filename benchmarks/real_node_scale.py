@@ -33,7 +33,6 @@ under 300 MB (and, for information, the ratio to ``find``).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import hashlib
 import json
 import os
@@ -46,23 +45,16 @@ import time
 
 from benchmarks.reconstruct import cli_and_find
 from benchmarks.report import Row, emit, load_average
+from kubevol.mount import syscalls
 
 CLI_TARGET_SECONDS = 2.0
 RSS_TARGET_MB = 300.0
 DRIVER = "pd.csi.storage.gke.io"
 NODE = "node-1"
-_MNT_DETACH = 2
 
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def mount_tmpfs(libc: ctypes.CDLL, target: str) -> None:
+def mount_tmpfs(target: str) -> None:
     """mount(2) a small tmpfs at ``target`` (as the kubelet's wrapped Memory emptyDir)."""
-    if libc.mount(b"tmpfs", target.encode(), b"tmpfs", 0, b"size=1m") != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), target)
+    syscalls.mount("tmpfs", target, "tmpfs", 0, "size=1m")
 
 
 def atomic_write(directory: str, files: dict[str, str], stamp: str) -> None:
@@ -88,7 +80,6 @@ def ready_marker(pod: str, volume: str) -> None:
 
 def build_tree(root: str, pods: int) -> list[str]:
     """The kubelet root; returns the tmpfs mounts made (to undo them)."""
-    libc = _libc()
     stamp = "2026_11_23_08_00_00.1234567890"
     csi_base = os.path.join(root, "plugins", "kubernetes.io", "csi", DRIVER)
     mounts: list[str] = []
@@ -100,7 +91,7 @@ def build_tree(root: str, pods: int) -> list[str]:
         token = f"kube-api-access-{p % 100000:05d}"
         token_dir = os.path.join(volumes, "kubernetes.io~projected", token)
         os.makedirs(token_dir)
-        mount_tmpfs(libc, token_dir)
+        mount_tmpfs(token_dir)
         mounts.append(token_dir)
         atomic_write(token_dir, {"token": "eyJhbGciOi.x.y", "ca.crt": "-----BEGIN---",
                                  "namespace": "default"}, stamp)
@@ -134,9 +125,8 @@ def build_tree(root: str, pods: int) -> list[str]:
 
 
 def unmount_all(mounts: list[str]) -> None:
-    libc = _libc()
     for target in reversed(mounts):
-        libc.umount2(target.encode(), _MNT_DETACH)
+        syscalls.umount(target, syscalls.MNT_DETACH)
 
 
 def run_timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, float, bytes]:
