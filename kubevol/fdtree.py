@@ -152,9 +152,14 @@ def _open_beneath(dir_fd: int, rel: str) -> int:
     return fd
 
 
-@functools.cache  # one handle on the C library's syscall(2) for the process, like an import
+@functools.cache  # one handle on the C library for the process, like an import
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@functools.cache
 def _libc_syscall() -> Any:
-    fn = ctypes.CDLL(None, use_errno=True).syscall
+    fn = _libc().syscall
     fn.restype = ctypes.c_long
     return fn
 
@@ -245,10 +250,10 @@ def mount_id(fd: int) -> int | None:
     return None
 
 
-@functools.cache  # one handle on the C library for the process, like an import
+@functools.cache
 def _statx() -> Any:
     try:
-        return ctypes.CDLL(None, use_errno=True).statx
+        return _libc().statx
     except AttributeError:  # a libc without statx
         return None
 

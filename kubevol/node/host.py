@@ -7,6 +7,7 @@ first, so nothing is ever created outside the root.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import socket
@@ -126,6 +127,13 @@ class NodeVolumeHost(KubeletVolumeHost):
 
     def get_pods_dir(self) -> str:
         return layout.pods_dir(self._root_prefix)
+
+    @functools.cached_property
+    def real_pods_dir(self) -> str:
+        """:meth:`get_pods_dir` with links resolved, for comparing with resolved paths.
+        The root is the operator's (trusted everywhere): resolved once, not per question
+        (a dozen ``lstat`` calls each, on every tear-down and unstage)."""
+        return os.path.realpath(self.get_pods_dir())
 
     def get_pod_dir(self, pod_uid: str) -> str:
         """Directory of one pod."""

@@ -28,7 +28,6 @@ another mount namespace still holds the volume's directory or its subPath binds
 from __future__ import annotations
 
 import datetime
-import functools
 import logging
 import os
 from collections.abc import Callable
@@ -411,15 +410,9 @@ class OperationGenerator:
 
         return run
 
-    @functools.cached_property
-    def _real_pods_dir(self) -> str:
-        # The kubelet root is the operator's (trusted, as everywhere): resolved once, not
-        # for each tear-down (a dozen lstat calls, each a trip through the GIL).
-        return os.path.realpath(self.host.get_pods_dir())
-
     def _finish_tear_down(self, path: str) -> None:
         """Unmount what a plugin's tear-down left mounted (a dead mount it did not see)."""
-        if not path or not layout.is_below(os.path.realpath(path), self._real_pods_dir):
+        if not path or not layout.is_below(os.path.realpath(path), self.host.real_pods_dir):
             return  # not the pod's own path (hostPath): nothing of ours to check
         mounter = self.host.get_mounter()
         if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):

@@ -84,8 +84,6 @@ class Reconciler:
         self._kept_pod_dirs: set[str] = set()
         #: Pod UID -> how many operations that create or remove its directories run now.
         self._busy: dict[str, int] = {}
-        #: Pods whose directory is being removed: none of their volumes is set up meanwhile.
-        self._removing: set[str] = set()
         self._lock = threading.Lock()
 
     def forget_pod_later(self, uid: str) -> None:
@@ -186,9 +184,8 @@ class Reconciler:
         return started
 
     def _mount_one(self, v: VolumeToMount) -> int:
-        with self._lock:
-            if v.pod_uid in self._removing:
-                return 0  # wanted again while its old directory goes: next pass
+        if self._removing_dir(v.pod_uid):
+            return 0  # wanted again while its old directory goes: next pass
         self.actual.add_volume(
             unique_name=v.unique_name,
             volume_name=v.volume_name,
@@ -307,26 +304,21 @@ class Reconciler:
         pod_dir = self.generator.host.get_pod_dir(uid)
 
         def run() -> None:
-            try:
-                if not remove_pod_dir(pod_dir):
-                    # Something is left in it (logged by remove_pod_dir): retried later.
-                    raise TransientOperationError(f"pod {uid}: directory {pod_dir} not removed")
-                with self._lock:
-                    self._pods_to_clean.discard(uid)
-                    self._held_dirs.pop(uid, None)
-            finally:
-                with self._lock:
-                    self._removing.discard(uid)
+            if not remove_pod_dir(pod_dir):
+                # Something is left in it (logged by remove_pod_dir): retried later.
+                raise TransientOperationError(f"pod {uid}: directory {pod_dir} not removed")
+            with self._lock:
+                self._pods_to_clean.discard(uid)
+                self._held_dirs.pop(uid, None)
 
-        with self._lock:
-            self._removing.add(uid)
         # Keyed by the path: no volume's unique name starts with "/", so it conflicts with
         # nothing but itself.
-        started = self._start(OperationKind.REMOVE_POD_DIR, pod_dir, "", run, pod=uid)
-        if not started:
-            with self._lock:
-                self._removing.discard(uid)
-        return started
+        return self._start(OperationKind.REMOVE_POD_DIR, pod_dir, "", run, pod=uid)
+
+    def _removing_dir(self, uid: str) -> bool:
+        """Whether pod ``uid``'s directory is being removed now."""
+        key = OperationKey(volume=self.generator.host.get_pod_dir(uid))
+        return self.executor.is_pending(key)
 
     def _held(self, uid: str, holders: HoldersOnce) -> bool:
         pod_dir = self.generator.host.get_pod_dir(uid)

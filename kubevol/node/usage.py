@@ -12,7 +12,6 @@ check costs one read of the mount table plus a ``stat`` per mounted pod volume.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 
@@ -48,11 +47,6 @@ class VolumeUsage:
         self._lines: dict[bytes, tuple[str, str, str, str] | None] = {}
         self._lock = threading.Lock()
 
-    @functools.cached_property
-    def _real_pods_dir(self) -> str:
-        # The kubelet root is the operator's (trusted): resolved once, not per check.
-        return os.path.realpath(self._host.get_pods_dir())
-
     def close(self) -> None:
         """Release the mount table descriptor. Idempotent."""
         self._table.close()
@@ -71,7 +65,7 @@ class VolumeUsage:
         Pod volumes that cannot be rebuilt are not counted here: the unstage guard's
         mount-reference check is what protects them.
         """
-        pods_dir = self._real_pods_dir
+        pods_dir = self._host.real_pods_dir
         escaped = layout.escape_plugin_name(plugin_name)
         if mode is VolumeMode.BLOCK:
             candidates = self._block_candidates(pods_dir, escaped)
