@@ -9,7 +9,9 @@ answers are exactly those of a full parse.
 
 :class:`MountTableCache` keeps ``/proc/self/mountinfo`` open: the kernel flags
 ``POLLPRI | POLLERR`` on that descriptor when the namespace's mount table changes, so an
-unchanged table is never read twice.
+unchanged table is never read twice; and for checks that only refuse on what they find, a
+table that only lost mounts since it was read is as good as a fresh one
+(:mod:`kubevol.mount.mountwatch`).
 
 How the table is read, and what a read of a changing table guarantees:
 :mod:`kubevol.mount.mountread`.
@@ -34,6 +36,7 @@ from kubevol.mount.mountinfo import (
     parse_mountinfo_line,
 )
 from kubevol.mount.mountread import PROC_MOUNTINFO, MountinfoReader
+from kubevol.mount.mountwatch import AttachWatch
 
 _native_containing: Callable[[bytes, tuple[bytes, ...]], list[tuple[int, int] | None]] | None
 _native_lines_with: Callable[[bytes, bytes], list[tuple[int, int]]] | None
@@ -244,13 +247,32 @@ class MountTableCache(ClosesOnExit):
         #: Reads begun so far, and which of them gave the table held now.
         self._begun = 0
         self._held_from = 0
+        #: Mount events (for ``superset`` callers), and whether the table held was read
+        #: while they were watched.
+        self._watch: AttachWatch | None = None
+        self._watch_tried = False
+        self._watched = False
 
-    def table(self) -> MountTable:
-        """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable."""
+    def table(self, *, superset: bool = False) -> MountTable:
+        """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable.
+
+        ``superset=True`` accepts a table that may still list mounts detached since it was
+        read (every mount present now is listed, at its place): a caller that counts each
+        listed mount as a reason to refuse decides "go ahead" on it as on a fresh table,
+        and asks again without ``superset`` before refusing. The table held is then kept
+        while the kernel reports no mount attached or moved in this namespace
+        (:mod:`kubevol.mount.mountwatch`), so a tree that only shrinks, as in a tear-down,
+        is not read again for every check. Without mount events (before Linux 6.15, no
+        ``CAP_SYS_ADMIN``, a mountinfo file other than this process's), the same as
+        without ``superset``.
+        """
         asked_after = self._begun  # reads begun before this call; an int read is atomic
         with self._lock:
             if self._table is not None and self._held_from > asked_after:
                 return self._table  # read since this call began
+            held = self._table
+            if superset and self._superset_holds() and held is not None:
+                return held
             reader = self._open()
             if reader.is_proc:
                 # Poll before reading: a change during the read leaves the flag set, so
@@ -268,10 +290,26 @@ class MountTableCache(ClosesOnExit):
                 # The change flag is consumed: a failed read must not leave the old table.
                 self._table = None
                 self._begun += 1
+                if self._watch is not None:
+                    self._watch.attached()  # what is queued now, the read will show
+                self._watched = self._watch is not None
                 self._table = MountTable(reader.read())
                 self._held_from = self._begun
                 self.reads += 1
             return self._table
+
+    def _superset_holds(self) -> bool:
+        """Whether the table held (if any) lists every mount present now: it was read while
+        mount events were watched and no mount was attached or moved since. Starts the
+        watch on first use (a table held then was read before it and does not count)."""
+        if self.path != PROC_MOUNTINFO:
+            return False
+        if self._watch is None:
+            if not self._watch_tried:
+                self._watch_tried = True
+                self._watch = AttachWatch.open()
+            return False
+        return self._watched and not self._watch.attached()
 
     def close(self) -> None:
         """Close the descriptor; the next :meth:`table` call reopens it. Idempotent."""
@@ -279,6 +317,10 @@ class MountTableCache(ClosesOnExit):
             self._close_reader()
             self._table = None
             self._stamp = None
+            if self._watch is not None:
+                self._watch.close()
+            self._watch = None
+            self._watch_tried = self._watched = False
 
     def _close_reader(self) -> None:
         if self._reader is not None:

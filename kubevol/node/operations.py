@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from kubevol import layout
+from kubevol import fdtree, layout
 from kubevol.errors import (
     DeviceStillMountedError,
     KubevolError,
@@ -49,6 +49,7 @@ from kubevol.mount.blockmap import (
     remove_global_map_path,
     unmap_block_device,
 )
+from kubevol.mount.guard import UnmountVerdict
 from kubevol.mount.helpers import cleanup_mount_point
 from kubevol.mount.table import MountTable
 from kubevol.node.errors import VolumeInUseError
@@ -277,31 +278,38 @@ class OperationGenerator:
             dmp = av.device_mount_path or plugin.new_device_mounter().get_device_mount_path(
                 av.spec
             )
-            # One reading of the mount table for both checks: both must see the table as
-            # it is after this volume's pods were torn down, and a second read of a large
-            # table (one unstage after another) costs as much as the rest of the check.
-            table = self.usage.table()
-            self._refuse_if_used(av, table)
-            self._unmount_device_path(plugin, dmp, av.unique_name, table)
+            # One reading of the mount table for both checks, and not even that while the
+            # tree only shrank since the last one: each check refuses only on mounts it
+            # finds, so a table still listing detached mounts allows exactly what a fresh
+            # one would, and a refusal is confirmed on a fresh table.
+            table = self.usage.table(superset=True)
+            try:
+                verdict = self._unstage_verdict(av, plugin, dmp, table)
+            except (VolumeInUseError, DeviceStillMountedError):
+                fresh = self.usage.table()
+                if fresh is table:
+                    raise
+                verdict = self._unstage_verdict(av, plugin, dmp, fresh)
+            self._unmount_device_path(plugin, dmp, av.unique_name, verdict)
             self.actual.set_device_state(av.unique_name, MountState.UNMOUNTED)
 
         return run
 
-    def _unmount_device_path(
-        self,
-        plugin: DeviceMountableVolumePlugin,
-        dmp: str,
-        unique_name: str | None,
-        table: MountTable | None = None,
-    ) -> None:
+    def _unstage_verdict(
+        self, av: AttachedVolume, plugin: DeviceMountableVolumePlugin, dmp: str,
+        table: MountTable,
+    ) -> UnmountVerdict:
+        """Both checks on ``table``: no pod on disk uses the volume, and the plugin's
+        verdict allows the unmount. Raises :class:`VolumeInUseError` or
+        :class:`DeviceStillMountedError` to refuse."""
+        self._refuse_if_used(av, table)
+        if not _holds_path(table, dmp):
+            # The mount the table has at the path was detached since (by someone else):
+            # which mount is there now, only a fresh table says.
+            table = self.usage.table()
         verdict = plugin.device_unmount_verdict(dmp, table=table)
         verdict.raise_if_blocked()
-        try:
-            plugin.new_device_unmounter().unmount_device(dmp, verdict=verdict)
-        except Exception:
-            if unique_name is not None:
-                self.actual.set_device_state(unique_name, MountState.UNCERTAIN)
-            raise
+        return verdict
 
     def unmount_orphan_device(self, orphan: OrphanDeviceMount) -> Operation:
         """Unmount a device mount no pod volume leads to, through the mount-reference guard."""
@@ -312,9 +320,25 @@ class OperationGenerator:
                     f"no registered plugin owns the mount {orphan.path}; left in place"
                 )
             plugin = self._device_mountable(orphan.plugin_name)
-            self._unmount_device_path(plugin, orphan.path, None)
+            verdict = plugin.device_unmount_verdict(orphan.path)
+            verdict.raise_if_blocked()
+            self._unmount_device_path(plugin, orphan.path, None, verdict)
 
         return run
+
+    def _unmount_device_path(
+        self,
+        plugin: DeviceMountableVolumePlugin,
+        dmp: str,
+        unique_name: str | None,
+        verdict: UnmountVerdict,
+    ) -> None:
+        try:
+            plugin.new_device_unmounter().unmount_device(dmp, verdict=verdict)
+        except Exception:
+            if unique_name is not None:
+                self.actual.set_device_state(unique_name, MountState.UNCERTAIN)
+            raise
 
     # -- set up / tear down ------------------------------------------------------------------
 
@@ -554,3 +578,21 @@ class OperationGenerator:
             self.actual.set_size(v.unique_name, new_size)
 
         return run
+
+
+def _holds_path(table: MountTable, path: str) -> bool:
+    """Whether the mount ``table`` has at ``path`` (the last one containing it) is the one
+    the path is on now; True when the path cannot be opened (the guard then decides
+    without the table) or the kernel cannot tell."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        current = fdtree.mount_id(fd)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    entry = table.find_containing(os.path.realpath(path))
+    return current is None or (entry is not None and entry.id == current)

@@ -51,9 +51,11 @@ class VolumeUsage:
         """Release the mount table descriptor. Idempotent."""
         self._table.close()
 
-    def table(self) -> MountTable:
-        """The node's mount table as it is now (read again only when it changed)."""
-        return self._table.table()
+    def table(self, *, superset: bool = False) -> MountTable:
+        """The node's mount table as it is now (read again only when it changed); with
+        ``superset``, perhaps still listing mounts detached since (see
+        :meth:`MountTableCache.table <kubevol.mount.table.MountTableCache.table>`)."""
+        return self._table.table(superset=superset)
 
     def users(
         self, unique_name: str, plugin_name: str, mode: VolumeMode,

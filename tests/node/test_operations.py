@@ -95,8 +95,8 @@ def test_nested_mount_blocks_unstage_under_safe_with_one_guard_run(
     """Under ``safe``, a bind mount nested inside the staging path (a sub-directory of the
     volume itself) blocks unmount_device: the plugin's verdict is asked exactly once, the
     device stays staged and its state unchanged; once the nested mount is gone the next
-    unmount_device unstages it, again with one guard run. The guard judges on the one mount
-    table the operation read for its checks: it reads none itself."""
+    unmount_device unstages it. The guard judges on the one mount table the operation read
+    for its checks: it reads none itself."""
     with CSIClient(hostpath, timeout=30) as client:
         handle = client.create_volume(
             "vol1", [t.VolumeCapability.mount()],
@@ -136,10 +136,118 @@ def test_nested_mount_blocks_unstage_under_safe_with_one_guard_run(
 
             subprocess.run(["umount", nested], check=True)
             manager.generator.unmount_device(av)()
-            assert len(checks.guard_runs) == len(checks.verdicts) == 2
+            # Only a detach since the first read: the guard judges first on that table,
+            # which still lists the nested mount, and its refusal is confirmed on a fresh
+            # read, which allows the unmount.
+            assert len(checks.guard_runs) == len(checks.verdicts) == 3
+            assert checks.tables[1] is table
+            fresh = checks.tables[2]
+            assert fresh is not None and fresh.find_mount_point(nested) is None
+            assert manager.usage._table.reads == reads + 2
             assert mounts_under(root) == []
             assert _device_state(manager, av.unique_name) is MountState.UNMOUNTED
         finally:
             manager.close()
     with CSIClient(hostpath, timeout=30) as client:
         client.delete_volume(handle)
+
+
+@pytest.fixture
+def staged(
+    tmp_path: Path, hostpath: str
+) -> Iterator[tuple[NodeRuntime, NodeVolumeManager, Path]]:
+    """A hostpath volume staged and published for one pod under ``tmp_path/root`` (with
+    the ``safe`` guard); the runtime, the manager and the root."""
+    with CSIClient(hostpath, timeout=30) as client:
+        handle = client.create_volume(
+            "vol1", [t.VolumeCapability.mount()],
+            capacity_range=t.CapacityRange(required_bytes=16 << 20),
+        ).volume_id
+    root = tmp_path / "root"
+    with NodeRuntime(str(root), node_name="node-1", csi_drivers={DRIVER_NAME: hostpath},
+                     guard_policy="safe") as runtime:
+        manager = NodeVolumeManager(runtime.host, runtime.mgr, workers=0)
+        try:
+            manifests = _pod_with_volume(handle)
+            manager.set_pod(desired_pod(runtime.mgr, manifests.pods[0], manifests))
+            assert manager.sync(timeout=30).converged
+            yield runtime, manager, root
+        finally:
+            manager.close()
+    with CSIClient(hostpath, timeout=30) as client:
+        client.delete_volume(handle)
+
+
+def test_a_table_read_before_the_pod_was_torn_down_does_not_block_its_unstage(
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path],
+) -> None:
+    """The checks read the table while the pod's mount was there; the tear-down only
+    detached a mount since, so the unstage judges on that table first, finds the pod's
+    stale mount, and confirms on one fresh read, which lets it through."""
+    _, manager, root = staged
+    [av] = manager.actual.volumes()
+    [mounted] = av.pods
+    before = manager.usage.table(superset=True)
+    assert before.find_mount_point(mounted.path) is not None
+    reads = manager.usage._table.reads
+    manager.generator.tear_down(av, mounted)()
+    assert manager.usage.table(superset=True) is before  # a detach only: kept, not read
+    assert manager.usage._table.reads == reads
+
+    manager.generator.unmount_device(av)()
+    assert manager.usage._table.reads == reads + 1
+    assert mounts_under(root) == []
+    assert _device_state(manager, av.unique_name) is MountState.UNMOUNTED
+
+
+def test_a_mount_attached_after_the_last_read_blocks_the_unstage(
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reference to the volume mounted after the table was read (a bind of a
+    sub-directory of the staged volume) is not missed: an attach since the read means the
+    table is read again, and the guard refuses on what it finds."""
+    runtime, manager, root = staged
+    [av] = manager.actual.volumes()
+    [mounted] = av.pods
+    manager.generator.tear_down(av, mounted)()
+    dmp = av.device_mount_path
+    assert dmp is not None
+    manager.usage.table(superset=True)  # read after the tear-down: no pod mount in it
+    sub, nested = os.path.join(dmp, "sub"), os.path.join(dmp, "nested")
+    os.mkdir(sub)
+    os.mkdir(nested)
+    subprocess.run(["mount", "--bind", sub, nested], check=True)
+    checks = _CountedChecks(runtime, monkeypatch)
+
+    with pytest.raises(DeviceStillMountedError) as err:
+        manager.generator.unmount_device(av)()
+    assert err.value.refs == (nested,)
+    [table] = checks.tables
+    assert table is not None and table.find_mount_point(nested) is not None
+    assert dmp in mounts_under(root)
+    subprocess.run(["umount", nested], check=True)
+    manager.generator.unmount_device(av)()
+    assert mounts_under(root) == []
+
+
+def test_a_staging_mount_detached_by_someone_else_is_judged_on_a_fresh_table(
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone unmounted the staging path after the table was read: the table still has a
+    mount there, but not the one the path is on now, so the guard judges on a fresh read
+    (which mount holds the path decides what the guard looks for)."""
+    runtime, manager, root = staged
+    [av] = manager.actual.volumes()
+    [mounted] = av.pods
+    manager.generator.tear_down(av, mounted)()
+    dmp = av.device_mount_path
+    assert dmp is not None
+    stale = manager.usage.table(superset=True)
+    subprocess.run(["umount", dmp], check=True)
+    checks = _CountedChecks(runtime, monkeypatch)
+
+    manager.generator.unmount_device(av)()
+    [table] = checks.tables
+    assert table is not stale and table is not None
+    assert stale.find_mount_point(dmp) is not None and table.find_mount_point(dmp) is None
+    assert mounts_under(root) == []
