@@ -38,13 +38,13 @@ import contextlib
 import enum
 import functools
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
+from kubevol import jsontext
 from kubevol.errors import InvalidPathSegmentError
 
 _T = TypeVar("_T")
@@ -617,13 +617,13 @@ def fsync_dir(directory: str) -> None:
 
 
 def write_json_atomically(path: str, document: Any, *, mode: int = 0o600) -> os.stat_result:
-    """:func:`write_file_atomically` of ``document`` as JSON (keys sorted, indented one space,
+    """:func:`write_file_atomically` of ``document`` as JSON (keys sorted, indented two spaces,
     a final newline). Raises ``OSError``, or ``TypeError``/``ValueError`` when ``document``
     is not JSON-serialisable (before anything is written)."""
     return write_file_atomically(path, json_document(document), mode=mode)
 
 
 def json_document(document: Any) -> bytes:
-    """``document`` as the JSON files kubevol writes hold it (keys sorted, indented one
-    space, a final newline). Raises ``TypeError``/``ValueError`` when not serialisable."""
-    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+    """``document`` as the JSON files kubevol writes hold it (keys sorted, indented two
+    spaces, a final newline). Raises ``TypeError``/``ValueError`` when not serialisable."""
+    return (jsontext.dumps(document, indent=True, sort_keys=True) + "\n").encode()

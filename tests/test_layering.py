@@ -39,6 +39,7 @@ GROUPS: tuple[tuple[str, float, tuple[str, ...]], ...] = (
             "kubevol.backoff",
             "kubevol.deadline",
             "kubevol.fdtree",
+            "kubevol.jsontext",
             "kubevol.keyedlocks",
             "kubevol.lifecycle",
             "kubevol.safeio",

@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 import attrs
-import orjson
+
+from kubevol import jsontext
 
 #: The ``-o`` values (``jsonpath=EXPR`` besides).
 FORMATS = ("table", "wide", "json", "yaml", "name")
@@ -163,18 +164,9 @@ def yaml_text(data: Any) -> str:
 
 
 def json_text(plain: Any) -> str:
-    """``plain`` (JSON values) as ``json.dumps(plain, indent=2)`` writes it, byte for byte.
-
-    orjson writes it ~20 times faster (``json`` indents in pure Python: 0.1 s of CPU for a
-    node of 10,000 volumes); what it writes otherwise takes ``json``'s way: text with
-    non-ASCII characters (``json`` escapes them) and integers beyond 64 bits. One
-    difference is left: a float NaN or infinity is ``null`` (``json``'s ``NaN`` is not
-    JSON)."""
-    try:
-        text = orjson.dumps(plain, option=orjson.OPT_INDENT_2).decode()
-    except orjson.JSONEncodeError:  # an integer beyond 64 bits
-        return json.dumps(plain, indent=2)
-    return text if text.isascii() else json.dumps(plain, indent=2)
+    """``plain`` (JSON values) as ``json.dumps(plain, indent=2)`` writes it, byte for byte
+    (:func:`kubevol.jsontext.dumps`)."""
+    return jsontext.dumps(plain, indent=True)
 
 
 #: Values :func:`to_plain` keeps as they are, by exact type (subclasses, such as a
