@@ -16,6 +16,7 @@ from kubevol.node.executor import (
     OperationKey,
     OperationKind,
 )
+from kubevol.testing.waiting import wait_until
 
 
 class Clock:
@@ -205,6 +206,42 @@ def test_wait_progress_returns_once_half_of_the_running_operations_ended() -> No
         release.set()
     assert executor.wait_idle(5)
     assert executor.wait_progress(0)
+    executor.shutdown()
+
+
+def test_a_waiter_is_woken_when_its_wait_may_be_over_not_at_every_end() -> None:
+    """A pass waiting for 8 of 16 operations to end is woken when the 8th ends, not at
+    each of the 7 before (every wake-up makes its thread take the GIL again)."""
+    executor = OperationExecutor(workers=16)
+    ops = [blocker() for _ in range(16)]
+    for i, (_, _, op) in enumerate(ops):
+        executor.run(OperationKey(volume=f"v{i}"), OperationKind.UNMOUNT_DEVICE, op)
+    for started, _, _ in ops:
+        assert started.wait(5)
+    wakes = 0
+    real_wait = executor._cond.wait
+
+    def counting_wait(timeout: float | None = None) -> bool:
+        nonlocal wakes
+        woken = real_wait(timeout)
+        wakes += 1
+        return woken
+
+    executor._cond.wait = counting_wait  # type: ignore[method-assign]
+    waiter = threading.Thread(target=executor.wait_progress, args=(10,))
+    waiter.start()
+    for _, release, _ in ops[:7]:
+        release.set()
+    wait_until(lambda: len(executor.pending()) == 9, timeout=5, what="seven operations end")
+    time.sleep(0.1)  # a wake-up on one of them would have come by now
+    assert waiter.is_alive()
+    ops[7][1].set()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert wakes == 1
+    for _, release, _ in ops[8:]:
+        release.set()
+    assert executor.wait_idle(5)
     executor.shutdown()
 
 
