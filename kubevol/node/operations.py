@@ -436,7 +436,15 @@ class OperationGenerator:
 
     def _finish_tear_down(self, path: str) -> None:
         """Unmount what a plugin's tear-down left mounted (a dead mount it did not see)."""
-        if not path or not layout.is_below(os.path.realpath(path), self.host.real_pods_dir):
+        if not path:
+            return
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            return  # removed by the tear-down: nothing can be mounted there (one lookup)
+        except OSError:
+            pass  # a dead mount answers ENOTCONN or the like: look closer
+        if not layout.is_below(os.path.realpath(path), self.host.real_pods_dir):
             return  # not the pod's own path (hostPath): nothing of ours to check
         mounter = self.host.get_mounter()
         if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
