@@ -188,7 +188,7 @@ def test_atomic_write_replaces_with_the_mode_asked(tmp_path: Path) -> None:
     assert (written.st_ino, written.st_size) == (os.stat(target).st_ino, 3)
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o644
     layout.write_json_atomically(str(target), {"b": 1, "a": [2]})
-    assert target.read_text() == '{\n "a": [\n  2\n ],\n "b": 1\n}\n'
+    assert target.read_text() == '{\n  "a": [\n    2\n  ],\n  "b": 1\n}\n'
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
 

@@ -22,7 +22,7 @@ from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
-from kubevol.testing.mount_rig import mounts_under, unmount_all_under
+from kubevol.testing.mount_rig import MountRig, mounted_at, mounts_under, unmount_all_under
 
 
 @pytest.fixture
@@ -172,6 +172,8 @@ def staged(
             manager.set_pod(desired_pod(runtime.mgr, manifests.pods[0], manifests))
             assert manager.sync(timeout=30).converged
             yield runtime, manager, root
+            manager.remove_pod("pod-web-1")  # whatever the test left: down, unstaged
+            assert manager.sync(timeout=30).converged
         finally:
             manager.close()
     with CSIClient(hostpath, timeout=30) as client:
@@ -251,3 +253,28 @@ def test_a_staging_mount_detached_by_someone_else_is_judged_on_a_fresh_table(
     assert table is not stale and table is not None
     assert stale.find_mount_point(dmp) is not None and table.find_mount_point(dmp) is None
     assert mounts_under(root) == []
+
+
+def test_a_dead_mount_a_tear_down_left_behind_is_unmounted(
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path], rig: MountRig
+) -> None:
+    """A plugin's tear-down that returned with a dead FUSE mount at the pod volume's path
+    (stat answers ENOTCONN, not "no such file"): the operation unmounts it."""
+    _, manager, root = staged
+    dead = rig.corrupted(root / "pods" / "pod-fuse-1" / "volumes" / "example.com~fuse" / "v")
+    manager.generator._finish_tear_down(str(dead))
+    assert not mounted_at(dead)
+
+
+def test_a_path_the_tear_down_removed_is_not_resolved(
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gone is gone: no mount can be there, and no dozen-lookup realpath is spent on it."""
+    _, manager, root = staged
+
+    def no_realpath(path: str) -> str:
+        raise AssertionError(f"resolved {path}")
+
+    monkeypatch.setattr(os.path, "realpath", no_realpath)
+    manager.generator._finish_tear_down(str(root / "pods" / "pod-web-1" / "volumes" / "x" / "y"))
+    monkeypatch.undo()
