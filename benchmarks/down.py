@@ -44,6 +44,7 @@ from benchmarks.report import Row, emit, load_average, reexec_in_private_namespa
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.mount.syscalls import MS_BIND, mount
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 CAP = t.VolumeCapability.mount()
@@ -105,12 +106,15 @@ def kubevol(*args: str) -> tuple[float, float]:
     return wall, cpu
 
 
-def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Counter[str]]:
+def measure(
+    pods: int, repeat: int, extra_mounts: int = 0
+) -> tuple[float, float, float, collections.Counter[str]]:
     """Medians of (kubevol down wall, its CPU, reference wall) over ``repeat`` rounds for
     ``pods``, and the RPCs of kubevol down. The two sides alternate (kubevol first in even
     rounds, the reference first in odd ones), so a load that changes meanwhile falls on
     both; the pods are brought up again (not timed) before each side."""
     work = Path(tempfile.mkdtemp(prefix="kubevol-bench-down-"))
+    other = Path(tempfile.mkdtemp(prefix="kubevol-bench-other-"))
     counter = RpcCounter()
     driver = HostPathDriver(HostPathConfig(state_dir=str(work / "hp"), node_id="n1"))
     for service in (driver.plugin.identity, driver.plugin.controller, driver.plugin.node):
@@ -123,6 +127,7 @@ def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Co
     reference_cpus: list[float] = []
     rpcs: collections.Counter[str] = collections.Counter()
     try:
+        _other_mounts(other, extra_mounts)
         with CSIClient(running.endpoint, timeout=60) as client:
             handles = [
                 client.create_volume(f"v{i}", [CAP], capacity_range=SIZE).volume_id
@@ -169,11 +174,23 @@ def measure(pods: int, repeat: int) -> tuple[float, float, float, collections.Co
             sys.exit(f"left mounted: {left[:3]}")
     finally:
         running.stop()
-        unmount_all_under(work)
-        shutil.rmtree(work, ignore_errors=True)
+        for tree in (work, other):
+            unmount_all_under(tree)
+            shutil.rmtree(tree, ignore_errors=True)
     print(f"{pods} pods, {repeat} rounds: kubevol down {_fmt(walls)} s, CPU {_fmt(cpus)} s; "
           f"direct {_fmt(references)} s, CPU {_fmt(reference_cpus)} s")  # fmt: skip
     return statistics.median(walls), statistics.median(cpus), statistics.median(references), rpcs
+
+
+def _other_mounts(where: Path, count: int) -> None:
+    """``count`` bind mounts that are no pod's, as a busy node has (containers' own): both
+    sides run among them; kubevol's checks must not pay for each of them."""
+    source = where / "source"
+    source.mkdir()
+    for i in range(count):
+        target = where / str(i)
+        target.mkdir()
+        mount(str(source), str(target), "", MS_BIND)
 
 
 def _fmt(values: list[float]) -> str:
@@ -185,13 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--small", type=int, default=100)
+    parser.add_argument("--extra-mounts", type=int, default=0, metavar="N",
+                        help="run among N unrelated bind mounts (a busy node's)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds per size, the two sides alternating; medians are compared")
     args = parser.parse_args(argv)
     reexec_in_private_namespace("benchmarks.down")
     print(load_average())
-    small = measure(args.small, args.repeat)
-    big = measure(args.pods, args.repeat)
+    small = measure(args.small, args.repeat, args.extra_mounts)
+    big = measure(args.pods, args.repeat, args.extra_mounts)
     for pods, (wall, cpu, reference, rpcs) in ((args.small, small), (args.pods, big)):
         print(f"{pods} pods (medians): kubevol down {wall:.2f} s wall, {cpu:.2f} s CPU "
               f"({cpu / pods * 1000:.1f} ms per pod); direct {reference:.2f} s; "

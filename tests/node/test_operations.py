@@ -21,7 +21,7 @@ from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
 from kubevol.node.runtime import NodeRuntime
-from kubevol.node.state import MountState
+from kubevol.node.state import AttachedVolume, MountState
 from kubevol.testing.mount_rig import MountRig, mounted_at, mounts_under, unmount_all_under
 
 
@@ -59,6 +59,16 @@ def _device_state(manager: NodeVolumeManager, unique_name: str) -> MountState:
     assert volume is not None
     return volume.device_state
 
+def _unpublished(manager: NodeVolumeManager) -> tuple[AttachedVolume, str]:
+    """Tears down the one pod volume of ``manager`` (unpublish): the volume, still staged,
+    and its staging path."""
+    [av] = manager.actual.volumes()
+    [mounted] = av.pods
+    manager.generator.tear_down(av, mounted)()
+    assert av.device_mount_path is not None
+    return av, av.device_mount_path
+
+
 
 class _CountedChecks:
     """Counts the plugin's unstage verdicts and guard runs, keeps the table each guard run
@@ -90,66 +100,47 @@ class _CountedChecks:
 
 
 def test_nested_mount_blocks_unstage_under_safe_with_one_guard_run(
-    tmp_path: Path, hostpath: str, monkeypatch: pytest.MonkeyPatch
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under ``safe``, a bind mount nested inside the staging path (a sub-directory of the
     volume itself) blocks unmount_device: the plugin's verdict is asked exactly once, the
     device stays staged and its state unchanged; once the nested mount is gone the next
     unmount_device unstages it. The guard judges on the one mount table the operation read
     for its checks: it reads none itself."""
-    with CSIClient(hostpath, timeout=30) as client:
-        handle = client.create_volume(
-            "vol1", [t.VolumeCapability.mount()],
-            capacity_range=t.CapacityRange(required_bytes=16 << 20),
-        ).volume_id
-    root = tmp_path / "root"
-    with NodeRuntime(str(root), node_name="node-1", csi_drivers={DRIVER_NAME: hostpath},
-                     guard_policy="safe") as runtime:
-        manager = NodeVolumeManager(runtime.host, runtime.mgr, workers=0)
-        try:
-            manifests = _pod_with_volume(handle)
-            manager.set_pod(desired_pod(runtime.mgr, manifests.pods[0], manifests))
-            assert manager.sync(timeout=30).converged
-            [av] = manager.actual.volumes()
-            [mounted] = av.pods
-            manager.generator.tear_down(av, mounted)()
-            dmp = av.device_mount_path
-            nested, sub = os.path.join(dmp, "nested"), os.path.join(dmp, "sub")
-            os.mkdir(nested)
-            os.mkdir(sub)
-            subprocess.run(["mount", "--bind", sub, nested], check=True)
+    runtime, manager, root = staged
+    av, dmp = _unpublished(manager)
+    nested, sub = os.path.join(dmp, "nested"), os.path.join(dmp, "sub")
+    os.mkdir(nested)
+    os.mkdir(sub)
+    subprocess.run(["mount", "--bind", sub, nested], check=True)
 
-            checks = _CountedChecks(runtime, monkeypatch)
-            reads = manager.usage._table.reads
+    checks = _CountedChecks(runtime, monkeypatch)
+    reads = manager.usage._table.reads
 
-            with pytest.raises(DeviceStillMountedError) as err:
-                manager.generator.unmount_device(av)()
-            assert err.value.refs == (nested,)
-            assert len(checks.guard_runs) == len(checks.verdicts) == 1
-            table = checks.tables[0]
-            assert table is not None and table.find_mount_point(nested) is not None
-            assert manager.usage._table.reads == reads + 1  # one read for both checks
-            [ref] = checks.verdicts[0].refs
-            assert (ref.mount_point, ref.kind, ref.blocking) == (nested, RefKind.SAME_VOLUME, True)
-            assert dmp in mounts_under(root)
-            assert _device_state(manager, av.unique_name) is MountState.MOUNTED
+    with pytest.raises(DeviceStillMountedError) as err:
+        manager.generator.unmount_device(av)()
+    assert err.value.refs == (nested,)
+    assert len(checks.guard_runs) == len(checks.verdicts) == 1
+    table = checks.tables[0]
+    assert table is not None and table.find_mount_point(nested) is not None
+    assert manager.usage._table.reads == reads + 1  # one read for both checks
+    [ref] = checks.verdicts[0].refs
+    assert (ref.mount_point, ref.kind, ref.blocking) == (nested, RefKind.SAME_VOLUME, True)
+    assert dmp in mounts_under(root)
+    assert _device_state(manager, av.unique_name) is MountState.MOUNTED
 
-            subprocess.run(["umount", nested], check=True)
-            manager.generator.unmount_device(av)()
-            # Only a detach since the first read: the guard judges first on that table,
-            # which still lists the nested mount, and its refusal is confirmed on a fresh
-            # read, which allows the unmount.
-            assert len(checks.guard_runs) == len(checks.verdicts) == 3
-            assert checks.tables[1] is table
-            fresh = checks.tables[2]
-            assert fresh is not None and fresh.find_mount_point(nested) is None
-            assert manager.usage._table.reads == reads + 2
-            assert mounts_under(root) == []
-            assert _device_state(manager, av.unique_name) is MountState.UNMOUNTED
-        finally:
-            manager.close()
-    with CSIClient(hostpath, timeout=30) as client:
-        client.delete_volume(handle)
+    subprocess.run(["umount", nested], check=True)
+    manager.generator.unmount_device(av)()
+    # Only a detach since the first read: the guard judges first on that table, which
+    # still lists the nested mount, and its refusal is confirmed on a fresh read, which
+    # allows the unmount.
+    assert len(checks.guard_runs) == len(checks.verdicts) == 3
+    assert checks.tables[1] is table
+    fresh = checks.tables[2]
+    assert fresh is not None and fresh.find_mount_point(nested) is None
+    assert manager.usage._table.reads == reads + 2
+    assert mounts_under(root) == []
+    assert _device_state(manager, av.unique_name) is MountState.UNMOUNTED
 
 
 @pytest.fixture
@@ -209,11 +200,7 @@ def test_a_mount_attached_after_the_last_read_blocks_the_unstage(
     sub-directory of the staged volume) is not missed: an attach since the read means the
     table is read again, and the guard refuses on what it finds."""
     runtime, manager, root = staged
-    [av] = manager.actual.volumes()
-    [mounted] = av.pods
-    manager.generator.tear_down(av, mounted)()
-    dmp = av.device_mount_path
-    assert dmp is not None
+    av, dmp = _unpublished(manager)
     manager.usage.table(superset=True)  # read after the tear-down: no pod mount in it
     sub, nested = os.path.join(dmp, "sub"), os.path.join(dmp, "nested")
     os.mkdir(sub)
@@ -239,11 +226,7 @@ def test_a_staging_mount_detached_by_someone_else_is_judged_on_a_fresh_table(
     mount there, but not the one the path is on now, so the guard judges on a fresh read
     (which mount holds the path decides what the guard looks for)."""
     runtime, manager, root = staged
-    [av] = manager.actual.volumes()
-    [mounted] = av.pods
-    manager.generator.tear_down(av, mounted)()
-    dmp = av.device_mount_path
-    assert dmp is not None
+    av, dmp = _unpublished(manager)
     stale = manager.usage.table(superset=True)
     subprocess.run(["umount", dmp], check=True)
     checks = _CountedChecks(runtime, monkeypatch)
