@@ -152,7 +152,11 @@ class DeviceMountableVolumePlugin(VolumePlugin):
         """May ``device_mount_path`` be unmounted now? The ONE unstage check: the node layer
         asks it once and hands the verdict to ``unmount_device``. ``table`` is the mount
         table the caller read for this operation (its other checks use the same one); None
-        reads the current one. A plugin may ignore it and look itself.
+        reads the current one. A plugin may ignore it and look itself. The table lists
+        every mount present, but may still list some detached since it was read
+        (:meth:`MountTableCache.table <kubevol.mount.table.MountTableCache.table>`): a
+        verdict must only refuse on what it finds there, and a refusal is asked again on
+        a fresh table.
 
         Default: the kubelet's ``HasMountRefs`` rule on :meth:`get_device_mount_refs`
         (:func:`~kubevol.mount.guard.kubelet_refs_verdict`). A plugin with its own policy

@@ -14,11 +14,12 @@ The error is raised again so the executor backs the key off. :func:`operation_ke
 gives each operation the key the kubelet uses, so that, say, a device is never staged
 while one of its pods is being torn down.
 
-Unmounting a device is guarded twice, each check run once: no pod path on disk may still
-use the volume (:class:`~kubevol.node.usage.VolumeUsage`), and the plugin's unstage verdict
-(``device_unmount_verdict``: the kubelet's ``HasMountRefs`` rule by default, the unstage
-guard's policy for CSI) must allow it; that verdict is handed to ``unmount_device``, which
-does not check again.
+Unmounting a device is guarded twice, each check run once (again on a fresh mount table
+to confirm a refusal made on one that may still list detached mounts): no pod path on disk
+may still use the volume (:class:`~kubevol.node.usage.VolumeUsage`), and the plugin's
+unstage verdict (``device_unmount_verdict``: the kubelet's ``HasMountRefs`` rule by
+default, the unstage guard's policy for CSI) must allow it; that verdict is handed to
+``unmount_device``, which does not check again.
 
 Tearing a pod volume down is refused, before anything is touched, while a process or
 another mount namespace still holds the volume's directory or its subPath binds
