@@ -26,6 +26,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 
+from kubevol import fdtree
 from kubevol.errors import MountError, MountInfoError
 from kubevol.layout import is_within
 from kubevol.lifecycle import ClosesOnExit
@@ -253,7 +254,7 @@ class MountTableCache(ClosesOnExit):
         self._watch_tried = False
         self._watched = False
 
-    def table(self, *, superset: bool = False) -> MountTable:
+    def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
         """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable.
 
         ``superset=True`` accepts a table that may still list mounts detached since it was
@@ -264,14 +265,22 @@ class MountTableCache(ClosesOnExit):
         (:mod:`kubevol.mount.mountwatch`), so a tree that only shrinks, as in a tear-down,
         is not read again for every check. Without mount events (before Linux 6.15, no
         ``CAP_SYS_ADMIN``, a mountinfo file other than this process's), the same as
-        without ``superset``.
+        without ``superset``. One lookup is not monotone: which mount holds a path (a
+        detached mount may still be listed over the one there now). A caller that asks it
+        names the path in ``at``; a kept table is then given only if the mount it has
+        holding ``at`` is the one the path is on now.
         """
         asked_after = self._begun  # reads begun before this call; an int read is atomic
         with self._lock:
             if self._table is not None and self._held_from > asked_after:
                 return self._table  # read since this call began
             held = self._table
-            if superset and self._superset_holds() and held is not None:
+            if (
+                superset
+                and self._superset_holds()  # first: it starts the watch, held or not
+                and held is not None
+                and (at is None or _holds(held, at))
+            ):
                 return held
             reader = self._open()
             if reader.is_proc:
@@ -350,3 +359,21 @@ class MountTableCache(ClosesOnExit):
                 exc.errno, f"cannot read mount table {self.path!r}: {exc.strerror}"
             ) from exc
         return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _holds(table: MountTable, path: str) -> bool:
+    """Whether the mount ``table`` has holding ``path`` (the last one containing it) is the
+    one the path is on now; True when the path cannot be opened (a check then decides
+    without the table) or the kernel cannot tell."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        current = fdtree.mount_id(fd)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    entry = table.find_containing(os.path.realpath(path))
+    return current is None or (entry is not None and entry.id == current)

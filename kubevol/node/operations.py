@@ -34,7 +34,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from kubevol import fdtree, layout
+from kubevol import layout
 from kubevol.errors import (
     DeviceStillMountedError,
     KubevolError,
@@ -283,7 +283,7 @@ class OperationGenerator:
             # tree only shrank since the last one: each check refuses only on mounts it
             # finds, so a table still listing detached mounts allows exactly what a fresh
             # one would, and a refusal is confirmed on a fresh table.
-            table = self.usage.table(superset=True)
+            table = self.usage.table(superset=True, at=dmp)
             try:
                 verdict = self._unstage_verdict(av, plugin, dmp, table)
             except (VolumeInUseError, DeviceStillMountedError):
@@ -304,10 +304,6 @@ class OperationGenerator:
         verdict allows the unmount. Raises :class:`VolumeInUseError` or
         :class:`DeviceStillMountedError` to refuse."""
         self._refuse_if_used(av, table)
-        if not _holds_path(table, dmp):
-            # The mount the table has at the path was detached since (by someone else):
-            # which mount is there now, only a fresh table says.
-            table = self.usage.table()
         verdict = plugin.device_unmount_verdict(dmp, table=table)
         verdict.raise_if_blocked()
         return verdict
@@ -588,20 +584,3 @@ class OperationGenerator:
 
         return run
 
-
-def _holds_path(table: MountTable, path: str) -> bool:
-    """Whether the mount ``table`` has at ``path`` (the last one containing it) is the one
-    the path is on now; True when the path cannot be opened (the guard then decides
-    without the table) or the kernel cannot tell."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return True
-    try:
-        current = fdtree.mount_id(fd)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    entry = table.find_containing(os.path.realpath(path))
-    return current is None or (entry is not None and entry.id == current)

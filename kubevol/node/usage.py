@@ -51,11 +51,11 @@ class VolumeUsage:
         """Release the mount table descriptor. Idempotent."""
         self._table.close()
 
-    def table(self, *, superset: bool = False) -> MountTable:
+    def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
         """The node's mount table as it is now (read again only when it changed); with
         ``superset``, perhaps still listing mounts detached since (see
         :meth:`MountTableCache.table <kubevol.mount.table.MountTableCache.table>`)."""
-        return self._table.table(superset=superset)
+        return self._table.table(superset=superset, at=at)
 
     def users(
         self, unique_name: str, plugin_name: str, mode: VolumeMode,
