@@ -28,6 +28,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from kubevol.clib import libc
 from kubevol.errors import MountError, UnsafePathError
 
 #: Flags every directory of a walk is opened with: never through a link, never a non-directory.
@@ -152,14 +153,9 @@ def _open_beneath(dir_fd: int, rel: str) -> int:
     return fd
 
 
-@functools.cache  # one handle on the C library for the process, like an import
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
 @functools.cache
 def _libc_syscall() -> Any:
-    fn = _libc().syscall
+    fn = libc().syscall
     fn.restype = ctypes.c_long
     return fn
 
@@ -253,7 +249,7 @@ def mount_id(fd: int) -> int | None:
 @functools.cache
 def _statx() -> Any:
     try:
-        return _libc().statx
+        return libc().statx
     except AttributeError:  # a libc without statx
         return None
 

@@ -36,6 +36,7 @@ GROUPS: tuple[tuple[str, float, tuple[str, ...]], ...] = (
             "kubevol.errors",
             "kubevol.types",
             "kubevol._version",
+            "kubevol.clib",
             "kubevol.backoff",
             "kubevol.deadline",
             "kubevol.fdtree",

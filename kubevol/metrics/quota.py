@@ -21,6 +21,7 @@ import fcntl
 import os
 import struct
 
+from kubevol import clib
 from kubevol.metrics.usage import DiskUsage
 
 # <linux/fs.h>: struct fsxattr { u32 xflags, extsize, nextents, projid, cowextsize; u8 pad[8]; }
@@ -111,7 +112,7 @@ def _get_fsxattr(fd: int) -> tuple[int, ...]:
 
 def _quotactl_fd(fd: int, cmd: int, qid: int, size: int) -> bytes:
     """Call ``quotactl_fd(fd, cmd, qid, buf)`` on a ``size``-byte buffer; return it or raise."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = clib.libc()
     buf = ctypes.create_string_buffer(size)
     rc = libc.syscall(
         ctypes.c_long(_NR_QUOTACTL_FD),

@@ -15,6 +15,7 @@ import posixpath
 import subprocess
 from collections.abc import Sequence
 
+from kubevol import clib
 from kubevol.errors import MountError
 from kubevol.mount import syscalls
 from kubevol.mount.helpers import get_mount_refs
@@ -255,18 +256,13 @@ def _umount_helpers() -> frozenset[str]:
     return frozenset(found)
 
 
-@functools.cache  # one handle on the C library for the process, like an import
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _statx_mount_root(path: str) -> bool | None:
     """Whether ``path`` is a mount root per statx, or None when the kernel cannot say.
 
     Raises ``OSError`` (``FileNotFoundError``, ENOTCONN, ...) when statx fails on the path.
     """
     try:
-        statx = _libc().statx
+        statx = clib.libc().statx
     except AttributeError:  # a libc without statx: fall back to device numbers
         return None
     buf = ctypes.create_string_buffer(_STATX_SIZE)

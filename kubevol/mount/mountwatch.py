@@ -29,6 +29,7 @@ import struct
 import weakref
 from typing import Any
 
+from kubevol import clib
 from kubevol.lifecycle import ClosesOnExit
 
 # include/uapi/linux/fanotify.h
@@ -47,7 +48,7 @@ _READ_SIZE = 65536
 
 @functools.cache
 def _libc() -> Any:
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = clib.libc()
     libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
     libc.fanotify_mark.argtypes = [
         ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p,

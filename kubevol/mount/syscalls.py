@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from kubevol import clib
+
 # Flags of mount(2) (include/uapi/linux/mount.h).
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -169,9 +171,9 @@ def umount(target: str, flags: int = 0) -> bool:
     raise OSError(err, os.strerror(err), target)
 
 
-@functools.cache  # one handle on the C library for the process, like an import
+@functools.cache  # the prototypes, set once
 def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = clib.libc()
     libc.mount.argtypes = (
         ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p
     )

@@ -1,0 +1,17 @@
+"""The C library, opened once for the process (like an import), for the system calls
+Python's ``os`` does not offer (mount, statx, openat2, fanotify, quotactl_fd).
+
+One handle, so each function's prototype (``argtypes``/``restype``) is set once, by the
+module that calls it, and holds wherever it is called from.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+
+@functools.cache
+def libc() -> ctypes.CDLL:
+    """The process's C library, with ``errno`` saved after each call (``ctypes.get_errno``)."""
+    return ctypes.CDLL(None, use_errno=True)
