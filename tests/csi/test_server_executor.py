@@ -9,6 +9,7 @@ import time
 import pytest
 
 from kubevol.csi.server.executor import ElasticThreadPool
+from kubevol.testing.overlap import Overlap
 from kubevol.testing.waiting import wait_until
 
 
@@ -17,18 +18,11 @@ def test_quick_calls_run_on_the_steady_threads_only() -> None:
     most, extra ones after 5 s of waiting): never more than two calls run at once and no
     third thread starts; every result comes back."""
     pool = ElasticThreadPool(2, 16, patience=5.0)
-    running = 0
-    most = 0
-    lock = threading.Lock()
+    overlap = Overlap()
 
     def quick(i: int) -> int:
-        nonlocal running, most
-        with lock:
-            running += 1
-            most = max(most, running)
-        time.sleep(0.0005)
-        with lock:
-            running -= 1
+        with overlap:
+            time.sleep(0.0005)
         return i * 2
 
     results: list[int] = []
@@ -42,7 +36,7 @@ def test_quick_calls_run_on_the_steady_threads_only() -> None:
     for t in threads:
         t.join()
     assert sorted(results) == [i * 2 for i in range(400)]
-    assert most <= 2
+    assert overlap.peak <= 2
     assert pool.threads <= 2
     pool.shutdown()
 

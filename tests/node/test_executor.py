@@ -47,6 +47,19 @@ def blocker() -> tuple[threading.Event, threading.Event, Callable[[], None]]:
     return started, release, op
 
 
+def running_blockers(
+    executor: OperationExecutor, count: int
+) -> list[tuple[threading.Event, threading.Event, Callable[[], None]]]:
+    """``count`` blocking operations (volumes v0, v1, ...) started on ``executor``, each
+    running once this returns; set an operation's release event to end it."""
+    ops = [blocker() for _ in range(count)]
+    for i, (_, _, op) in enumerate(ops):
+        executor.run(OperationKey(volume=f"v{i}"), OperationKind.UNMOUNT_DEVICE, op)
+    for started, _, _ in ops:
+        assert started.wait(5)
+    return ops
+
+
 @pytest.mark.parametrize(
     ("running", "asked", "conflict"),
     [
@@ -186,11 +199,7 @@ def test_wait_progress_returns_once_half_of_the_running_operations_ended() -> No
     """A wait begun with four operations running outlasts the first to end and returns
     when the second does, with two still running; with none running it returns at once."""
     executor = OperationExecutor(workers=4)
-    ops = [blocker() for _ in range(4)]
-    for i, (_, _, op) in enumerate(ops):
-        executor.run(OperationKey(volume=f"v{i}"), OperationKind.UNMOUNT_DEVICE, op)
-    for started, _, _ in ops:
-        assert started.wait(5)
+    ops = running_blockers(executor, 4)
     assert not executor.wait_progress(0.05)
     outcome: list[bool] = []
     waiter = threading.Thread(target=lambda: outcome.append(executor.wait_progress(5)))
@@ -213,11 +222,7 @@ def test_a_waiter_is_woken_when_its_wait_may_be_over_not_at_every_end() -> None:
     """A pass waiting for 8 of 16 operations to end is woken when the 8th ends, not at
     each of the 7 before (every wake-up makes its thread take the GIL again)."""
     executor = OperationExecutor(workers=16)
-    ops = [blocker() for _ in range(16)]
-    for i, (_, _, op) in enumerate(ops):
-        executor.run(OperationKey(volume=f"v{i}"), OperationKind.UNMOUNT_DEVICE, op)
-    for started, _, _ in ops:
-        assert started.wait(5)
+    ops = running_blockers(executor, 16)
     wakes = 0
     real_wait = executor._cond.wait
 

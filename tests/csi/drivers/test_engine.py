@@ -19,6 +19,7 @@ from kubevol.csi.drivers.engine import (
 )
 from kubevol.csi.drivers.engine.state import Record
 from kubevol.csi.drivers.mock import MockBackend, MockConfig
+from kubevol.testing.overlap import Overlap
 
 
 class FlakyStore(StateStore):
@@ -94,19 +95,11 @@ def test_concurrent_commits_share_saves() -> None:
 def test_keyed_locks_serialise_one_key_only() -> None:
     """Holders of one key run one at a time; another key is not blocked; entries go away."""
     locks: KeyedLocks[str] = KeyedLocks()
-    inside = 0
-    peak = 0
-    guard = threading.Lock()
+    overlap = Overlap()
 
     def work() -> None:
-        nonlocal inside, peak
-        with locks.hold("k"):
-            with guard:
-                inside += 1
-                peak = max(peak, inside)
+        with locks.hold("k"), overlap:
             time.sleep(0.005)
-            with guard:
-                inside -= 1
 
     threads = [threading.Thread(target=work) for _ in range(8)]
     for th in threads:
@@ -115,7 +108,7 @@ def test_keyed_locks_serialise_one_key_only() -> None:
         pass
     for th in threads:
         th.join()
-    assert peak == 1
+    assert overlap.peak == 1
     assert locks._entries == {}
 
 
