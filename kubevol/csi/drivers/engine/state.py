@@ -139,13 +139,6 @@ class _Table(dict[str, _V]):
         return self
 
 
-def _first_named(table: Mapping[str, _V], name: str) -> _V | None:
-    if isinstance(table, _Table):
-        found: _V | None = table.first_named(name)
-        return found
-    return next((r for r in table.values() if getattr(r, "name", None) == name), None)
-
-
 class DriverState:
     """Volumes, snapshots and group snapshots by id. Not thread-safe: the engine locks.
 
@@ -155,9 +148,9 @@ class DriverState:
     """
 
     def __init__(self) -> None:
-        self.volumes: dict[str, VolumeRecord] = _Table("volumes")
-        self.snapshots: dict[str, SnapshotRecord] = _Table("snapshots")
-        self.groups: dict[str, GroupSnapshotRecord] = _Table("groups")
+        self.volumes: _Table[VolumeRecord] = _Table("volumes")
+        self.snapshots: _Table[SnapshotRecord] = _Table("snapshots")
+        self.groups: _Table[GroupSnapshotRecord] = _Table("groups")
         self._journal: list[tuple[str, str, Any]] = []
 
     def copy(self) -> DriverState:
@@ -166,15 +159,12 @@ class DriverState:
         for name in TABLES:
             table = other.table(name)
             for key, record in self.table(name).items():
-                if isinstance(table, _Table):
-                    table.put(key, record)
-                else:
-                    dict.__setitem__(table, key, record)
+                table.put(key, record)
         return other
 
-    def table(self, name: str) -> dict[str, Any]:
+    def table(self, name: str) -> _Table[Any]:
         """The table ``name`` (one of :data:`TABLES`)."""
-        table: dict[str, Any] = getattr(self, name)
+        table: _Table[Any] = getattr(self, name)
         return table
 
     def record(self, name: str, key: str) -> object:
@@ -185,17 +175,13 @@ class DriverState:
         """Start journaling changes (the engine's commit, under its lock)."""
         self._journal = []
         for name in TABLES:
-            table = self.table(name)
-            if isinstance(table, _Table):
-                table.journal = self._journal
+            self.table(name).journal = self._journal
 
     def end(self) -> list[tuple[str, str, Any, Any]]:
         """Stop journaling; ``(table, key, before, after)`` of each changed key, once each
         (``before``/``after`` is an absent-marker for a key that did not/does not exist)."""
         for name in TABLES:
-            table = self.table(name)
-            if isinstance(table, _Table):
-                table.journal = None
+            self.table(name).journal = None
         first: dict[tuple[str, str], Any] = {}
         for name, key, before in self._journal:
             first.setdefault((name, key), before)
@@ -212,33 +198,26 @@ class DriverState:
             table = self.table(name)
             if dict.get(table, key, _ABSENT) is not after:
                 continue
-            if isinstance(table, _Table):
-                if before is _ABSENT:
-                    table.drop(key)
-                else:
-                    table.put(key, before)
-            elif before is _ABSENT:
-                dict.pop(table, key, None)
+            if before is _ABSENT:
+                table.drop(key)
             else:
-                dict.__setitem__(table, key, before)
+                table.put(key, before)
 
     def volume_by_name(self, name: str) -> VolumeRecord | None:
         """The volume created under ``name``, if any (O(1))."""
-        return _first_named(self.volumes, name)
+        return self.volumes.first_named(name)
 
     def snapshot_by_name(self, name: str) -> SnapshotRecord | None:
         """The snapshot created under ``name``, if any (O(1))."""
-        return _first_named(self.snapshots, name)
+        return self.snapshots.first_named(name)
 
     def group_by_name(self, name: str) -> GroupSnapshotRecord | None:
         """The group snapshot created under ``name``, if any (O(1))."""
-        return _first_named(self.groups, name)
+        return self.groups.first_named(name)
 
     def capacity_bytes(self) -> int:
         """The capacity of every volume together (O(1))."""
-        if isinstance(self.volumes, _Table):
-            return self.volumes.capacity
-        return sum(v.capacity_bytes for v in self.volumes.values())
+        return self.volumes.capacity
 
     def to_json(self) -> dict[str, Any]:
         """Everything as one JSON-friendly dict."""
