@@ -45,6 +45,7 @@ GROUPS: tuple[tuple[str, float, tuple[str, ...]], ...] = (
             "kubevol.lifecycle",
             "kubevol.safeio",
             "kubevol.safeyaml",
+            "kubevol.turns",
             "kubevol.units",
         ),
     ),

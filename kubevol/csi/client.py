@@ -25,6 +25,7 @@ from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import parse_endpoint
 from kubevol.csi.errors import error_from_rpc
 from kubevol.lifecycle import ClosesOnExit
+from kubevol.turns import given_up
 
 #: Per-call timeout in seconds when none is given (the kubelet's csiTimeout).
 DEFAULT_TIMEOUT = 120.0
@@ -120,9 +121,11 @@ class CSIClient(ClosesOnExit):
         """
         md = self._metadata + tuple(metadata.items()) if metadata else self._metadata
         try:
-            return self._callable(name)(
-                request, timeout=self.timeout if timeout is None else timeout, metadata=md or None
-            )
+            with given_up():  # the driver works meanwhile: another operation may run
+                return self._callable(name)(
+                    request, timeout=self.timeout if timeout is None else timeout,
+                    metadata=md or None,
+                )
         except Exception as exc:
             path = RPCS[name].path
             raise error_from_rpc(exc, path, may_progress=name in _MAY_PROGRESS) from exc

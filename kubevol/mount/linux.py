@@ -22,6 +22,7 @@ from kubevol.mount.helpers import get_mount_refs
 from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, MountTableCache
+from kubevol.turns import given_up
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,8 @@ class LinuxMounter(MountInterface):
 
 def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(args, capture_output=True, text=True, check=False)
+        with given_up():  # a helper may take seconds (a network mount): others run meanwhile
+            return subprocess.run(args, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise MountError(exc.errno, f"cannot run {args[0]}: {exc.strerror}") from exc
 

@@ -10,9 +10,11 @@ before the wait is over is refused with :class:`~kubevol.node.errors.OperationBa
 a *different* operation may run at once and resets the backoff. Success forgets the key.
 
 Operations run on worker threads (``workers=0`` runs them inline in the caller, which
-tests use for determinism). The executor never interprets an operation's error: retry
-meaning (transient, uncertain, final) is for the operation itself to record in the actual
-state; here every failure backs off.
+tests use for determinism), each in its worker's turn at local work
+(:mod:`kubevol.turns`): an operation waiting on a driver gives its turn to another. The
+executor never interprets an operation's error: retry meaning (transient, uncertain,
+final) is for the operation itself to record in the actual state; here every failure
+backs off.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import attrs
 
 from kubevol.backoff import Backoff
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
+from kubevol.turns import Turns
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +150,7 @@ class OperationExecutor:
         self._clock = clock
         self._backoff = Backoff(initial=initial_backoff, maximum=max_backoff)
         self._observer = observer
+        self._turns = Turns()
         #: The records by volume, each list in the order its records were made: every key
         #: that matches another names the same volume, so a lookup reads one short list,
         #: not every record (starting n operations is O(n), not O(n²)).
@@ -231,7 +235,8 @@ class OperationExecutor:
         error: BaseException | None = None
         started = time.monotonic()
         try:
-            operation()
+            with self._turns.take():
+                operation()
         except Exception as exc:  # every failure of an operation backs its key off
             error = exc
             log.info("%s for %s failed: %s", record.kind, record.key, exc)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, C
 from kubevol.csi.server import serve_in_background
 from kubevol.errors import UncertainProgressError, is_operation_finished
 from kubevol.testing.csi_driver import NODE_ID
+from kubevol.turns import Turns
 from tests.csi.support import Served, ServeFactory, make_plugin
 
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER, fs_type="ext4")
@@ -335,3 +338,32 @@ def test_client_talks_to_a_server_not_built_on_kubevol(tmp_path: Path) -> None:
             assert err.value.code is grpc.StatusCode.UNIMPLEMENTED
     finally:
         server.stop(None)
+
+
+def test_a_call_gives_its_threads_turn_up_while_the_driver_works(
+    served: Served, tmp_path: Path
+) -> None:
+    """An operation waiting on a driver lets another operation do its local work meanwhile
+    (kubevol.turns): the other thread gets the turn although the call is still blocked in
+    the driver, long before the patience (30 s) is over."""
+    turns = Turns(patience=30)
+    gate, entered = threading.Event(), threading.Event()
+    served.driver.block["NodeUnpublishVolume"] = gate
+    served.driver.entered["NodeUnpublishVolume"] = entered
+
+    def operation() -> None:
+        with turns.take():
+            served.client.node_unpublish_volume("v1", str(tmp_path / "t"))
+
+    thread = threading.Thread(target=operation)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        started = time.monotonic()
+        with turns.take():
+            waited = time.monotonic() - started
+    finally:
+        gate.set()
+        thread.join(10)
+    assert waited < 5
+    assert served.driver.calls.count("NodeUnpublishVolume") == 1

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kubevol import turns
 from kubevol.errors import TransientOperationError
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import (
@@ -16,6 +17,7 @@ from kubevol.node.executor import (
     OperationKey,
     OperationKind,
 )
+from kubevol.testing.overlap import Overlap
 from kubevol.testing.waiting import wait_until
 
 
@@ -266,3 +268,35 @@ def test_operations_on_different_volumes_run_in_parallel() -> None:
         f.result(5)
     assert time.monotonic() - t0 < 5
     executor.shutdown()
+
+
+def test_operations_do_their_local_work_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Operations on different keys run on several workers, but their local work one at a
+    time (kubevol.turns): each blocks for a while without giving its turn up, and no other
+    runs meanwhile; one that gives its turn up lets the others run."""
+    monkeypatch.setattr(turns, "PATIENCE", 30.0)
+    executor = OperationExecutor(workers=4)
+    inside, waiting, release = Overlap(), threading.Event(), threading.Event()
+
+    def local() -> None:
+        with inside:
+            time.sleep(0.02)
+
+    def waits_on_a_driver() -> None:
+        with turns.given_up():
+            waiting.set()
+            assert release.wait(10)
+
+    try:
+        executor.run(OperationKey(volume="w"), OperationKind.TEAR_DOWN, waits_on_a_driver)
+        assert waiting.wait(5)
+        for i in range(4):
+            executor.run(OperationKey(volume=f"v{i}"), OperationKind.TEAR_DOWN, local)
+        wait_until(lambda: inside.entries == 4, timeout=10)
+        release.set()
+        executor.wait_idle(10)
+    finally:
+        release.set()
+        executor.shutdown(wait=True)
+    assert inside.peak == 1
+    assert not executor.failures()
