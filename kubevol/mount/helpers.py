@@ -177,20 +177,90 @@ def remove_tree_on_one_device(path: str, *, beneath: str | None = None) -> None:
     try:
         top_fd = fdtree.open_dir_at(parent_fd, name, path)
         try:
-            for _ in fdtree.walk(top_fd, path):  # refuses at a mount before deleting anything
-                pass
-            for entry in fdtree.walk(top_fd, path):
-                if entry.parent_fd < 0:
-                    continue  # the top: removed through its parent below
-                try:
-                    if entry.is_dir:
-                        os.rmdir(entry.name, dir_fd=entry.parent_fd)
-                    else:
-                        os.unlink(entry.name, dir_fd=entry.parent_fd)
-                except FileNotFoundError:
-                    continue  # removed meanwhile by whoever writes the tree
+            empty_tree_on_one_device(top_fd, path)
         finally:
             os.close(top_fd)
         os.rmdir(name, dir_fd=parent_fd)
     finally:
         os.close(parent_fd)
+
+
+def empty_tree_on_one_device(top_fd: int, path: str) -> None:
+    """Delete everything under the directory ``top_fd`` (``path``, for messages), as
+    :func:`remove_tree_on_one_device` does; the caller keeps ``top_fd`` and the directory."""
+    listed = _walk_before_deleting(top_fd, posixpath.normpath(path))
+    if listed is not None:
+        removals, kept = listed
+        try:
+            if _delete_listed(removals, kept):
+                return
+        finally:
+            for fd in kept.values():
+                if fd != top_fd:
+                    os.close(fd)
+    # Too many directories to keep open, or the tree grew since it was walked: walk it again
+    # and delete what is met.
+    for entry in fdtree.walk(top_fd, path):
+        if entry.parent_fd < 0:
+            continue  # the top: the caller's
+        try:
+            if entry.is_dir:
+                os.rmdir(entry.name, dir_fd=entry.parent_fd)
+            else:
+                os.unlink(entry.name, dir_fd=entry.parent_fd)
+        except FileNotFoundError:
+            continue  # removed meanwhile by whoever writes the tree
+
+
+#: ``(directory, name, is_dir)`` of every entry under a tree, children before parents.
+_Removals = list[tuple[str, str, bool]]
+
+
+def _walk_before_deleting(top_fd: int, path: str) -> tuple[_Removals, dict[str, int]] | None:
+    """Walk the whole tree before anything is deleted: a mount point in it raises
+    :class:`~kubevol.errors.MountError`. Returns what was met, and a descriptor of every
+    directory (duplicated as the walk goes: one call each instead of a second walk of the
+    tree), by its path; None when the tree has more directories than
+    :data:`kubevol.fdtree.OPEN_DIRS`, which are not all kept open."""
+    removals: _Removals = []
+    kept = {path: top_fd}
+    too_many = False
+    try:
+        for entry in fdtree.walk(top_fd, path):
+            if entry.parent_fd < 0 or too_many:
+                continue  # the top, or too many: walked on for its mounts only
+            if entry.is_dir:
+                if len(kept) > fdtree.OPEN_DIRS:
+                    too_many = True
+                    continue
+                kept[entry.path] = os.dup(entry.fd)
+            removals.append((posixpath.dirname(entry.path), entry.name, entry.is_dir))
+    except BaseException:
+        for fd in kept.values():
+            if fd != top_fd:
+                os.close(fd)
+        raise
+    if too_many:
+        for fd in kept.values():
+            if fd != top_fd:
+                os.close(fd)
+        return None
+    return removals, kept
+
+
+def _delete_listed(removals: _Removals, kept: dict[str, int]) -> bool:
+    """Delete what :func:`_walk_before_deleting` met, through the directories it kept;
+    False when a directory is no longer empty (something was added since: walk again)."""
+    for directory, name, is_dir in removals:
+        try:
+            if is_dir:
+                os.rmdir(name, dir_fd=kept[directory])
+            else:
+                os.unlink(name, dir_fd=kept[directory])
+        except FileNotFoundError:
+            continue  # removed meanwhile by whoever writes the tree
+        except OSError as exc:
+            if exc.errno == errno.ENOTEMPTY:
+                return False
+            raise
+    return True

@@ -15,7 +15,7 @@ import attrs
 
 from kubevol import fdtree, layout
 from kubevol.layout import PodVolumeEntry
-from kubevol.mount.helpers import is_corrupted_error, remove_tree_on_one_device
+from kubevol.mount.helpers import empty_tree_on_one_device, is_corrupted_error
 from kubevol.mount.interface import MountInterface
 from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.state import VolumeMode
@@ -163,32 +163,42 @@ def remove_pod_dir(pod_dir: str) -> bool:
         return True
     pods_dir = os.path.dirname(pod_dir.rstrip("/"))
     try:
-        pod_fd = fdtree.open_dir(pod_dir, beneath=pods_dir)
+        pods_fd, uid = fdtree.open_parent(pod_dir, beneath=pods_dir)
     except OSError as exc:
         log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
         return False
     try:
-        for kind in layout.POD_VOLUME_KINDS:
-            try:
-                kind_fd = fdtree.open_dir_at(pod_fd, kind, os.path.join(pod_dir, kind))
-            except FileNotFoundError:
-                continue
-            try:
-                for name in os.listdir(kind_fd):
-                    os.rmdir(name, dir_fd=kind_fd)  # only when empty
-            except OSError:
-                log.info("pod directory %s still holds something under %s", pod_dir, kind)
+        pod_fd = fdtree.open_dir_at(pods_fd, uid, pod_dir)
+        try:
+            if not _remove_empty_plugin_dirs(pod_fd, pod_dir):
                 return False
-            finally:
-                os.close(kind_fd)
+            # The descriptor opened for the check serves the removal: not opened again.
+            empty_tree_on_one_device(pod_fd, pod_dir)
+        finally:
+            os.close(pod_fd)
+        os.rmdir(uid, dir_fd=pods_fd)
     except OSError as exc:
         log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
         return False
     finally:
-        os.close(pod_fd)
-    try:
-        remove_tree_on_one_device(pod_dir, beneath=pods_dir)
-    except OSError as exc:
-        log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
-        return False
+        os.close(pods_fd)
+    return True
+
+
+def _remove_empty_plugin_dirs(pod_fd: int, pod_dir: str) -> bool:
+    """Remove the plugin directories under the pod's ``volumes``, ``volumeDevices`` and
+    ``volume-subpaths``; False (logged) when one is not empty: a volume is left."""
+    for kind in layout.POD_VOLUME_KINDS:
+        try:
+            kind_fd = fdtree.open_dir_at(pod_fd, kind, os.path.join(pod_dir, kind))
+        except FileNotFoundError:
+            continue
+        try:
+            for name in os.listdir(kind_fd):
+                os.rmdir(name, dir_fd=kind_fd)  # only when empty
+        except OSError:
+            log.info("pod directory %s still holds something under %s", pod_dir, kind)
+            return False
+        finally:
+            os.close(kind_fd)
     return True

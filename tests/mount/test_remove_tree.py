@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubevol.errors import MountError, UnsafePathError
-from kubevol.mount import remove_tree_on_one_device
+from kubevol.mount import helpers, remove_tree_on_one_device
 from kubevol.testing.mount_rig import MountRig
 from tests.hostile import LinkFlipper, snapshot
 
@@ -218,3 +218,54 @@ def test_a_bind_mount_of_the_same_filesystem_is_detected(tmp_path: Path, rig: Mo
     with pytest.raises(MountError, match="mount point"):
         remove_tree_on_one_device(str(volume))
     assert (outside / "keep").read_text() == "keep"
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_tree_walked_once_is_deleted_from_what_the_walk_kept(tmp_path: Path) -> None:
+    """A small tree is deleted from the descriptors its one walk kept (no second walk):
+    everything goes, and no descriptor is left open."""
+    volume = tmp_path / "volume"
+    make_volume(volume, dirs=5, files=4)
+    (volume / "link").symlink_to(tmp_path)
+    before = _open_fds()
+    remove_tree_on_one_device(str(volume) + "/")
+    assert not volume.exists()
+    assert tmp_path.exists()
+    assert _open_fds() == before
+
+
+def test_a_tree_written_between_the_walk_and_the_deletion_is_walked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workload adds a file after the walk listed the tree: the directory holding it is not
+    empty when its turn comes, and the tree is walked again and deleted all the same."""
+    volume = tmp_path / "volume"
+    make_volume(volume, dirs=3, files=2)
+    walk_before_deleting = helpers._walk_before_deleting
+
+    def then_written(top_fd: int, path: str) -> object:
+        listed = walk_before_deleting(top_fd, path)
+        (volume / "d0" / "written-meanwhile").write_text("x")
+        return listed
+
+    monkeypatch.setattr(helpers, "_walk_before_deleting", then_written)
+    before = _open_fds()
+    remove_tree_on_one_device(str(volume))
+    assert not volume.exists()
+    assert _open_fds() == before
+
+
+@pytest.mark.root
+def test_a_refused_tree_leaves_no_descriptor_open(tmp_path: Path, rig: MountRig) -> None:
+    """The walk that finds a mount closes the directories it had kept."""
+    volume = tmp_path / "volume"
+    make_volume(volume, dirs=4, files=1)
+    (volume / "z-mnt").mkdir()
+    rig.tmpfs(volume / "z-mnt")
+    before = _open_fds()
+    with pytest.raises(MountError):
+        remove_tree_on_one_device(str(volume))
+    assert _open_fds() == before

@@ -115,30 +115,43 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
         return
     root = os.path.dirname(host.get_pods_dir().rstrip("/"))
     beneath = root if is_below(mount_path, root) else None
-    try:
-        parent_fd, mount_name = fdtree.open_parent(mount_path, beneath=beneath)
-    except FileNotFoundError:
-        return
-    try:
-        # A writer of vol_data.json killed mid-write leaves its temporary file; it is ours.
-        for name in os.listdir(parent_fd):
-            if name.startswith(CSI_VOL_DATA_TEMP_PREFIX):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=parent_fd)
-        _remove_at(os.rmdir, mount_name, parent_fd, mount_path)
-        _remove_at(os.unlink, CSI_VOL_DATA_FILE, parent_fd,
-                   os.path.join(os.path.dirname(mount_path), CSI_VOL_DATA_FILE))
-    finally:
-        os.close(parent_fd)
-    volume_dir = os.path.dirname(mount_path)
+    volume_dir, mount_name = os.path.split(os.path.normpath(mount_path))
     try:
         grand_fd, volume_name = fdtree.open_parent(volume_dir, beneath=beneath)
     except FileNotFoundError:
         return
     try:
-        _remove_at(os.rmdir, volume_name, grand_fd, volume_dir)
+        try:
+            volume_fd = fdtree.open_dir_at(grand_fd, volume_name, volume_dir)
+        except FileNotFoundError:
+            return
+        try:
+            _remove_at(os.rmdir, mount_name, volume_fd, mount_path)
+            _remove_at(os.unlink, CSI_VOL_DATA_FILE, volume_fd,
+                       os.path.join(volume_dir, CSI_VOL_DATA_FILE))
+            try:
+                _remove_at(os.rmdir, volume_name, grand_fd, volume_dir)
+            except OSError as exc:
+                # A writer of vol_data.json killed mid-write leaves its temporary file: it
+                # is ours. Looked for only then, not listed in every removal.
+                if exc.errno != errno.ENOTEMPTY or not _remove_temp_files(volume_fd):
+                    raise
+                _remove_at(os.rmdir, volume_name, grand_fd, volume_dir)
+        finally:
+            os.close(volume_fd)
     finally:
         os.close(grand_fd)
+
+
+def _remove_temp_files(dir_fd: int) -> bool:
+    """Remove the ``vol_data.json`` writers' temporary files in ``dir_fd``; whether any."""
+    found = False
+    for name in os.listdir(dir_fd):
+        if name.startswith(CSI_VOL_DATA_TEMP_PREFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+            found = True
+    return found
 
 
 def _remove_at(action: Callable[..., None], name: str, dir_fd: int, path: str) -> None:
