@@ -146,6 +146,9 @@ def validate_pod(pod: Mapping[str, Any], where: str) -> None:
 
 
 def _volume_source(volume: Mapping[str, Any], where: str) -> None:
+    for key in volume:
+        if key != "name":  # every other field is a source: an object in the API
+            _get(volume, key, dict, where)
     claim = _get(volume, "persistentVolumeClaim", dict, where)
     if claim is not None and not isinstance(claim.get("claimName"), str):
         raise SpecError(f"{where}: persistentVolumeClaim.claimName must be a string")
