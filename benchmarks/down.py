@@ -51,7 +51,6 @@ CAP = t.VolumeCapability.mount()
 SIZE = t.CapacityRange(required_bytes=16 << 20)
 
 
-
 class RpcCounter:
     """Counts the RPCs a driver answers, by method name, from any thread."""
 

@@ -52,6 +52,7 @@ RSS_TARGET_MB = 300.0
 DRIVER = "pd.csi.storage.gke.io"
 NODE = "node-1"
 
+
 def mount_tmpfs(target: str) -> None:
     """mount(2) a small tmpfs at ``target`` (as the kubelet's wrapped Memory emptyDir)."""
     syscalls.mount("tmpfs", target, "tmpfs", 0, "size=1m")

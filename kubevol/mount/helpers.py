@@ -188,16 +188,16 @@ def remove_tree_on_one_device(path: str, *, beneath: str | None = None) -> None:
 def empty_tree_on_one_device(top_fd: int, path: str) -> None:
     """Delete everything under the directory ``top_fd`` (``path``, for messages), as
     :func:`remove_tree_on_one_device` does; the caller keeps ``top_fd`` and the directory."""
-    listed = _walk_before_deleting(top_fd, posixpath.normpath(path))
-    if listed is not None:
-        removals, kept = listed
-        try:
-            if _delete_listed(removals, kept):
-                return
-        finally:
-            for fd in kept.values():
-                if fd != top_fd:
-                    os.close(fd)
+    top = posixpath.normpath(path)
+    #: A descriptor of every directory under the top, by path, for the deletion.
+    kept: dict[str, int] = {}
+    try:
+        removals = _walk_before_deleting(top_fd, top, kept)
+        if removals is not None and _delete_listed(removals, {top: top_fd, **kept}):
+            return
+    finally:
+        for fd in kept.values():
+            os.close(fd)
     # Too many directories to keep open, or the tree grew since it was walked: walk it again
     # and delete what is met.
     for entry in fdtree.walk(top_fd, path):
@@ -216,47 +216,36 @@ def empty_tree_on_one_device(top_fd: int, path: str) -> None:
 _Removals = list[tuple[str, str, bool]]
 
 
-def _walk_before_deleting(top_fd: int, path: str) -> tuple[_Removals, dict[str, int]] | None:
+def _walk_before_deleting(top_fd: int, top: str, kept: dict[str, int]) -> _Removals | None:
     """Walk the whole tree before anything is deleted: a mount point in it raises
-    :class:`~kubevol.errors.MountError`. Returns what was met, and a descriptor of every
-    directory (duplicated as the walk goes: one call each instead of a second walk of the
-    tree), by its path; None when the tree has more directories than
-    :data:`kubevol.fdtree.OPEN_DIRS`, which are not all kept open."""
+    :class:`~kubevol.errors.MountError`. Returns what was met, and puts in ``kept`` (the
+    caller closes them) a duplicate descriptor of every directory under the top, by path:
+    one call each instead of a second walk of the tree. None when the tree has more
+    directories than :data:`kubevol.fdtree.OPEN_DIRS`, which are not all kept open."""
     removals: _Removals = []
-    kept = {path: top_fd}
     too_many = False
-    try:
-        for entry in fdtree.walk(top_fd, path):
-            if entry.parent_fd < 0 or too_many:
-                continue  # the top, or too many: walked on for its mounts only
-            if entry.is_dir:
-                if len(kept) > fdtree.OPEN_DIRS:
-                    too_many = True
-                    continue
-                kept[entry.path] = os.dup(entry.fd)
-            removals.append((posixpath.dirname(entry.path), entry.name, entry.is_dir))
-    except BaseException:
-        for fd in kept.values():
-            if fd != top_fd:
-                os.close(fd)
-        raise
-    if too_many:
-        for fd in kept.values():
-            if fd != top_fd:
-                os.close(fd)
-        return None
-    return removals, kept
+    for entry in fdtree.walk(top_fd, top):
+        if entry.parent_fd < 0 or too_many:
+            continue  # the top, or too many: walked on for its mounts only
+        if entry.is_dir:
+            if len(kept) >= fdtree.OPEN_DIRS:
+                too_many = True
+                continue
+            kept[entry.path] = os.dup(entry.fd)
+        removals.append((posixpath.dirname(entry.path), entry.name, entry.is_dir))
+    return None if too_many else removals
 
 
-def _delete_listed(removals: _Removals, kept: dict[str, int]) -> bool:
-    """Delete what :func:`_walk_before_deleting` met, through the directories it kept;
-    False when a directory is no longer empty (something was added since: walk again)."""
+def _delete_listed(removals: _Removals, dirs: dict[str, int]) -> bool:
+    """Delete what :func:`_walk_before_deleting` met, through the directories ``dirs``
+    (the top's and those kept); False when a directory is no longer empty (something was
+    added since: walk again)."""
     for directory, name, is_dir in removals:
         try:
             if is_dir:
-                os.rmdir(name, dir_fd=kept[directory])
+                os.rmdir(name, dir_fd=dirs[directory])
             else:
-                os.unlink(name, dir_fd=kept[directory])
+                os.unlink(name, dir_fd=dirs[directory])
         except FileNotFoundError:
             continue  # removed meanwhile by whoever writes the tree
         except OSError as exc:

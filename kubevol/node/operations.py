@@ -583,4 +583,3 @@ class OperationGenerator:
             self.actual.set_size(v.unique_name, new_size)
 
         return run
-

@@ -40,6 +40,19 @@ def make_volume(root: Path, *, dirs: int = 40, files: int = 15) -> list[str]:
     return names
 
 
+def volume_with_a_mount(tmp_path: Path, rig: MountRig, *, dirs: int, files: int) -> Path:
+    """A volume (:func:`make_volume`) with a tmpfs mounted at its ``z-mnt``."""
+    volume = tmp_path / "volume"
+    make_volume(volume, dirs=dirs, files=files)
+    (volume / "z-mnt").mkdir()
+    rig.tmpfs(volume / "z-mnt")
+    return volume
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 @pytest.fixture
 def fast_switching() -> Iterator[None]:
     """Let the racing thread run between almost every step of the removal."""
@@ -185,19 +198,16 @@ def test_a_tree_deeper_than_the_open_descriptor_window_is_removed(tmp_path: Path
         os.close(fd)
         fd = sub
     os.close(fd)
-    open_before = len(os.listdir("/proc/self/fd"))
+    open_before = _open_fds()
     remove_tree_on_one_device(str(volume))
     assert not volume.exists()
-    assert len(os.listdir("/proc/self/fd")) == open_before
+    assert _open_fds() == open_before
 
 
 @pytest.mark.root
 def test_a_mount_inside_refuses_before_deleting_anything(tmp_path: Path, rig: MountRig) -> None:
     """A tmpfs mounted below the volume: MountError, every file still there."""
-    volume = tmp_path / "volume"
-    make_volume(volume, dirs=3, files=2)
-    (volume / "z-mnt").mkdir()
-    rig.tmpfs(volume / "z-mnt")
+    volume = volume_with_a_mount(tmp_path, rig, dirs=3, files=2)
     (volume / "z-mnt" / "other-volume-data").write_text("keep")
     before = snapshot(volume)
     with pytest.raises(MountError, match="mount point"):
@@ -218,10 +228,6 @@ def test_a_bind_mount_of_the_same_filesystem_is_detected(tmp_path: Path, rig: Mo
     with pytest.raises(MountError, match="mount point"):
         remove_tree_on_one_device(str(volume))
     assert (outside / "keep").read_text() == "keep"
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def test_a_tree_walked_once_is_deleted_from_what_the_walk_kept(tmp_path: Path) -> None:
@@ -246,8 +252,8 @@ def test_a_tree_written_between_the_walk_and_the_deletion_is_walked_again(
     make_volume(volume, dirs=3, files=2)
     walk_before_deleting = helpers._walk_before_deleting
 
-    def then_written(top_fd: int, path: str) -> object:
-        listed = walk_before_deleting(top_fd, path)
+    def then_written(top_fd: int, path: str, kept: dict[str, int]) -> object:
+        listed = walk_before_deleting(top_fd, path, kept)
         (volume / "d0" / "written-meanwhile").write_text("x")
         return listed
 
@@ -261,10 +267,7 @@ def test_a_tree_written_between_the_walk_and_the_deletion_is_walked_again(
 @pytest.mark.root
 def test_a_refused_tree_leaves_no_descriptor_open(tmp_path: Path, rig: MountRig) -> None:
     """The walk that finds a mount closes the directories it had kept."""
-    volume = tmp_path / "volume"
-    make_volume(volume, dirs=4, files=1)
-    (volume / "z-mnt").mkdir()
-    rig.tmpfs(volume / "z-mnt")
+    volume = volume_with_a_mount(tmp_path, rig, dirs=4, files=1)
     before = _open_fds()
     with pytest.raises(MountError):
         remove_tree_on_one_device(str(volume))

@@ -129,18 +129,23 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
             _remove_at(os.rmdir, mount_name, volume_fd, mount_path)
             _remove_at(os.unlink, CSI_VOL_DATA_FILE, volume_fd,
                        os.path.join(volume_dir, CSI_VOL_DATA_FILE))
-            try:
-                _remove_at(os.rmdir, volume_name, grand_fd, volume_dir)
-            except OSError as exc:
-                # A writer of vol_data.json killed mid-write leaves its temporary file: it
-                # is ours. Looked for only then, not listed in every removal.
-                if exc.errno != errno.ENOTEMPTY or not _remove_temp_files(volume_fd):
-                    raise
-                _remove_at(os.rmdir, volume_name, grand_fd, volume_dir)
+            _remove_volume_dir(grand_fd, volume_name, volume_fd, volume_dir)
         finally:
             os.close(volume_fd)
     finally:
         os.close(grand_fd)
+
+
+def _remove_volume_dir(parent_fd: int, name: str, dir_fd: int, path: str) -> None:
+    """rmdir the volume directory ``name`` (``dir_fd``, ``path``) in ``parent_fd``. A writer
+    of ``vol_data.json`` killed mid-write leaves its temporary file, which is ours: looked
+    for only when the directory is not empty, not listed in every removal."""
+    try:
+        _remove_at(os.rmdir, name, parent_fd, path)
+    except OSError as exc:
+        if exc.errno != errno.ENOTEMPTY or not _remove_temp_files(dir_fd):
+            raise
+        _remove_at(os.rmdir, name, parent_fd, path)
 
 
 def _remove_temp_files(dir_fd: int) -> bool:
