@@ -18,6 +18,7 @@ holds one descriptor per level), and there is no walk in it to re-own files.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import errno
@@ -145,19 +146,12 @@ def _open_beneath(dir_fd: int, rel: str) -> int:
         mode=0,
         resolve=_RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
     )
-    fd: int = _libc_syscall()(
+    fd: int = libc().syscall(
         _SYS_OPENAT2, dir_fd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how)
     )
     if fd < 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
         _Openat2.usable = False
     return fd
-
-
-@functools.cache
-def _libc_syscall() -> Any:
-    fn = libc().syscall
-    fn.restype = ctypes.c_long
-    return fn
 
 
 def open_parent(path: str, *, beneath: str | None = None) -> tuple[int, str]:
@@ -193,6 +187,23 @@ def refuse_links(path: str, *, beneath: str | None = None) -> None:
             errno.ELOOP, f"{path!r} is a symbolic link where a directory is expected; "
             "nothing was changed through it"
         )
+
+
+@contextlib.contextmanager
+def opened_with_parent(path: str, *, beneath: str | None = None) -> Iterator[tuple[int, str, int]]:
+    """``(parent_fd, name, fd)``: descriptors of directory ``path``'s parent (as
+    :func:`open_parent`) and of ``path`` itself (as :func:`open_dir_at`), and ``path``'s name
+    in the parent, both closed on leaving; for removing a directory once what it holds is
+    gone (``rmdir(name, dir_fd=parent_fd)``)."""
+    parent_fd, name = open_parent(path, beneath=beneath)
+    try:
+        fd = open_dir_at(parent_fd, name, path)
+        try:
+            yield parent_fd, name, fd
+        finally:
+            os.close(fd)
+    finally:
+        os.close(parent_fd)
 
 
 def open_dir_at(parent_fd: int, name: str, path: str) -> int:

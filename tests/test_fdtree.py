@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import types
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def test_a_kernel_without_openat2_is_asked_once(
         ctypes.set_errno(errno.ENOSYS)
         return -1
 
-    monkeypatch.setattr(fdtree, "_libc_syscall", lambda: missing)
+    monkeypatch.setattr(fdtree, "libc", lambda: types.SimpleNamespace(syscall=missing))
     for _ in range(3):
         fd = fdtree.open_dir(str(target), beneath=str(tmp_path / "root"))
         try:

@@ -3,6 +3,7 @@ mount-reference search, and a cleanup that never deletes through a mount point."
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -173,16 +174,9 @@ def remove_tree_on_one_device(path: str, *, beneath: str | None = None) -> None:
     :class:`~kubevol.errors.UnsafePathError`, nothing deleted. ``FileNotFoundError`` when
     ``path`` does not exist.
     """
-    parent_fd, name = fdtree.open_parent(path, beneath=beneath)
-    try:
-        top_fd = fdtree.open_dir_at(parent_fd, name, path)
-        try:
-            empty_tree_on_one_device(top_fd, path)
-        finally:
-            os.close(top_fd)
+    with fdtree.opened_with_parent(path, beneath=beneath) as (parent_fd, name, top_fd):
+        empty_tree_on_one_device(top_fd, path)
         os.rmdir(name, dir_fd=parent_fd)
-    finally:
-        os.close(parent_fd)
 
 
 def empty_tree_on_one_device(top_fd: int, path: str) -> None:
@@ -201,15 +195,8 @@ def empty_tree_on_one_device(top_fd: int, path: str) -> None:
     # Too many directories to keep open, or the tree grew since it was walked: walk it again
     # and delete what is met.
     for entry in fdtree.walk(top_fd, path):
-        if entry.parent_fd < 0:
-            continue  # the top: the caller's
-        try:
-            if entry.is_dir:
-                os.rmdir(entry.name, dir_fd=entry.parent_fd)
-            else:
-                os.unlink(entry.name, dir_fd=entry.parent_fd)
-        except FileNotFoundError:
-            continue  # removed meanwhile by whoever writes the tree
+        if entry.parent_fd >= 0:  # not the top: the caller's
+            _remove_entry(entry.name, entry.parent_fd, entry.is_dir)
 
 
 #: ``(directory, name, is_dir)`` of every entry under a tree, children before parents.
@@ -242,14 +229,19 @@ def _delete_listed(removals: _Removals, dirs: dict[str, int]) -> bool:
     added since: walk again)."""
     for directory, name, is_dir in removals:
         try:
-            if is_dir:
-                os.rmdir(name, dir_fd=dirs[directory])
-            else:
-                os.unlink(name, dir_fd=dirs[directory])
-        except FileNotFoundError:
-            continue  # removed meanwhile by whoever writes the tree
+            _remove_entry(name, dirs[directory], is_dir)
         except OSError as exc:
             if exc.errno == errno.ENOTEMPTY:
                 return False
             raise
     return True
+
+
+def _remove_entry(name: str, dir_fd: int, is_dir: bool) -> None:
+    """rmdir or unlink ``name`` in ``dir_fd``; one removed meanwhile (by whoever writes the
+    tree) is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        if is_dir:
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)

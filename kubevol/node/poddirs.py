@@ -163,25 +163,15 @@ def remove_pod_dir(pod_dir: str) -> bool:
         return True
     pods_dir = os.path.dirname(pod_dir.rstrip("/"))
     try:
-        pods_fd, uid = fdtree.open_parent(pod_dir, beneath=pods_dir)
-    except OSError as exc:
-        log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
-        return False
-    try:
-        pod_fd = fdtree.open_dir_at(pods_fd, uid, pod_dir)
-        try:
+        with fdtree.opened_with_parent(pod_dir, beneath=pods_dir) as (pods_fd, uid, pod_fd):
             if not _remove_empty_plugin_dirs(pod_fd, pod_dir):
                 return False
             # The descriptor opened for the check serves the removal: not opened again.
             empty_tree_on_one_device(pod_fd, pod_dir)
-        finally:
-            os.close(pod_fd)
-        os.rmdir(uid, dir_fd=pods_fd)
+            os.rmdir(uid, dir_fd=pods_fd)
     except OSError as exc:
         log.warning("cannot remove pod directory %s: %s", pod_dir, exc)
         return False
-    finally:
-        os.close(pods_fd)
     return True
 
 

@@ -116,24 +116,17 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
     root = os.path.dirname(host.get_pods_dir().rstrip("/"))
     beneath = root if is_below(mount_path, root) else None
     volume_dir, mount_name = os.path.split(os.path.normpath(mount_path))
-    try:
-        grand_fd, volume_name = fdtree.open_parent(volume_dir, beneath=beneath)
-    except FileNotFoundError:
-        return
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            volume_fd = fdtree.open_dir_at(grand_fd, volume_name, volume_dir)
+            grand_fd, volume_name, volume_fd = stack.enter_context(
+                fdtree.opened_with_parent(volume_dir, beneath=beneath)
+            )
         except FileNotFoundError:
-            return
-        try:
-            _remove_at(os.rmdir, mount_name, volume_fd, mount_path)
-            _remove_at(os.unlink, CSI_VOL_DATA_FILE, volume_fd,
-                       os.path.join(volume_dir, CSI_VOL_DATA_FILE))
-            _remove_volume_dir(grand_fd, volume_name, volume_fd, volume_dir)
-        finally:
-            os.close(volume_fd)
-    finally:
-        os.close(grand_fd)
+            return  # gone already
+        _remove_at(os.rmdir, mount_name, volume_fd, mount_path)
+        _remove_at(os.unlink, CSI_VOL_DATA_FILE, volume_fd,
+                   os.path.join(volume_dir, CSI_VOL_DATA_FILE))
+        _remove_volume_dir(grand_fd, volume_name, volume_fd, volume_dir)
 
 
 def _remove_volume_dir(parent_fd: int, name: str, dir_fd: int, path: str) -> None:
