@@ -34,7 +34,7 @@ import psutil
 from benchmarks.churn import manifests_for
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState

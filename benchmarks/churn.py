@@ -30,7 +30,7 @@ from typing import Any
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import parse_manifests

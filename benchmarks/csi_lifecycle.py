@@ -18,7 +18,7 @@ Run as root: ``.venv/bin/python -m benchmarks.csi_lifecycle [--lifecycles 40] [-
    second) the driver as it was at that git revision, holding 10 volumes, runs beside
    them and is measured in the same rounds, and kubevol's rate must be at least twice its
    rate (the median over rounds of the two rates measured back to back).
-2. **Conformance suite.** ``pytest --pyargs kubevol.csi.sanity`` against the hostpath
+2. **Conformance suite.** ``pytest --pyargs kubevol.csidriver.sanity`` against the hostpath
    driver (mount mode, attach on), against the reference of the same suite against the
    in-memory mock (the difference is what real mounts and state cost).
 """
@@ -321,7 +321,7 @@ def bench_suite(work: Path) -> None:
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
-             "kubevol.csi.sanity", "--csi-endpoint", endpoint,
+             "kubevol.csidriver.sanity", "--csi-endpoint", endpoint,
              "--csi-staging-dir", str(suite / "staging"), "--csi-mount-dir", str(suite / "mnt")],
             cwd=suite, capture_output=True, text=True, check=False,
         )  # fmt: skip

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/csi_roundtrip.py [--calls 1000] [--repeat 5]``
 
-A no-op driver built on :mod:`kubevol.csi.server` is served in this process on a socket in
+A no-op driver built on :mod:`kubevol.csidriver.server` is served in this process on a socket in
 a temporary directory, twice: bare (no middleware) and with spec validation plus in-process
 serial volume access switched on. For each server it times, per call:
 
@@ -29,7 +29,12 @@ from kubevol.csi import convert
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.client import CSIClient
-from kubevol.csi.server import IdentityService, NodeService, StoragePlugin, serve_in_background
+from kubevol.csidriver.server import (
+    IdentityService,
+    NodeService,
+    StoragePlugin,
+    serve_in_background,
+)
 
 csi_grpc: Any = importlib.import_module("kubevol.csi._generated.csi_pb2_grpc")
 

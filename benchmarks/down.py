@@ -47,7 +47,7 @@ from benchmarks.churn import manifests_for
 from benchmarks.report import Row, emit, load_average, reexec_in_private_namespace
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.mount.syscalls import MS_BIND, mount
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 

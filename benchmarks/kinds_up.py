@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from benchmarks.report import Row, emit, load_average
+from kubevol.k8s.tokens import TokenManager, TokenRequest
 from kubevol.mount import syscalls
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.desired import new_pods
@@ -35,7 +36,6 @@ from kubevol.node.records import PodRecord, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from kubevol.testing.token_provider import StandInTokenProvider
-from kubevol.tokens import TokenManager, TokenRequest
 
 CONFIG = {"app.properties": "greeting=hello\ncolor=blue\n" * 4, "log-level": "info\n",
           "ca.crt": "-----BEGIN CERTIFICATE-----\n" + "A" * 1100 + "\n-----END CERTIFICATE-----\n"}

@@ -1,5 +1,5 @@
 """Benchmark: load the manifests of 500 pods (issue 18's case) through kubevol's bounded
-YAML loading (:mod:`kubevol.safeyaml`: size caps, go-yaml's alias rule, depth measured on
+YAML loading (:mod:`kubevol.util.safeyaml`: size caps, go-yaml's alias rule, depth measured on
 libyaml's parse events, then libyaml's CSafeLoader), against the bare loaders in the same
 run.
 
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from benchmarks.report import Row, emit, load_average
-from kubevol import safeyaml
+from kubevol.util import safeyaml
 
 POD = """apiVersion: v1
 kind: Pod

@@ -43,11 +43,11 @@ import time
 from collections.abc import Callable
 
 from benchmarks.report import Row, emit, load_average
-from kubevol.csi.plugin import CSIPlugin
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import Reconstruction, scan
+from kubevol.plugins.csi import CSIPlugin
 
 #: The CLI's target per 10,000 volumes, start-up included (issue 18).
 CLI_TARGET_SECONDS = 1.5

@@ -14,10 +14,6 @@ from typing import TYPE_CHECKING, Any
 from kubevol._version import __version__
 
 if TYPE_CHECKING:
-    from kubevol.atomic_writer import (
-        AtomicWriter,
-        FileProjection,
-    )
     from kubevol.errors import (
         AmbiguousPluginError,
         CorruptedMountError,
@@ -45,6 +41,22 @@ if TYPE_CHECKING:
         AttachDetachVolumeHost,
         KubeletVolumeHost,
         VolumeHost,
+    )
+    from kubevol.k8s.objects import (
+        APIObjectSource,
+        ConfigMap,
+        KubeAPIObjects,
+        ManifestObjects,
+        ObjectNotFoundError,
+        Secret,
+    )
+    from kubevol.k8s.tokens import (
+        APITokenProvider,
+        CommandTokenProvider,
+        IssuedToken,
+        TokenManager,
+        TokenProvider,
+        TokenRequest,
     )
     from kubevol.layout import escape_plugin_name, unescape_plugin_name, validate_path_segment
     from kubevol.manager import (
@@ -79,15 +91,6 @@ if TYPE_CHECKING:
         path_exists,
     )
     from kubevol.node.host import NodeVolumeHost
-    from kubevol.objects import (
-        APIObjectSource,
-        ConfigMap,
-        KubeAPIObjects,
-        ManifestObjects,
-        ObjectNotFoundError,
-        Secret,
-    )
-    from kubevol.ownership import set_volume_ownership
     from kubevol.plugin import (
         AttachableVolumePlugin,
         BlockVolumePlugin,
@@ -105,19 +108,16 @@ if TYPE_CHECKING:
         VolumePlugin,
         VolumePluginWithAttachLimits,
     )
-    from kubevol.recycler import (
+    from kubevol.plugins.atomic_writer import (
+        AtomicWriter,
+        FileProjection,
+    )
+    from kubevol.plugins.ownership import set_volume_ownership
+    from kubevol.plugins.recycler import (
         new_persistent_volume_recycler_pod_template,
         validate_recycler_pod_template,
     )
     from kubevol.spec import Spec
-    from kubevol.tokens import (
-        APITokenProvider,
-        CommandTokenProvider,
-        IssuedToken,
-        TokenManager,
-        TokenProvider,
-        TokenRequest,
-    )
     from kubevol.types import (
         CSI_VOLUME_PUBLISHED,
         CSI_VOLUME_STAGED,
@@ -153,11 +153,11 @@ if TYPE_CHECKING:
 
 #: Where each public name lives: module -> names.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "kubevol.atomic_writer": (
+    "kubevol.plugins.atomic_writer": (
         "AtomicWriter",
         "FileProjection",
     ),
-    "kubevol.objects": (
+    "kubevol.k8s.objects": (
         "APIObjectSource",
         "ConfigMap",
         "KubeAPIObjects",
@@ -165,7 +165,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ObjectNotFoundError",
         "Secret",
     ),
-    "kubevol.tokens": (
+    "kubevol.k8s.tokens": (
         "APITokenProvider",
         "CommandTokenProvider",
         "IssuedToken",
@@ -230,7 +230,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "parse_mountinfo_text",
         "path_exists",
     ),
-    "kubevol.ownership": (
+    "kubevol.plugins.ownership": (
         "set_volume_ownership",
     ),
     "kubevol.plugin": (
@@ -250,7 +250,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VolumePlugin",
         "VolumePluginWithAttachLimits",
     ),
-    "kubevol.recycler": (
+    "kubevol.plugins.recycler": (
         "new_persistent_volume_recycler_pod_template",
         "validate_recycler_pod_template",
     ),

@@ -33,25 +33,25 @@ Packages that sit above this module add branches of their own, defined where the
 raised (so that ``import kubevol`` needs no grpc)::
 
     KubevolError
-    ├── kubevol.units.UnitError (ValueError)    a size or duration that cannot be read
+    ├── kubevol.util.units.UnitError (ValueError)    a size or duration that cannot be read
     ├── kubevol.csi.errors
     │   ├── CSIRPCError                        .code (grpc.StatusCode), .method
     │   │   └── CSIRPCUncertainError           also UncertainProgressError (non-final codes)
     │   ├── CSIEndpointError (ValueError)      an endpoint that cannot be parsed
     │   └── CSIServeError                      a driver could not be served
-    ├── kubevol.csi.server.config.ServerConfigError (ValueError)   bad X_CSI_* settings
-    ├── kubevol.csi.locks: LockConfigError (ValueError), LockProviderError (etcd failed)
-    ├── kubevol.csi.plugin: VolumeDataError (ValueError)
+    ├── kubevol.csidriver.server.config.ServerConfigError (ValueError)   bad X_CSI_* settings
+    ├── kubevol.csidriver.locks: LockConfigError (ValueError), LockProviderError (etcd failed)
+    ├── kubevol.plugins.csi: VolumeDataError (ValueError)
     │   └── VolumeDataMissingError (FileNotFoundError)            no vol_data.json
-    ├── kubevol.csi.registration: DriverNotRegisteredError (LookupError),
+    ├── kubevol.plugins.csi.registration: DriverNotRegisteredError (LookupError),
     │   DriverRegistrationError (ValueError)
-    ├── kubevol.csi.driverinfo.CSIDriverInfoError (ValueError)
-    ├── kubevol.csi.attach: APIError; VolumeAttachmentError (an OperationError)
-    ├── kubevol.csi.drivers.engine.state.DriverStateError (ValueError)
+    ├── kubevol.plugins.csi.driverinfo.CSIDriverInfoError (ValueError)
+    ├── kubevol.plugins.csi.attach: APIError; VolumeAttachmentError (an OperationError)
+    ├── kubevol.csidriver.drivers.engine.state.DriverStateError (ValueError)
     ├── kubevol.nomad: PluginWaitTimeoutError (a PluginNotFoundError, TimeoutError),
     │   ManagerStateError, ManagerShutdownError, PluginUnhealthyError
-    ├── kubevol.objects: ObjectNotFoundError (LookupError), ObjectSourceError
-    ├── kubevol.tokens: TokenError
+    ├── kubevol.k8s.objects: ObjectNotFoundError (LookupError), ObjectSourceError
+    ├── kubevol.k8s.tokens: TokenError
     │   └── TokenProviderMissingError          no token provider is configured
     ├── kubevol.mount.subpath.SubPathError (ValueError)   a subPath that escapes or is invalid
     ├── kubevol.plugins.atomic_volume.PayloadError        several sources of a volume failed

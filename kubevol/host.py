@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kubevol.tokens import (
+from kubevol.k8s.tokens import (
     IssuedToken,
     TokenProviderMissingError,
     TokenRequest,
@@ -85,19 +85,19 @@ class VolumeHost(abc.ABC):
 
     @abc.abstractmethod
     def get_secret_func(self) -> Callable[[str, str], Any]:
-        """A function ``(namespace, name) → kubevol.objects.Secret`` (``.data`` base64 as
-        in the API); raises :class:`~kubevol.objects.ObjectNotFoundError` when missing."""
+        """A function ``(namespace, name) → kubevol.k8s.objects.Secret`` (``.data`` base64 as
+        in the API); raises :class:`~kubevol.k8s.objects.ObjectNotFoundError` when missing."""
 
     @abc.abstractmethod
     def get_config_map_func(self) -> Callable[[str, str], Any]:
-        """A function ``(namespace, name) → kubevol.objects.ConfigMap``; raises
-        :class:`~kubevol.objects.ObjectNotFoundError` when missing."""
+        """A function ``(namespace, name) → kubevol.k8s.objects.ConfigMap``; raises
+        :class:`~kubevol.k8s.objects.ObjectNotFoundError` when missing."""
 
     def get_service_account_token_func(self) -> Callable[[TokenRequest], IssuedToken]:
         """A function that returns a (cached, refreshed when due) token for a request.
 
         The default has no provider: it raises
-        :class:`~kubevol.tokens.TokenProviderMissingError`.
+        :class:`~kubevol.k8s.tokens.TokenProviderMissingError`.
         """
 
         def missing(request: TokenRequest) -> IssuedToken:

@@ -44,8 +44,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from kubevol import jsontext
 from kubevol.errors import InvalidPathSegmentError
+from kubevol.util import jsontext
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import attrs
 
-from kubevol import safeyaml, units
 from kubevol.errors import SpecError, UntrustedDataError
 from kubevol.layout import validate_path_segment
-from kubevol.units import UnitError
+from kubevol.util import safeyaml, units
+from kubevol.util.units import UnitError
 
 _T = TypeVar("_T")
 
@@ -284,7 +284,7 @@ def pod_uid(pod: Any) -> str:
 
 def quantity_bytes(quantity: Any) -> int | None:
     """A Kubernetes quantity (``"64Mi"``, ``1G``) as whole bytes, rounded up (see
-    :func:`kubevol.units.quantity_bytes`); None and "" stay None."""
+    :func:`kubevol.util.units.quantity_bytes`); None and "" stay None."""
     if quantity is None or quantity == "":
         return None
     try:

@@ -89,7 +89,7 @@ for protobuf in "$LOWEST_PROTOBUF" newest; do
     fi
     "$venv/bin/python" -c 'import google.protobuf as p; print("protobuf", p.__version__)'
     unshare -m --propagation private "$venv/bin/pytest" -q -p no:cacheprovider \
-        tests/csi/test_client.py tests/csi/test_middleware.py tests/cli/test_csi_cli.py
+        tests/csi/test_client.py tests/csidriver/test_middleware.py tests/cli/test_csi_cli.py
 done
 
 say "a downstream project's mypy sees kubevol's types (editable install)"

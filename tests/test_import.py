@@ -49,7 +49,7 @@ def test_node_commands_load_no_http_client_until_an_etcd_provider_is_built() -> 
     """The node commands (through the driver framework's configuration) load neither
     requests nor etcd3gw; building an etcd lock provider loads them."""
     code = (
-        "import sys, kubevol.cli.down, kubevol.node.runtime, kubevol.csi.locks as locks; "
+        "import sys, kubevol.cli.down, kubevol.node.runtime, kubevol.csidriver.locks as locks; "
         "first = sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'etcd3gw')); "
         "locks.EtcdLockProvider(endpoints=['127.0.0.1:1']); "
         "print(first, 'requests' in sys.modules, 'etcd3gw' in sys.modules)"

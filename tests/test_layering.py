@@ -1,15 +1,20 @@
 """The import layering of DESIGN.md, checked on the source: every ``import`` of a kubevol
 module (at module level, inside functions, and under ``TYPE_CHECKING``) is read with
-``ast``, and the graph must keep the layers, keep grpc inside ``kubevol/csi``, and hold no
+``ast``, and the graph must keep the layers, keep grpc inside the CSI packages, and hold no
 cycle. A function-level import is an edge like any other, so a lazy import that hides a
 cycle is found; lazy imports of third-party modules (for start-up speed) are not edges.
 
-    errors/types ◄ layout ◄ mount ◄ bases ◄ metrics ◄ plugins, csi ◄ node, nomad ◄ cli
+    errors/types ◄ util ◄ layout ◄ mount ◄ k8s ◄ bases ◄ metrics, csi (protocol)
+        ◄ plugins (kubernetes.io/csi included), csidriver ◄ node, nomad ◄ testing ◄ cli
 
-This is DESIGN.md's order with the mount layer moved below the bases (see ``GROUPS``). A
-package may import its own modules and those of lower layers, never a sibling of its own
-layer (plugins ↛ csi). ``kubevol.testing`` may import anything below the CLI; the package
-``kubevol`` itself is the public facade over everything.
+This is DESIGN.md's order with two layers lower than it draws them (see ``GROUPS``): the
+mount layer below the bases, as Kubernetes' mount-utils sits below pkg/volume, and ``k8s``
+below the bases, whose ``VolumeHost`` serves plugins the objects and tokens it defines. The
+layers are folders. A package may import its
+own modules and those of lower layers, never a sibling of its own layer (plugins ↛
+csidriver: the node side and the driver kit share only the protocol). ``kubevol.testing``
+may import anything below the CLI; the package ``kubevol`` itself is the public facade over
+everything.
 """
 
 from __future__ import annotations
@@ -29,38 +34,26 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "kubevol"
 #: mount layer's rule, while the mount layer needs nothing of the bases.
 GROUPS: tuple[tuple[str, float, tuple[str, ...]], ...] = (
     # The bottom: errors, argument types, and primitives that know no volume concept.
-    (
-        "errors/types",
-        0,
-        (
-            "kubevol.errors",
-            "kubevol.types",
-            "kubevol._version",
-            "kubevol.clib",
-            "kubevol.backoff",
-            "kubevol.deadline",
-            "kubevol.fdtree",
-            "kubevol.jsontext",
-            "kubevol.keyedlocks",
-            "kubevol.lifecycle",
-            "kubevol.safeio",
-            "kubevol.safeyaml",
-            "kubevol.turns",
-            "kubevol.units",
-        ),
-    ),
+    ("errors/types", 0, ("kubevol.errors", "kubevol.types", "kubevol._version")),
+    ("util", 0.5, ("kubevol.util",)),
     ("layout", 1, ("kubevol.layout",)),
     ("mount", 1.5, ("kubevol.mount",)),
+    # Below the bases: the host interface serves plugins ConfigMaps, Secrets and tokens.
+    ("k8s", 1.8, ("kubevol.k8s",)),
     ("bases", 2, ()),
     ("metrics", 3, ("kubevol.metrics",)),
+    ("csi protocol", 3, ("kubevol.csi",)),
     ("plugins", 4, ("kubevol.plugins",)),
-    ("csi", 4, ("kubevol.csi",)),
+    ("csidriver", 4, ("kubevol.csidriver",)),
     ("node", 5, ("kubevol.node",)),
     ("nomad", 5, ("kubevol.nomad",)),
     ("testing", 5.5, ("kubevol.testing",)),
     ("cli", 6, ("kubevol.cli",)),
     ("facade", 7, ()),
 )
+
+#: The packages that speak gRPC: the protocol, the CSI plugin and the driver kit.
+GRPC_PACKAGES = ("kubevol.csi", "kubevol.plugins.csi", "kubevol.csidriver")
 
 #: Imports under ``TYPE_CHECKING`` that name a type of a higher layer. They have no effect
 #: at run time; each is here because a lower layer's interface is typed with it.
@@ -291,9 +284,14 @@ def test_imports_follow_the_layers() -> None:
     )
 
 
-def test_only_kubevol_csi_imports_grpc() -> None:
-    """grpc is the CSI transport: nothing outside ``kubevol.csi`` imports it."""
-    outside = [e for e in GRPC_IMPORTS if not e.source.startswith("kubevol.csi")]
+def test_only_the_csi_packages_import_grpc() -> None:
+    """grpc is the CSI transport: only the protocol, the CSI plugin and the driver kit import
+    it."""
+    outside = [
+        e
+        for e in GRPC_IMPORTS
+        if not any(e.source == p or e.source.startswith(p + ".") for p in GRPC_PACKAGES)
+    ]
     assert not outside, "\n".join(_where(e) for e in outside)
 
 
@@ -354,14 +352,14 @@ def test_the_checker_finds_planted_violations() -> None:
     made-up graph (so a green run means the rules ran, not that they are blind)."""
     planted = [
         Edge("kubevol.layout", "kubevol.node.host", 1, False, True),
-        Edge("kubevol.plugins.empty_dir", "kubevol.csi.plugin", 2, False, True),
+        Edge("kubevol.plugins.empty_dir", "kubevol.csidriver.server", 2, False, True),
         Edge("kubevol.node.host", "kubevol.layout", 3, False, False),
         Edge("kubevol.csi.client", "kubevol.csi.errors", 4, False, False),
         Edge("kubevol.csi.errors", "kubevol.csi.client", 5, False, True),
     ]
     assert set(_layer_violations(planted)) == {
         ("kubevol.layout", "kubevol.node.host"),
-        ("kubevol.plugins.empty_dir", "kubevol.csi.plugin"),
+        ("kubevol.plugins.empty_dir", "kubevol.csidriver.server"),
     }
     assert sorted(map(sorted, _cycles(planted))) == [
         ["kubevol.csi.client", "kubevol.csi.errors"],

@@ -20,11 +20,11 @@ DEFAULT_METRICS_ADDRESS = "127.0.0.1:10255"
 def run(args: argparse.Namespace) -> int:
     require_privileges("kubevol agent")
     from kubevol.cli.status import agent_rows
-    from kubevol.csi.registration.nodeinfo import NodeInfoManager
     from kubevol.node.agent import Agent
     from kubevol.node.agent_status import StatusServer
     from kubevol.node.api_pods import APIServerPods
     from kubevol.node.sdnotify import SystemdNotifier
+    from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
 
     stop = threading.Event()
 

@@ -269,9 +269,9 @@ class _Demo:
     def runtime(self) -> Any:
         """A runtime on the demo's root. Tokens come from the stand-in issuer, ConfigMaps and
         Secrets from the example manifests (as an API server would keep serving them)."""
+        from kubevol.k8s.tokens import TokenManager
         from kubevol.node.runtime import NodeRuntime
         from kubevol.testing.token_provider import StandInTokenProvider
-        from kubevol.tokens import TokenManager
 
         runtime = NodeRuntime(self.root, node_name=self.node, csi_drivers=self.endpoints,
                               csi_timeout=30, tokens=TokenManager(StandInTokenProvider()))
@@ -306,7 +306,7 @@ def tell(story: Story, stack: contextlib.ExitStack, work: str, args: argparse.Na
 
 def _serve_drivers(demo: _Demo) -> None:
     from kubevol.csi.client import CSIClient
-    from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+    from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 
     with demo.story.step("serving the bundled hostpath CSI driver in-process, twice"):
         for name, image in ((DRIVER_NAME, ""), (SHARED_DRIVER, "shared-fs.img")):

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
-from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.mount.mountread import read_mountinfo_bytes
 from kubevol.mount.table import MountTable
@@ -17,6 +16,7 @@ from kubevol.node.mountcheck import mounts_by_pod
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import PodRecord, PodState, RecordError
 from kubevol.node.validation import validate_pod_uid
+from kubevol.util.deadline import Deadline
 
 if TYPE_CHECKING:
     from kubevol.node.runtime import NodeRuntime  # brings grpc: loaded by open_runtime

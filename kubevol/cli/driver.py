@@ -19,14 +19,14 @@ from kubevol.cli import exits
 from kubevol.cli.output import Table, add_output_flags, columns, emit
 from kubevol.cli.parser import SIZE, plain_text
 from kubevol.csi import types as t
-from kubevol.csi.drivers import mock
-from kubevol.csi.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
-from kubevol.csi.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
-from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
-from kubevol.csi.server import StoragePlugin, serve
-from kubevol.csi.server.bootstrap import BootstrapError, write_project
-from kubevol.csi.server.bootstrap import __doc__ as bootstrap_doc
-from kubevol.csi.server.config import describe_environment
+from kubevol.csidriver.drivers import mock
+from kubevol.csidriver.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
+from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csidriver.server import StoragePlugin, serve
+from kubevol.csidriver.server.bootstrap import BootstrapError, write_project
+from kubevol.csidriver.server.bootstrap import __doc__ as bootstrap_doc
+from kubevol.csidriver.server.config import describe_environment
 
 DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
 DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME}

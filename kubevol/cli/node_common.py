@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
-from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.mount import MountInterface
 from kubevol.node.manager import SyncResult
@@ -19,6 +18,7 @@ from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.state import ActualState, DesiredPod
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
+from kubevol.util.deadline import Deadline
 
 if TYPE_CHECKING:
     from kubevol.node.rootlock import RootLock
@@ -125,7 +125,7 @@ def api_options(args: argparse.Namespace) -> dict[str, Any]:
     ``--token-provider`` and ``--node-label`` ask for (NodeRuntime keyword arguments)."""
     import shlex
 
-    from kubevol.tokens import CommandTokenProvider, TokenManager
+    from kubevol.k8s.tokens import CommandTokenProvider, TokenManager
 
     options: dict[str, Any] = {}
     if getattr(args, "kubeconfig", None):

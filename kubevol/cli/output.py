@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from kubevol import jsontext
+from kubevol.util import jsontext
 
 #: The ``-o`` values (``jsonpath=EXPR`` besides).
 FORMATS = ("table", "wide", "json", "yaml", "name")
@@ -165,7 +165,7 @@ def yaml_text(data: Any) -> str:
 
 def json_text(plain: Any) -> str:
     """``plain`` (JSON values) as ``json.dumps(plain, indent=2)`` writes it, byte for byte
-    (:func:`kubevol.jsontext.dumps`)."""
+    (:func:`kubevol.util.jsontext.dumps`)."""
     return jsontext.dumps(plain, indent=True)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 from kubevol.cli import exits
-from kubevol.units import duration_seconds, quantity_bytes
+from kubevol.util.units import duration_seconds, quantity_bytes
 
 T = TypeVar("T")
 

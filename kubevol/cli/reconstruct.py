@@ -17,13 +17,13 @@ from kubevol.cli.output import (
     render,
 )
 from kubevol.cli.parser import DURATION
-from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
 from kubevol.node.cleanup import CleanupKind
 from kubevol.node.plan import RepairPlan, plan_repair
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
+from kubevol.util.deadline import Deadline
 
 if TYPE_CHECKING:
     from kubevol.node.runtime import NodeRuntime, RecordedPods

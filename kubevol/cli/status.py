@@ -19,13 +19,13 @@ from kubevol.cli.node_common import (
 )
 from kubevol.cli.output import Column, Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
-from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError
 from kubevol.node.agent_status import ask_agent
 from kubevol.node.desired import desired_pod
 from kubevol.node.reconstruct import scan
 from kubevol.node.records import PodState
 from kubevol.node.state import DesiredPod, MountState
+from kubevol.util.deadline import Deadline
 
 if TYPE_CHECKING:
     from kubevol.node.agent import Agent

@@ -14,10 +14,10 @@ from kubevol.cli.node_common import (
 )
 from kubevol.cli.output import Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
-from kubevol.deadline import Deadline
 from kubevol.node.desired import new_pods
 from kubevol.node.manifests import load_manifest_files
 from kubevol.node.privileges import require_privileges
+from kubevol.util.deadline import Deadline
 
 TABLE = Table(columns=VOLUME_COLUMNS, name="path")
 

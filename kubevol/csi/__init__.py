@@ -1,12 +1,13 @@
-"""CSI for kubevol: the wire protocol, a client for any CSI driver, and a driver framework.
+"""The CSI protocol, shared by the node side and the driver kit: the ``.proto`` files, the
+generated code (kept apart in ``_generated``), the typed :mod:`kubevol.csi.pb` module,
+:mod:`kubevol.csi.types` and their conversion, endpoints and unix sockets, and the client.
 
 - :class:`CSIClient` calls any CSI driver with :mod:`kubevol.csi.types` in and out;
-- :mod:`kubevol.csi.errors` holds the CSI error branch (:class:`CSIRPCError`, ...);
-- :mod:`kubevol.csi.server` serves drivers written in Python (gocsi's role);
-- :mod:`kubevol.csi.locks` holds the serial-volume lock providers;
-- :class:`CSIPlugin` is the kubelet's ``kubernetes.io/csi`` volume plugin, with driver
-  registration (:class:`DriverRegistry`, :class:`PluginWatcher`), CSIDriver information
-  (:class:`LocalCSIDrivers`, :class:`KubernetesCSIDrivers`) and attachment backends.
+- :mod:`kubevol.csi.errors` holds the CSI error branch (:class:`CSIRPCError`, ...) and the
+  one place gRPC status codes are translated.
+
+The ``kubernetes.io/csi`` volume plugin lives with the other plugins
+(:mod:`kubevol.plugins.csi`); the driver kit for driver authors in :mod:`kubevol.csidriver`.
 
 Names are imported on first use, so ``import kubevol.csi`` does not load grpc.
 """
@@ -26,22 +27,12 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 if TYPE_CHECKING:
-    from kubevol.csi.attach import DirectAttachBackend, VolumeAttachmentBackend
     from kubevol.csi.client import DEFAULT_TIMEOUT, CSIClient
-    from kubevol.csi.driverinfo import CSIDriverInfo, KubernetesCSIDrivers, LocalCSIDrivers
     from kubevol.csi.errors import (
         CSIEndpointError,
         CSIRPCError,
         CSIRPCUncertainError,
         CSIServeError,
-    )
-    from kubevol.csi.plugin import CSIPlugin, VolumeDataError
-    from kubevol.csi.registration import (
-        DriverNotRegisteredError,
-        DriverRegistry,
-        PluginWatcher,
-        RegistrationServer,
-        serve_registration,
     )
 
 _LAZY = {
@@ -51,39 +42,15 @@ _LAZY = {
     "CSIRPCError": "kubevol.csi.errors",
     "CSIRPCUncertainError": "kubevol.csi.errors",
     "CSIServeError": "kubevol.csi.errors",
-    "CSIPlugin": "kubevol.csi.plugin",
-    "VolumeDataError": "kubevol.csi.plugin",
-    "DriverRegistry": "kubevol.csi.registration",
-    "PluginWatcher": "kubevol.csi.registration",
-    "RegistrationServer": "kubevol.csi.registration",
-    "serve_registration": "kubevol.csi.registration",
-    "DriverNotRegisteredError": "kubevol.csi.registration",
-    "CSIDriverInfo": "kubevol.csi.driverinfo",
-    "LocalCSIDrivers": "kubevol.csi.driverinfo",
-    "KubernetesCSIDrivers": "kubevol.csi.driverinfo",
-    "DirectAttachBackend": "kubevol.csi.attach",
-    "VolumeAttachmentBackend": "kubevol.csi.attach",
 }
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "CSIClient",
-    "CSIDriverInfo",
     "CSIEndpointError",
-    "CSIPlugin",
     "CSIRPCError",
     "CSIRPCUncertainError",
     "CSIServeError",
-    "DirectAttachBackend",
-    "DriverNotRegisteredError",
-    "DriverRegistry",
-    "KubernetesCSIDrivers",
-    "LocalCSIDrivers",
-    "PluginWatcher",
-    "RegistrationServer",
-    "VolumeAttachmentBackend",
-    "VolumeDataError",
-    "serve_registration",
 ]
 
 

@@ -24,8 +24,8 @@ from kubevol.csi._pb import csi_pb2
 from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import parse_endpoint
 from kubevol.csi.errors import error_from_rpc
-from kubevol.lifecycle import ClosesOnExit
-from kubevol.turns import given_up
+from kubevol.util.lifecycle import ClosesOnExit
+from kubevol.util.turns import given_up
 
 #: Per-call timeout in seconds when none is given (the kubelet's csiTimeout).
 DEFAULT_TIMEOUT = 120.0

@@ -2,7 +2,7 @@
 
 The only module that knows both sides. ``*_to_pb`` builds a message, ``*_from_pb`` reads one;
 both directions exist for the types a driver or a client sends, so driver authors can reuse
-them in :mod:`kubevol.csi.server` services.
+them in :mod:`kubevol.csidriver.server` services.
 """
 
 from __future__ import annotations

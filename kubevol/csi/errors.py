@@ -9,7 +9,7 @@
         └── CSIRPCUncertainError             ... and may have taken effect
                                              (also UncertainProgressError)
 
-Driver code written on :mod:`kubevol.csi.server` raises :class:`CSIRPCError` with the status
+Driver code written on :mod:`kubevol.csidriver.server` raises :class:`CSIRPCError` with the status
 it wants the caller to see; the client raises it (or its uncertain variant) for failed calls.
 """
 

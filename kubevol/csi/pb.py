@@ -1,7 +1,7 @@
 """The CSI protobuf messages, for driver authors: typed, so ``mypy --strict`` checks every
 field a driver reads or sets.
 
-Services written on :mod:`kubevol.csi.server` receive requests and return responses as
+Services written on :mod:`kubevol.csidriver.server` receive requests and return responses as
 these messages::
 
     from kubevol.csi import pb

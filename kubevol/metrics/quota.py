@@ -21,8 +21,8 @@ import fcntl
 import os
 import struct
 
-from kubevol import clib
 from kubevol.metrics.usage import DiskUsage
+from kubevol.util import clib
 
 # <linux/fs.h>: struct fsxattr { u32 xflags, extsize, nextents, projid, cowextsize; u8 pad[8]; }
 _FSXATTR = struct.Struct("=5I8x")

@@ -14,7 +14,7 @@ import attrs
 
 from kubevol import layout
 from kubevol.layout import CSI_PLUGIN_NAME, PathRole, sha256_hex
-from kubevol.safeio import load_json_file
+from kubevol.util.safeio import load_json_file
 
 
 @attrs.frozen(kw_only=True)

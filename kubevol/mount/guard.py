@@ -45,12 +45,12 @@ import attrs
 
 from kubevol.errors import DeviceStillMountedError, MountError
 from kubevol.layout import relative_to
-from kubevol.lifecycle import ClosesOnExit
 from kubevol.mount.attribution import VolumeIdentity, attribute
 from kubevol.mount.helpers import is_corrupted_error, path_exists
 from kubevol.mount.mountinfo import MountInfo
 from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
 from kubevol.mount.table import MountTable, MountTableCache
+from kubevol.util.lifecycle import ClosesOnExit
 
 #: The part of a device mount path Kubernetes' ``HasMountRefs`` looks for in a reference.
 KUBERNETES_PLUGIN_PATH_PREFIX = "/plugins/kubernetes.io/"

@@ -10,10 +10,10 @@ import os
 import posixpath
 from typing import TYPE_CHECKING
 
-from kubevol import fdtree
 from kubevol.errors import CorruptedMountError, MountError
 from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
 from kubevol.mount.table import MountTable, MountTableCache
+from kubevol.util import fdtree
 
 if TYPE_CHECKING:
     from kubevol.mount.interface import MountInterface
@@ -166,7 +166,7 @@ def remove_tree_on_one_device(path: str, *, beneath: str | None = None) -> None:
 
     A volume's directory may be written by a workload while it is deleted, and may have
     something mounted below it. The tree is walked and changed through directory
-    descriptors (:mod:`kubevol.fdtree`): a sub-directory swapped for a symbolic link during
+    descriptors (:mod:`kubevol.util.fdtree`): a sub-directory swapped for a symbolic link during
     the removal loses the link, never the link's target. A mount point inside makes the call
     raise :class:`~kubevol.errors.MountError` before anything is deleted (one that appears
     during the removal stops it there). ``path`` itself (and, with ``beneath``, every
@@ -208,7 +208,7 @@ def _walk_before_deleting(top_fd: int, top: str, kept: dict[str, int]) -> _Remov
     :class:`~kubevol.errors.MountError`. Returns what was met, and puts in ``kept`` (the
     caller closes them) a duplicate descriptor of every directory under the top, by path:
     one call each instead of a second walk of the tree. None when the tree has more
-    directories than :data:`kubevol.fdtree.OPEN_DIRS`, which are not all kept open."""
+    directories than :data:`kubevol.util.fdtree.OPEN_DIRS`, which are not all kept open."""
     removals: _Removals = []
     too_many = False
     for entry in fdtree.walk(top_fd, top):

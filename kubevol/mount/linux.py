@@ -15,14 +15,14 @@ import posixpath
 import subprocess
 from collections.abc import Sequence
 
-from kubevol import clib
 from kubevol.errors import MountError
 from kubevol.mount import syscalls
 from kubevol.mount.helpers import get_mount_refs
 from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, MountTableCache
-from kubevol.turns import given_up
+from kubevol.util import clib
+from kubevol.util.turns import given_up
 
 log = logging.getLogger(__name__)
 

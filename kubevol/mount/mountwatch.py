@@ -29,8 +29,8 @@ import struct
 import weakref
 from typing import Any
 
-from kubevol import clib
-from kubevol.lifecycle import ClosesOnExit
+from kubevol.util import clib
+from kubevol.util.lifecycle import ClosesOnExit
 
 # include/uapi/linux/fanotify.h
 _FAN_CLOEXEC = 0x1

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from kubevol import clib
+from kubevol.util import clib
 
 # Flags of mount(2) (include/uapi/linux/mount.h).
 MS_RDONLY = 1

@@ -26,10 +26,8 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 
-from kubevol import fdtree
 from kubevol.errors import MountError, MountInfoError
 from kubevol.layout import is_within
-from kubevol.lifecycle import ClosesOnExit
 from kubevol.mount.mountinfo import (
     MountInfo,
     escape,
@@ -38,6 +36,8 @@ from kubevol.mount.mountinfo import (
 )
 from kubevol.mount.mountread import PROC_MOUNTINFO, MountinfoReader
 from kubevol.mount.mountwatch import AttachWatch
+from kubevol.util import fdtree
+from kubevol.util.lifecycle import ClosesOnExit
 
 _native_containing: Callable[[bytes, tuple[bytes, ...]], list[tuple[int, int] | None]] | None
 _native_lines_with: Callable[[bytes, bytes], list[tuple[int, int]]] | None

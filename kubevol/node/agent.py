@@ -30,11 +30,8 @@ import threading
 import time
 from typing import Any
 
-from kubevol.csi.registration.nodeinfo import NodeInfoManager
-from kubevol.csi.registration.watcher import PluginWatcher
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
-from kubevol.lifecycle import ClosesOnExit
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
@@ -44,6 +41,9 @@ from kubevol.node.records import STATE_DIR, PodState
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
 from kubevol.node.static_pods import ManifestDirectory
+from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
+from kubevol.plugins.csi.registration.watcher import PluginWatcher
+from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
-from kubevol.lifecycle import RunsWhileEntered
 from kubevol.node.records import STATE_DIR
+from kubevol.util.lifecycle import RunsWhileEntered
 
 log = logging.getLogger(__name__)
 

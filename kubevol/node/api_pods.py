@@ -25,12 +25,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kubevol.backoff import Backoff
 from kubevol.errors import KubevolError
-from kubevol.lifecycle import ClosesOnExit
 from kubevol.node.manifests import Manifests, manifest_pod_uid, namespace_of
 from kubevol.node.owners import PodBindings
 from kubevol.node.owners import is_running as may_run
+from kubevol.util.backoff import Backoff
+from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ a *different* operation may run at once and resets the backoff. Success forgets 
 
 Operations run on worker threads (``workers=0`` runs them inline in the caller, which
 tests use for determinism), each in its worker's turn at local work
-(:mod:`kubevol.turns`): an operation waiting on a driver gives its turn to another. The
+(:mod:`kubevol.util.turns`): an operation waiting on a driver gives its turn to another. The
 executor never interprets an operation's error: retry meaning (transient, uncertain,
 final) is for the operation itself to record in the actual state; here every failure
 backs off.
@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import attrs
 
-from kubevol.backoff import Backoff
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
-from kubevol.turns import Turns
+from kubevol.util.backoff import Backoff
+from kubevol.util.turns import Turns
 
 log = logging.getLogger(__name__)
 

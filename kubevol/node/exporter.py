@@ -31,11 +31,11 @@ from prometheus_client.registry import Collector
 
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.layout import CSI_PLUGIN_NAME
-from kubevol.lifecycle import RunsWhileEntered
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.state import MountState
+from kubevol.util.lifecycle import RunsWhileEntered
 
 log = logging.getLogger(__name__)
 

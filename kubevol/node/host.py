@@ -19,20 +19,20 @@ from typing import Any
 from kubevol import layout
 from kubevol.errors import InvalidPathSegmentError, KubevolError
 from kubevol.host import CommandRunner, KubeletVolumeHost
-from kubevol.layout import validate_path_segment
-from kubevol.manager import VolumePluginMgr
-from kubevol.mount import LinuxMounter
-from kubevol.mount.interface import MountInterface
-from kubevol.objects import APIObjectSource, KubeAPIObjects, NoObjects
-from kubevol.plugin import VolumePlugin
-from kubevol.plugins import builtin_plugins
-from kubevol.spec import Spec
-from kubevol.tokens import (
+from kubevol.k8s.objects import APIObjectSource, KubeAPIObjects, NoObjects
+from kubevol.k8s.tokens import (
     APITokenProvider,
     IssuedToken,
     TokenManager,
     TokenRequest,
 )
+from kubevol.layout import validate_path_segment
+from kubevol.manager import VolumePluginMgr
+from kubevol.mount import LinuxMounter
+from kubevol.mount.interface import MountInterface
+from kubevol.plugin import VolumePlugin
+from kubevol.plugins import builtin_plugins
+from kubevol.spec import Spec
 from kubevol.types import VolumeOptions
 from kubevol.volume import Mounter, Unmounter
 
@@ -49,7 +49,7 @@ def node_plugins(*, csi: VolumePlugin | None = None) -> list[VolumePlugin]:
     second that an agent without CSI never pays.
     """
     if csi is None:
-        from kubevol.csi.plugin import CSIPlugin
+        from kubevol.plugins.csi import CSIPlugin
 
         csi = CSIPlugin()
     return [*builtin_plugins(), csi]

@@ -1,6 +1,6 @@
 """Manifests as the node volume manager reads them: YAML files (or recorded objects) of
 Pods, PersistentVolumes and PersistentVolumeClaims, and the ConfigMaps and Secrets that
-configMap, secret and projected volumes read (:mod:`kubevol.objects`), checked, with claims
+configMap, secret and projected volumes read (:mod:`kubevol.k8s.objects`), checked, with claims
 resolved to their PersistentVolumes and pods given a stable UID.
 
 A manifest file is YAML with one or more documents (or a ``kind: List``). A claim is
@@ -17,16 +17,16 @@ from typing import Any
 
 import attrs
 
-from kubevol import safeyaml
 from kubevol.errors import SpecError, UntrustedDataError
+from kubevol.k8s.objects import config_map_from_dict, secret_from_dict
 from kubevol.node.validation import (
     validate_claim,
     validate_persistent_volume,
     validate_pod,
     validate_pod_uid,
 )
-from kubevol.objects import config_map_from_dict, secret_from_dict
 from kubevol.spec import deserialize
+from kubevol.util import safeyaml
 
 #: Namespace for UIDs derived from ``namespace/name`` when a manifest has none.
 _UID_NAMESPACE = uuid.UUID("6f1c1f36-9b0e-4c4f-8a8b-0c2d6b1b7a10")
@@ -55,7 +55,7 @@ class Manifests:
         )
 
     def api_objects(self) -> list[dict[str, Any]]:
-        """The ConfigMaps and Secrets, for a :class:`~kubevol.objects.ManifestObjects`."""
+        """The ConfigMaps and Secrets, for a :class:`~kubevol.k8s.objects.ManifestObjects`."""
         return [*self.config_maps.values(), *self.secrets.values()]
 
     def objects_for(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -13,13 +13,14 @@ from collections.abc import Iterable
 
 import attrs
 
-from kubevol import fdtree, layout
+from kubevol import layout
 from kubevol.layout import PodVolumeEntry
 from kubevol.mount.helpers import empty_tree_on_one_device, is_corrupted_error
 from kubevol.mount.interface import MountInterface
 from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.state import VolumeMode
 from kubevol.plugin import VolumePlugin
+from kubevol.util import fdtree
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def remove_pod_dir(pod_dir: str) -> bool:
     Refused (False) while any volume directory or device link is left under ``volumes``,
     ``volumeDevices`` or ``volume-subpaths``, or anything under it is a mount point: nothing
     is ever deleted through a mount. Everything is reached through directory descriptors
-    opened without following links (:mod:`kubevol.fdtree`): a link at the pod directory or
+    opened without following links (:mod:`kubevol.util.fdtree`): a link at the pod directory or
     at one of its kind directories is refused, and what it points to is left untouched.
     """
     if not os.path.lexists(pod_dir):

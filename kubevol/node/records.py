@@ -25,7 +25,7 @@ from kubevol.layout import (
 )
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.manifests import Manifests, manifest_pod_uid, manifests_from_objects, namespace_of
-from kubevol.safeio import load_json_file
+from kubevol.util.safeio import load_json_file
 
 #: kubevol's own directory under the kubelet root.
 STATE_DIR = "kubevol"

@@ -24,13 +24,10 @@ from typing import Any
 
 import attrs
 
-from kubevol.csi.driverinfo import KubernetesCSIDrivers
-from kubevol.csi.plugin import CSIPlugin
-from kubevol.csi.registration import DriverRegistry
-from kubevol.deadline import Deadline
 from kubevol.errors import KubevolError, PluginValidationError
+from kubevol.k8s.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
+from kubevol.k8s.tokens import TokenManager
 from kubevol.layout import write_json_atomically
-from kubevol.lifecycle import ClosesOnExit
 from kubevol.manager import VolumePluginMgr, entry_point_plugins
 from kubevol.mount.guard import GuardPolicy
 from kubevol.node.desired import NewPod, desired_pod
@@ -41,9 +38,12 @@ from kubevol.node.owners import APIServerBindings, Ownership, PodBindings
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.node.rootlock import RootLock
-from kubevol.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
-from kubevol.safeio import load_json_file
-from kubevol.tokens import TokenManager
+from kubevol.plugins.csi import CSIPlugin
+from kubevol.plugins.csi.driverinfo import KubernetesCSIDrivers
+from kubevol.plugins.csi.registration import DriverRegistry
+from kubevol.util.deadline import Deadline
+from kubevol.util.lifecycle import ClosesOnExit
+from kubevol.util.safeio import load_json_file
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class NodeRuntime(ClosesOnExit):
         deadline: Deadline | None = None,
         lock: RootLock | None = None,
     ) -> None:
-        #: The command's deadline (see :mod:`kubevol.deadline`): every CSI call and
+        #: The command's deadline (see :mod:`kubevol.util.deadline`): every CSI call and
         #: registration probe gets at most what is left of it.
         self.deadline = deadline or Deadline.never()
         self.registration_timeout = registration_timeout

@@ -23,8 +23,8 @@ import select
 import inotify_simple
 
 from kubevol.errors import KubevolError
-from kubevol.lifecycle import ClosesOnExit
 from kubevol.node.manifests import Manifests, load_manifest_files
+from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import stat
 from typing import Any
 
 from kubevol.errors import SpecError
+from kubevol.k8s.podenv import container_env, expand_sub_path_expr
 from kubevol.mount.subpath import (
     Subpath,
     SubPathError,
@@ -27,7 +28,6 @@ from kubevol.mount.subpath import (
     validate_sub_path,
 )
 from kubevol.node.host import NodeVolumeHost
-from kubevol.podenv import container_env, expand_sub_path_expr
 
 log = logging.getLogger(__name__)
 

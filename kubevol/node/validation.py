@@ -19,9 +19,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kubevol import units
 from kubevol.errors import InvalidPathSegmentError, SpecError
 from kubevol.layout import MAX_SEGMENT_BYTES, validate_path_segment
+from kubevol.util import units
 
 #: ``metadata.name`` of most objects, ``IsDNS1123Subdomain``.
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

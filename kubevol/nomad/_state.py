@@ -8,7 +8,7 @@ from typing import Any
 
 from kubevol.layout import write_json_atomically
 from kubevol.nomad.errors import ManagerStateError
-from kubevol.safeio import load_json_file
+from kubevol.util.safeio import load_json_file
 
 #: Bumped when the layout of a state file changes incompatibly.
 STATE_VERSION = 1

@@ -23,11 +23,11 @@ from typing import Any
 
 import attrs
 
-from kubevol.backoff import Backoff
 from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
 from kubevol.layout import validate_path_segment
 from kubevol.nomad._state import read_state, write_state
 from kubevol.nomad.errors import ManagerStateError, PluginWaitTimeoutError
+from kubevol.util.backoff import Backoff
 
 #: ``wait_for_plugin`` polls with this backoff (Nomad's 200 ms to 5 s).
 WAIT_BACKOFF = Backoff(initial=0.2, maximum=5.0)

@@ -27,11 +27,9 @@ from typing import TypeVar
 
 import attrs
 
-from kubevol.backoff import Backoff
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import RETRYABLE_CODES, CSIRPCError, StatusCode
 from kubevol.errors import MountError, UncertainProgressError
-from kubevol.keyedlocks import KeyedLocks
 from kubevol.layout import validate_path_segment
 from kubevol.mount.helpers import is_corrupted_mount
 from kubevol.mount.interface import MountInterface
@@ -52,6 +50,8 @@ from kubevol.nomad.types import (
     TriggerNodeEvent,
     UsageOptions,
 )
+from kubevol.util.backoff import Backoff
+from kubevol.util.keyedlocks import KeyedLocks
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kubevol.atomic_writer import (
+from kubevol.errors import KubevolError, SpecError
+from kubevol.host import VolumeHost
+from kubevol.layout import validate_path_segment
+from kubevol.metrics import CachedMetrics, MetricsDu
+from kubevol.plugin import VolumePlugin
+from kubevol.plugins.atomic_writer import (
     DATA_DIR_NAME,
     DEFAULT_MODE,
     AtomicWriter,
@@ -21,13 +26,8 @@ from kubevol.atomic_writer import (
     validate_payload,
     validate_payload_path,
 )
-from kubevol.errors import KubevolError, SpecError
-from kubevol.host import VolumeHost
-from kubevol.layout import validate_path_segment
-from kubevol.metrics import CachedMetrics, MetricsDu
-from kubevol.ownership import set_volume_ownership
-from kubevol.plugin import VolumePlugin
 from kubevol.plugins.empty_dir import MEDIUM_DEFAULT
+from kubevol.plugins.ownership import set_volume_ownership
 from kubevol.spec import KnownSource, Spec, api_object, pod_uid
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Metrics, Mounter, Unmounter

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubevol.atomic_writer import FileProjection
-from kubevol.objects import ConfigMap, ObjectNotFoundError
+from kubevol.k8s.objects import ConfigMap, ObjectNotFoundError
 from kubevol.plugins.atomic_volume import (
     AtomicVolume,
     AtomicVolumePlugin,
     key_payload,
     pod_namespace,
 )
+from kubevol.plugins.atomic_writer import FileProjection
 from kubevol.plugins.empty_dir import MEDIUM_DEFAULT
 from kubevol.spec import Spec
 from kubevol.types import MounterArgs

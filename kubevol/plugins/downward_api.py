@@ -1,6 +1,6 @@
 """``kubernetes.io/downward-api``: the pod's own fields and resources as files.
 
-Each item's ``fieldRef`` or ``resourceFieldRef`` is rendered by :mod:`kubevol.fieldpath`
+Each item's ``fieldRef`` or ``resourceFieldRef`` is rendered by :mod:`kubevol.k8s.fieldpath`
 (labels and annotations as sorted ``key="value"`` lines) and projected by the atomic
 writer into a wrapped ``Memory`` emptyDir, as the kubelet does, at
 ``pods/<uid>/volumes/kubernetes.io~downward-api/<volume>``.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kubevol.atomic_writer import FileProjection
-from kubevol.fieldpath import extract_field_path, extract_resource_value
 from kubevol.host import VolumeHost
+from kubevol.k8s.fieldpath import extract_field_path, extract_resource_value
 from kubevol.plugins.atomic_volume import AtomicVolume, AtomicVolumePlugin, mode_of, raise_all
+from kubevol.plugins.atomic_writer import FileProjection
 from kubevol.plugins.empty_dir import MEDIUM_MEMORY
 from kubevol.spec import Spec
 from kubevol.types import MounterArgs

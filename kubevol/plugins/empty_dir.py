@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kubevol import fdtree
 from kubevol.errors import MountError, SpecError
 from kubevol.host import VolumeHost
 from kubevol.layout import validate_path_segment
 from kubevol.metrics import MetricsDu
 from kubevol.mount import is_corrupted_mount, remove_tree_on_one_device
-from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import VolumePlugin
+from kubevol.plugins.ownership import set_volume_ownership
 from kubevol.spec import KnownSource, Spec, pod_uid, quantity_bytes
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
+from kubevol.util import fdtree
 from kubevol.volume import Metrics, Mounter, Unmounter
 
 EMPTY_DIR_PLUGIN_NAME = "kubernetes.io/empty-dir"

@@ -26,8 +26,8 @@ from kubevol.errors import MountError, OperationError, SpecError
 from kubevol.host import VolumeHost
 from kubevol.metrics import MetricsStatFS
 from kubevol.mount import MountTable, cleanup_mount_point, read_mountinfo_bytes
-from kubevol.ownership import set_volume_ownership
 from kubevol.plugin import BlockVolumePlugin, PersistentVolumePlugin
+from kubevol.plugins.ownership import set_volume_ownership
 from kubevol.spec import Spec, api_object, pod_uid
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics, Mounter

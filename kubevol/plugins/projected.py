@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubevol.atomic_writer import FileProjection
 from kubevol.errors import KubevolError, SpecError
+from kubevol.k8s.tokens import DEFAULT_EXPIRATION_SECONDS, TokenProviderMissingError, TokenRequest
 from kubevol.plugins.atomic_volume import (
     AtomicVolume,
     AtomicVolumePlugin,
@@ -24,12 +24,12 @@ from kubevol.plugins.atomic_volume import (
     pod_namespace,
     raise_all,
 )
+from kubevol.plugins.atomic_writer import FileProjection
 from kubevol.plugins.config_map import read_config_map
 from kubevol.plugins.downward_api import collect_downward_api
 from kubevol.plugins.empty_dir import MEDIUM_MEMORY
 from kubevol.plugins.secret import read_secret
 from kubevol.spec import Spec
-from kubevol.tokens import DEFAULT_EXPIRATION_SECONDS, TokenProviderMissingError, TokenRequest
 from kubevol.types import MounterArgs
 
 PROJECTED_PLUGIN_NAME = "kubernetes.io/projected"

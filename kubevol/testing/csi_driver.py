@@ -39,7 +39,7 @@ from kubevol.csi import convert
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.errors import CSIRPCError, StatusCode
-from kubevol.csi.server import (
+from kubevol.csidriver.server import (
     ControllerService,
     GroupControllerService,
     IdentityService,
@@ -172,7 +172,7 @@ class FakeCSIDriver:
         interceptors: tuple[Any, ...] = (),
         before_serve: Callable[[StoragePlugin, ServerConfig], None] | None = None,
     ) -> StoragePlugin:
-        """This driver with every CSI service, ready for :func:`kubevol.csi.server.serve`."""
+        """This driver with every CSI service, ready for :func:`kubevol.csidriver.server.serve`."""
         return StoragePlugin(
             identity=_Identity(self),
             controller=_Controller(self),

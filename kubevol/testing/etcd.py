@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from kubevol.lifecycle import RunsWhileEntered
+from kubevol.util.lifecycle import RunsWhileEntered
 
 ETCD_BINARY = "/usr/bin/etcd"
 

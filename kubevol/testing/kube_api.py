@@ -62,7 +62,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from kubevol.lifecycle import RunsWhileEntered
+from kubevol.util.lifecycle import RunsWhileEntered
 
 _STORAGE = "/apis/storage.k8s.io/v1"
 _CLUSTER = "csidrivers|volumeattachments|csinodes"

@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Self
 
-from kubevol.lifecycle import RunsWhileEntered
 from kubevol.mount import syscalls
+from kubevol.util.lifecycle import RunsWhileEntered
 
 
 class MountChurn(RunsWhileEntered):

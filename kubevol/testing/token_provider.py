@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kubevol.tokens import IssuedToken, TokenProvider, TokenRequest
+from kubevol.k8s.tokens import IssuedToken, TokenProvider, TokenRequest
 
 ISSUER = "https://kubevol.invalid/stand-in-issuer"
 

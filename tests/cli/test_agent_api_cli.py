@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kubevol.csi.drivers.common import RunningDriver
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.testing.kube_api import KubeAPIServer
 from kubevol.testing.waiting import wait_until
 

@@ -18,10 +18,10 @@ from kubevol.cli import exits
 from kubevol.cli.csi.inputs import parse_capability
 from kubevol.cli.main import main
 from kubevol.csi import types as t
-from kubevol.csi.drivers.common import serve_plugin
-from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
-from kubevol.csi.drivers.mock import MockConfig, MockDriver
-from kubevol.csi.sanity.inputs import load_secrets
+from kubevol.csidriver.drivers.common import serve_plugin
+from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.mock import MockConfig, MockDriver
+from kubevol.csidriver.sanity.inputs import load_secrets
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.testing.csi_driver import FakeCSIDriver
 

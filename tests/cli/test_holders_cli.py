@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from kubevol.cli.main import main
-from kubevol.csi.drivers.common import RunningDriver
-from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.csidriver.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_node_cli import (
     UID,

@@ -20,11 +20,11 @@ from kubevol.cli import plugins as plugins_cli
 from kubevol.cli.main import main
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.errors import KubevolError
 from kubevol.node.rootlock import RootLock
 from kubevol.testing.mount_rig import mounts_under
-from tests.test_safeyaml import BOMB
+from tests.util.test_safeyaml import BOMB
 
 #: Address-space cap for commands given hostile input: a bomb that got through would need
 #: gigabytes.

@@ -17,8 +17,8 @@ import pytest
 
 from kubevol.cli.demo import examples_dir
 from kubevol.cli.main import main
-from kubevol.csi.drivers.common import RunningDriver
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_node_cli import create_volume, run_json
 

@@ -15,8 +15,8 @@ import pytest
 from kubevol.cli.main import main
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.common import RunningDriver
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.privileges import missing_privileges
 from kubevol.node.records import PodRecord, PodRecords

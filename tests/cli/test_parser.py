@@ -13,7 +13,7 @@ import pytest
 from kubevol.cli import exits
 from kubevol.cli.main import COMMANDS, build_parser, main
 from kubevol.cli.parser import all_parsers
-from kubevol.csi.drivers.mock import MockConfig, MockDriver
+from kubevol.csidriver.drivers.mock import MockConfig, MockDriver
 
 
 def loaded_modules(*argv: str) -> set[str]:
@@ -41,7 +41,7 @@ def test_csi_command_parses_without_grpc_or_the_node_layer() -> None:
     grpc comes only when the call runs."""
     mods = loaded_modules("csi", "identity", "probe")
     assert "kubevol.cli.csi.command" in mods
-    assert not {"grpc", "kubernetes", "kubevol.node", "kubevol.csi.server"} & mods
+    assert not {"grpc", "kubernetes", "kubevol.node", "kubevol.csidriver.server"} & mods
 
 
 def test_help_text_has_no_restructuredtext_markup() -> None:

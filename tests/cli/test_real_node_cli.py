@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kubevol.csi.server import serve_in_background
+from kubevol.csidriver.server import serve_in_background
 from kubevol.node.rootlock import RootLock
 from kubevol.testing.csi_driver import FakeCSIDriver
 from kubevol.testing.kubelet_root import (

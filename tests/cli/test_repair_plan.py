@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kubevol.cli.main import main
-from kubevol.csi.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.common import RunningDriver
 from kubevol.node.rootlock import RootLock
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli import test_node_cli

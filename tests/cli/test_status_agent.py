@@ -15,7 +15,7 @@ import pytest
 
 from kubevol.cli.main import main
 from kubevol.cli.status import agent_rows
-from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.node import reconstruct
 from kubevol.node.agent import Agent
 from kubevol.node.agent_status import StatusServer, status_socket_path

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kubevol.csi.client import CSIClient
-from kubevol.csi.server import ServerHandle, StoragePlugin
+from kubevol.csidriver.server import ServerHandle, StoragePlugin
 from kubevol.testing.csi_driver import FakeCSIDriver
 
 

@@ -16,10 +16,10 @@ from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, CSIRPCUncertainError
-from kubevol.csi.server import serve_in_background
+from kubevol.csidriver.server import serve_in_background
 from kubevol.errors import UncertainProgressError, is_operation_finished
 from kubevol.testing.csi_driver import NODE_ID
-from kubevol.turns import Turns
+from kubevol.util.turns import Turns
 from tests.csi.support import Served, ServeFactory, make_plugin
 
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER, fs_type="ext4")
@@ -344,7 +344,7 @@ def test_a_call_gives_its_threads_turn_up_while_the_driver_works(
     served: Served, tmp_path: Path
 ) -> None:
     """An operation waiting on a driver lets another operation do its local work meanwhile
-    (kubevol.turns): the other thread gets the turn although the call is still blocked in
+    (kubevol.util.turns): the other thread gets the turn although the call is still blocked in
     the driver, long before the patience (30 s) is over."""
     turns = Turns(patience=30)
     gate, entered = threading.Event(), threading.Event()

@@ -16,8 +16,8 @@ import pytest
 
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError, CSIServeError
-from kubevol.csi.server import serve_in_background
-from kubevol.csi.server.unixsocket import serve_on_unix_socket
+from kubevol.csi.unixsocket import serve_on_unix_socket
+from kubevol.csidriver.server import serve_in_background
 from tests.csi.support import make_plugin
 
 

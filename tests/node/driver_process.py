@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
 
 
 def main() -> int:

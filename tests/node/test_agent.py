@@ -22,12 +22,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from kubevol.cli.main import main
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.common import RunningDriver
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from kubevol.csi.registration.server import serve_registration
+from kubevol.csidriver.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
+from kubevol.plugins.csi.registration.server import serve_registration
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 from kubevol.testing.waiting import wait_until
 

@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 import pytest
 
-from kubevol.csi.drivers.hostpath import DRIVER_NAME
-from kubevol.csi.registration.nodeinfo import ANNOTATION_NODE_ID, NodeInfoManager
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.node.agent import Agent
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.runtime import NodeRuntime
+from kubevol.plugins.csi.registration.nodeinfo import ANNOTATION_NODE_ID, NodeInfoManager
 from kubevol.testing.kube_api import KubeAPIServer
 from kubevol.testing.mount_rig import mounts_under
 from kubevol.testing.waiting import wait_until

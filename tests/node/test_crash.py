@@ -27,7 +27,7 @@ import pytest
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.hostpath import DRIVER_NAME
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.desired import desired_pod
 from kubevol.node.host import NodeVolumeHost

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import pytest
 
-from kubevol import turns
 from kubevol.errors import TransientOperationError
 from kubevol.node.errors import OperationBackoffError, OperationPendingError
 from kubevol.node.executor import (
@@ -19,6 +18,7 @@ from kubevol.node.executor import (
 )
 from kubevol.testing.overlap import Overlap
 from kubevol.testing.waiting import wait_until
+from kubevol.util import turns
 
 
 class Clock:
@@ -272,7 +272,7 @@ def test_operations_on_different_volumes_run_in_parallel() -> None:
 
 def test_operations_do_their_local_work_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Operations on different keys run on several workers, but their local work one at a
-    time (kubevol.turns): each blocks for a while without giving its turn up, and no other
+    time (kubevol.util.turns): each blocks for a while without giving its turn up, and no other
     runs meanwhile; one that gives its turn up lets the others run."""
     monkeypatch.setattr(turns, "PATIENCE", 30.0)
     executor = OperationExecutor(workers=4)

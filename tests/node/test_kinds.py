@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from kubevol.errors import SpecError
+from kubevol.k8s.objects import ManifestObjects
+from kubevol.k8s.tokens import TokenManager
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.desired import desired_pod
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import parse_manifests
 from kubevol.node.state import MountState
-from kubevol.objects import ManifestObjects
 from kubevol.plugins import LocalVolumePlugin, builtin_plugins
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 from kubevol.testing.token_provider import StandInTokenProvider
-from kubevol.tokens import TokenManager
 
 POD = """
 apiVersion: v1

@@ -12,7 +12,7 @@ import pytest
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csi.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.errors import DeviceStillMountedError
 from kubevol.mount import guard as guard_module
 from kubevol.mount.guard import RefKind, UnmountVerdict

@@ -8,7 +8,7 @@ import sys
 import threading
 from types import FrameType
 
-from kubevol.csi.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
 
 
 def main() -> int:

@@ -12,7 +12,6 @@ from pathlib import Path
 import attrs
 import pytest
 
-from kubevol.backoff import Backoff
 from kubevol.csi import types as t
 from kubevol.errors import PluginNotFoundError
 from kubevol.nomad import (
@@ -28,6 +27,7 @@ from kubevol.nomad import (
     VolumeManager,
 )
 from kubevol.testing.waiting import wait_until
+from kubevol.util.backoff import Backoff
 from tests.nomad.conftest import PluginFactory
 from tests.nomad.recorder import CallWatch, Recorder
 

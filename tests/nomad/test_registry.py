@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from kubevol.backoff import Backoff
 from kubevol.errors import InvalidPathSegmentError, PluginNotFoundError
 from kubevol.nomad import (
     ManagerStateError,
@@ -20,6 +19,7 @@ from kubevol.nomad import (
     RegisteredPlugin,
     RegistryEventType,
 )
+from kubevol.util.backoff import Backoff
 
 NODE = PluginType.CSI_NODE
 CONTROLLER = PluginType.CSI_CONTROLLER

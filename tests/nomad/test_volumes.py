@@ -15,7 +15,6 @@ import attrs
 import grpc
 import pytest
 
-from kubevol.backoff import Backoff
 from kubevol.csi.errors import CSIRPCError
 from kubevol.errors import InvalidPathSegmentError, UncertainProgressError
 from kubevol.nomad import (
@@ -30,6 +29,7 @@ from kubevol.nomad import (
     VolumeManager,
 )
 from kubevol.testing.mount_rig import mounts_under
+from kubevol.util.backoff import Backoff
 from tests.nomad.conftest import PluginFactory, PluginProcess
 
 RW = UsageOptions(

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from kubevol import MounterArgs, NodeVolumeHost, Spec, VolumeOptions, VolumePluginMgr
 from kubevol.errors import InvalidPayloadPathError, SpecError
+from kubevol.k8s.objects import ManifestObjects, ObjectNotFoundError
+from kubevol.k8s.tokens import IssuedToken, TokenManager, TokenProvider, TokenRequest
 from kubevol.mount import parse_mountinfo
-from kubevol.objects import ManifestObjects, ObjectNotFoundError
 from kubevol.plugins import (
     ConfigMapPlugin,
     DownwardAPIPlugin,
@@ -31,7 +32,6 @@ from kubevol.plugins import (
 )
 from kubevol.plugins.atomic_volume import AtomicVolume, PayloadError
 from kubevol.spec import api_object
-from kubevol.tokens import IssuedToken, TokenManager, TokenProvider, TokenRequest
 
 UID = "pod-uid-1"
 CANARY_SECRET = "canary-secret-7f3a"

@@ -17,7 +17,7 @@ from kubevol.cli.csi.inputs import CAPABILITY, parse_capability, parse_key_value
 from kubevol.cli.output import Column, Table, columns
 from kubevol.cli.parser import SIZE
 from kubevol.csi import types as t
-from kubevol.csi.sanity.inputs import Secrets
+from kubevol.csidriver.sanity.inputs import Secrets
 
 if TYPE_CHECKING:
     from kubevol.csi.client import CSIClient  # brings grpc: loaded by the command's run

@@ -24,7 +24,7 @@ from kubevol.cli.csi.common import (
 )
 from kubevol.cli.output import Column, to_plain
 from kubevol.csi import types as t
-from kubevol.csi.sanity.inputs import Secrets
+from kubevol.csidriver.sanity.inputs import Secrets
 
 if TYPE_CHECKING:
     from kubevol.csi.client import CSIClient

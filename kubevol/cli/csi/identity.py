@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from kubevol.cli.csi.common import Command, Output, done, table
 from kubevol.cli.output import to_plain
-from kubevol.csi.sanity.inputs import Secrets
+from kubevol.csidriver.sanity.inputs import Secrets
 
 if TYPE_CHECKING:
     from kubevol.csi.client import CSIClient

@@ -1,5 +1,5 @@
 """Reading what users type after ``kubevol csi``: ``k=v`` lists, volume capabilities, secrets
-from ``$X_CSI_SECRETS`` or a file. Sizes and durations are :mod:`kubevol.units`'.
+from ``$X_CSI_SECRETS`` or a file. Sizes and durations are :mod:`kubevol.util.units`'.
 
 Every parser raises ``ValueError`` with a message naming the bad input (secret values are
 never part of a message).
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from kubevol.cli.parser import arg_type
 from kubevol.csi import types as t
-from kubevol.csi.sanity.inputs import Secrets, load_secrets
+from kubevol.csidriver.sanity.inputs import Secrets, load_secrets
 
 
 def parse_key_values(items: Iterable[str], what: str = "value") -> dict[str, str]:

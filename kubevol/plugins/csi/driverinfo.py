@@ -1,0 +1,241 @@
+"""What the node needs to know about a CSI driver beyond its socket: its ``CSIDriver`` object.
+
+The CSI plugin reads ``attachRequired``, ``podInfoOnMount``, ``fsGroupPolicy``,
+``requiresRepublish``, ``seLinuxMount`` and ``volumeLifecycleModes`` through ONE hook: a
+lookup ``name -> V1CSIDriver | None`` (the host's ``get_csi_driver``, or one given to the
+plugin). The sources here are such lookups:
+
+- :class:`KubernetesCSIDrivers` reads CSIDriver objects from an API server with the
+  ``kubernetes`` client;
+- :class:`LocalCSIDrivers` reads them from YAML when there is no API server, applying the
+  defaults the API server would have applied.
+
+``None`` means "no CSIDriver object": the kubelet then attaches, adds no pod information,
+uses the ``ReadWriteOnceWithFSType`` fsGroup policy and refuses ephemeral volumes.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from kubevol.errors import KubevolError, UntrustedDataError
+from kubevol.util import safeyaml
+
+#: ``name -> V1CSIDriver | None``: the one shape every CSIDriver source has.
+CSIDriverLookup = Callable[[str], Any]
+
+LIFECYCLE_PERSISTENT = "Persistent"
+LIFECYCLE_EPHEMERAL = "Ephemeral"
+
+
+class FSGroupPolicy(enum.StrEnum):
+    """A CSIDriver's ``fsGroupPolicy``."""
+
+    NONE = "None"
+    FILE = "File"
+    READ_WRITE_ONCE_WITH_FS_TYPE = "ReadWriteOnceWithFSType"
+
+
+class CSIDriverInfoError(KubevolError, ValueError):
+    """A CSIDriver object or source could not be read; the message names it."""
+
+
+@attrs.frozen(kw_only=True)
+class CSIDriverInfo:
+    """The fields of a ``CSIDriver`` object the node uses.
+
+    ``fs_group_policy`` is None when the object carries none (the kubelet then refuses to
+    mount: an API server always defaults it).
+    """
+
+    name: str
+    attach_required: bool = True
+    pod_info_on_mount: bool = False
+    fs_group_policy: FSGroupPolicy | None = FSGroupPolicy.READ_WRITE_ONCE_WITH_FS_TYPE
+    requires_republish: bool = False
+    selinux_mount: bool = False
+    volume_lifecycle_modes: tuple[str, ...] = (LIFECYCLE_PERSISTENT,)
+
+    @classmethod
+    def from_object(cls, obj: Any) -> CSIDriverInfo:
+        """Read a ``V1CSIDriver`` (or its dict form) as an API server returned it.
+
+        Unset booleans read as the API's defaults; an unset ``fsGroupPolicy`` stays None.
+        Raises :class:`CSIDriverInfoError` for an object without a name or an unknown policy.
+        """
+        data = _as_dict(obj)
+        name = (data.get("metadata") or {}).get("name")
+        if not name:
+            raise CSIDriverInfoError("the CSIDriver object has no metadata.name")
+        spec = data.get("spec") or {}
+        policy = spec.get("fsGroupPolicy")
+        try:
+            fs_group_policy = FSGroupPolicy(policy) if policy else None
+        except ValueError:
+            raise CSIDriverInfoError(
+                f"CSIDriver {name!r} has fsGroupPolicy {policy!r}; expected one of "
+                f"{[p.value for p in FSGroupPolicy]}"
+            ) from None
+        modes = spec.get("volumeLifecycleModes")
+        return cls(
+            name=name,
+            attach_required=_flag(spec.get("attachRequired"), True),
+            pod_info_on_mount=_flag(spec.get("podInfoOnMount"), False),
+            fs_group_policy=fs_group_policy,
+            requires_republish=_flag(spec.get("requiresRepublish"), False),
+            selinux_mount=_flag(spec.get("seLinuxMount"), False),
+            volume_lifecycle_modes=tuple(modes) if modes else (LIFECYCLE_PERSISTENT,),
+        )
+
+    def supports_lifecycle_mode(self, mode: str) -> bool:
+        """Whether ``mode`` (``Persistent`` or ``Ephemeral``) is listed."""
+        return mode in self.volume_lifecycle_modes
+
+
+def _flag(value: Any, default: bool) -> bool:
+    return default if value is None else bool(value)
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    """A CSIDriver as the API's camelCase dict, whether a model object or a dict."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    from kubernetes.client import ApiClient
+
+    data = ApiClient().sanitize_for_serialization(obj)
+    if not isinstance(data, dict):
+        raise CSIDriverInfoError(f"not a CSIDriver object: {type(obj).__name__}")
+    return data
+
+
+def lookup_driver_info(lookup: CSIDriverLookup, name: str) -> CSIDriverInfo | None:
+    """The information of driver ``name`` from ``lookup``, None when it has no object."""
+    obj = lookup(name)
+    return None if obj is None else CSIDriverInfo.from_object(obj)
+
+
+# --- sources ------------------------------------------------------------------------
+
+
+def _default_csidriver(data: dict[str, Any]) -> dict[str, Any]:
+    """Apply the API server's defaults to a CSIDriver dict (what storage/v1 defaulting does)."""
+    out = dict(data)
+    spec = dict(out.get("spec") or {})
+    spec.setdefault("attachRequired", True)
+    spec.setdefault("podInfoOnMount", False)
+    spec.setdefault("fsGroupPolicy", FSGroupPolicy.READ_WRITE_ONCE_WITH_FS_TYPE.value)
+    spec.setdefault("requiresRepublish", False)
+    spec.setdefault("storageCapacity", False)
+    spec.setdefault("seLinuxMount", False)
+    if not spec.get("volumeLifecycleModes"):
+        spec["volumeLifecycleModes"] = [LIFECYCLE_PERSISTENT]
+    out["spec"] = spec
+    out.setdefault("apiVersion", "storage.k8s.io/v1")
+    out.setdefault("kind", "CSIDriver")
+    return out
+
+
+class LocalCSIDrivers:
+    """CSIDriver objects from local configuration, for nodes without an API server.
+
+    Give the objects as dicts, or load YAML (one or more documents, or ``items`` of a
+    ``List``) with :meth:`from_yaml` / :meth:`from_file`. Documents of another kind are
+    refused. The API server's defaults are applied, so an object that only names the
+    driver behaves as it would in a cluster. Lookups return ``V1CSIDriver`` objects.
+    """
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._objects: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        for obj in objects:
+            self.add(obj)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> LocalCSIDrivers:
+        """Objects from YAML text; raises :class:`CSIDriverInfoError` naming what is wrong."""
+        try:
+            docs = [d for d in safeyaml.load_all(text, "the CSIDriver YAML") if d is not None]
+        except UntrustedDataError as exc:
+            raise CSIDriverInfoError(str(exc)) from exc
+        objects: list[Mapping[str, Any]] = []
+        for doc in docs:
+            if not isinstance(doc, Mapping):
+                raise CSIDriverInfoError(
+                    f"a CSIDriver document must be a mapping, got {type(doc).__name__}"
+                )
+            items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else None
+            objects.extend(items if isinstance(items, list) else [doc])
+        return cls(objects)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> LocalCSIDrivers:
+        """Objects from a YAML file."""
+        try:
+            text = safeyaml.read_manifest(os.fspath(path))
+        except (OSError, UntrustedDataError) as exc:
+            raise CSIDriverInfoError(
+                f"cannot read CSIDriver file {os.fspath(path)!r}: {exc}"
+            ) from exc
+        return cls.from_yaml(text)
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        """Add or replace one CSIDriver object (dict form)."""
+        kind = obj.get("kind", "CSIDriver")
+        if kind != "CSIDriver":
+            raise CSIDriverInfoError(f"expected a CSIDriver object, got kind {kind!r}")
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            raise CSIDriverInfoError("a CSIDriver object needs metadata.name")
+        from kubevol.spec import deserialize
+
+        data = _default_csidriver(dict(obj))
+        # Validate the policy now, so a typo fails at load time rather than at mount time.
+        CSIDriverInfo.from_object(data)
+        model = deserialize(data, "V1CSIDriver")
+        with self._lock:
+            self._objects[name] = model
+
+    def names(self) -> list[str]:
+        """The drivers described, sorted."""
+        with self._lock:
+            return sorted(self._objects)
+
+    def __call__(self, name: str) -> Any:
+        """The ``V1CSIDriver`` named ``name``, or None."""
+        with self._lock:
+            return self._objects.get(name)
+
+
+class KubernetesCSIDrivers:
+    """CSIDriver objects read from an API server through the ``kubernetes`` client.
+
+    ``api_client`` is a ``kubernetes.client.ApiClient``. Each lookup is one GET; a 404 is
+    "no object" (None); any other failure raises :class:`CSIDriverInfoError`, which the
+    plugin turns into a transient error where the kubelet does.
+    """
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    def __call__(self, name: str) -> Any:
+        from kubernetes.client import StorageV1Api
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return StorageV1Api(self.api_client).read_csi_driver(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise CSIDriverInfoError(
+                f"cannot read CSIDriver {name!r} from the API server: {exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:  # transport failures (connection refused, ...)
+            raise CSIDriverInfoError(
+                f"cannot read CSIDriver {name!r} from the API server: {exc}"
+            ) from exc
