@@ -477,6 +477,44 @@ def is_below(path: str, base: str) -> bool:
     return bool(relative_to(path, base))
 
 
+# --- directories the kubelet makes -------------------------------------------------------------
+
+#: The kubelet's mode for the directories it owns: the root, ``pods``, ``plugins``, each
+#: ``pods/<uid>`` and its ``volumes`` and ``plugins`` (``setupDataDirs``,
+#: ``makePodDataDirs``). A pod's 0777 emptyDir and 0644 Secret files are private only
+#: because of these parents.
+DATA_DIR_MODE = 0o750
+
+
+def make_data_dirs(root: str, *segments: str, mode: int = DATA_DIR_MODE) -> str:
+    """Create ``root`` (mode 0750) and each missing directory of ``segments`` below it
+    (``mode``), whatever the umask, and return the last one. Directories that exist keep
+    their mode: they may be a kubelet's. A segment that is not a directory (a file, a link
+    to nothing) fails with ``OSError`` as ``mkdir`` does; nothing is changed through a
+    link planted between the ``mkdir`` and the ``chmod`` (the mode is set on a descriptor
+    opened without following links)."""
+    parent = os.path.dirname(root.rstrip("/")) or "/"
+    os.makedirs(parent, exist_ok=True)
+    path = root.rstrip("/") or "/"
+    _make_data_dir(path, DATA_DIR_MODE)
+    for segment in segments:
+        path = f"{path.rstrip('/')}/{validate_path_segment(segment, 'directory name')}"
+        _make_data_dir(path, mode)
+    return path
+
+
+def _make_data_dir(path: str, mode: int) -> None:
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, mode)  # mkdir's mode went through the umask
+    finally:
+        os.close(fd)
+
+
 # --- durable atomic writes --------------------------------------------------------------------
 
 

@@ -31,7 +31,10 @@ def run(args: argparse.Namespace) -> int:
         # Check every pod before recording any: bad input changes nothing.
         adding = new_pods(runtime.mgr, manifests)
         wanted = [p.desired for p in adding]
-        pods = runtime.volume_manager(workers=args.workers, adding=adding)
+        # up tears down nothing it was not asked about: the API server (--kubeconfig)
+        # serves objects and tokens here, it does not make another owner's pod gone.
+        pods = runtime.volume_manager(workers=args.workers, adding=adding,
+                                      ask_api_server=False)
         try:
             pods.reconstruct()
             result = pods.sync(timeout=args.timeout)

@@ -139,6 +139,21 @@ class NodeVolumeHost(KubeletVolumeHost):
         """Directory of one pod."""
         return layout.pod_dir(self._root_prefix, pod_uid)
 
+    def make_pod_dirs(self, pod_uid: str) -> None:
+        """Create the root, ``pods``, ``pods/<uid>`` and its ``volumes`` and ``plugins``
+        where missing, 0750 whatever the umask, as the kubelet does before a pod's volumes
+        are set up (``makePodDataDirs``): the pod's payload files and emptyDirs are then
+        reachable only by root and the root's group. Existing directories are left as
+        they are."""
+        pod_dir = layout.make_data_dirs(self.root_dir, layout.PODS_DIR, pod_uid)
+        for sub in (layout.POD_VOLUMES_DIR, layout.POD_PLUGINS_DIR):
+            layout.make_data_dirs(pod_dir, sub)
+
+    def make_plugins_dir(self) -> None:
+        """Create the root and ``plugins`` where missing, 0750 (the kubelet's
+        ``setupDataDirs``), before a device is staged below them."""
+        layout.make_data_dirs(self.root_dir, layout.PLUGINS_DIR)
+
     def get_pod_volume_dir(self, pod_uid: str, plugin_name: str, volume_name: str) -> str:
         return layout.pod_volume_dir(self._root_prefix, pod_uid, plugin_name, volume_name)
 

@@ -244,6 +244,7 @@ class OperationGenerator:
             plugin = self._device_mountable(v.plugin_name)
             device_mounter = plugin.new_attacher() if v.attachable else plugin.new_device_mounter()
             dmp = device_mounter.get_device_mount_path(v.spec)
+            self.host.make_plugins_dir()
             current = self.actual.volume(v.unique_name)
             device_path = current.device_path if current is not None else ""
             try:
@@ -347,6 +348,7 @@ class OperationGenerator:
             mounter = plugin.new_mounter(v.spec, v.pod, volume_options(v.spec))
             path = mounter.get_path()
             try:
+                self.host.make_pod_dirs(v.pod_uid)
                 mounter.set_up(mounter_args(v.pod, v.fs_group))
             except Exception as exc:
                 self._pod_error(v, exc, path)
@@ -463,6 +465,8 @@ class OperationGenerator:
         def run() -> None:
             plugin = self._mapper_plugin(v.plugin_name)
             mapper = plugin.new_block_volume_mapper(v.spec, v.pod, volume_options(v.spec))
+            self.host.make_pod_dirs(v.pod_uid)
+            self.host.make_plugins_dir()
             global_map_path = mapper.get_global_map_path(v.spec)
             map_dir, link = mapper.get_pod_device_map_path()
             pod_link = os.path.join(map_dir, link)

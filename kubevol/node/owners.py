@@ -6,11 +6,15 @@ kubevol may unmount, remove, unstage or detach only what belongs to
   marks it terminating);
 * a pod the operator names as gone (``--pod-gone UID``, ``--pods-gone-file``): the operator
   vouches that no agent on the node still runs it;
-* with an API server (``--kubeconfig``), a pod the API server does not list as running on
-  this node any more (:class:`PodBindings`): deleted, bound to another node, or finished
-  (``Succeeded``/``Failed``). A pod being deleted (``deletionTimestamp``) is not gone yet: its
-  containers may still run. When the API server cannot be asked, or does not know this node,
-  nothing is gone because of it.
+* with an API server (``--kubeconfig``), a pod the API server listed on this node by that
+  UID and does not list as running any more (:class:`PodBindings`): deleted, bound to another
+  node, or finished (``Succeeded``/``Failed``). A pod it never listed is not gone because of
+  it: a kubelet's static pod lives on disk under its own UID while the API server lists its
+  *mirror* pod under another (annotation ``kubernetes.io/config.mirror: <static UID>``, the
+  kubelet pairs them by that annotation), and may have no mirror pod yet: a static pod is
+  never gone through the API server. A pod being deleted (``deletionTimestamp``) is not gone
+  yet: its containers may still run. When the API server cannot be asked, or does not know
+  this node, nothing is gone because of it.
 
 Everything else on the root is someone else's: a live kubelet shares the layout, and an
 offline tool cannot know which of its pods are gone, so it must not guess. A volume of an
@@ -42,10 +46,28 @@ log = logging.getLogger(__name__)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
+#: The annotation of a mirror pod naming the UID of the static pod it stands for
+#: (``ConfigMirrorAnnotationKey`` in the kubelet's ``pkg/kubelet/types``).
+CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
 def is_running(pod: Mapping[str, Any]) -> bool:
     """Whether the API says the pod may still run containers: not in a terminal phase.
     (Deletion pending does not count: containers stop only after the grace period.)"""
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def listed_uids(pod: Mapping[str, Any]) -> set[str]:
+    """The pod UIDs an API server's pod keeps from being gone: its own, and for a mirror pod
+    the UID of its static pod (the value of ``kubernetes.io/config.mirror``). A static pod's
+    UID is never listed by itself, so it never becomes gone through the API server: the
+    kubelet ends a static pod when its manifest goes, whatever happens to its mirror."""
+    meta = pod.get("metadata") or {}
+    uids = {str(meta.get("uid"))}
+    mirror = (meta.get("annotations") or {}).get(CONFIG_MIRROR_ANNOTATION)
+    if isinstance(mirror, str) and mirror:
+        uids.add(mirror)
+    return uids
 
 
 class PodBindings(abc.ABC):
@@ -55,15 +77,18 @@ class PodBindings(abc.ABC):
 
     @abc.abstractmethod
     def gone(self, uid: str) -> bool:
-        """Whether pod ``uid`` is known not to run on this node any more; False whenever
-        the API server cannot say."""
+        """Whether pod ``uid`` is known not to run on this node any more: listed by that UID
+        (or as a mirror pod's static pod) before and not listed running now. False whenever
+        the API server cannot say, and for a UID it never listed."""
 
 
 class APIServerBindings(PodBindings):
     """The pods the API server lists on node ``node_name`` (``spec.nodeName`` field
     selector), read through ``api_client`` (a ``kubernetes.client.ApiClient``) on the first
     question and again when the answer is older than ``max_age`` seconds, so that a pod
-    bound while a command runs is seen. Thread-safe.
+    bound while a command runs is seen. A pod is gone once a read no longer lists it running
+    after an earlier read listed it: for a one-shot command, that is a pod deleted while it
+    runs; a pod deleted before is kubevol's to clean up only through its record. Thread-safe.
 
     A failed list, or a node the API server has no Node object for (the wrong
     ``--node-name`` would make every pod look gone), makes every answer "not gone" and is
@@ -76,6 +101,7 @@ class APIServerBindings(PodBindings):
         self.max_age = max_age
         self._lock = threading.Lock()
         self._running: frozenset[str] | None = None
+        self._listed: set[str] = set()
         self._read_at = 0.0
         #: Why the API server could not answer (None when it did).
         self.error: str | None = None
@@ -85,7 +111,8 @@ class APIServerBindings(PodBindings):
             if self._running is None or time.monotonic() - self._read_at > self.max_age:
                 self._running = self._read()
                 self._read_at = time.monotonic()
-            return self._running is not None and uid not in self._running
+            return self._running is not None and uid in self._listed \
+                and uid not in self._running
 
     def _read(self) -> frozenset[str] | None:
         from kubernetes.client import CoreV1Api
@@ -108,8 +135,8 @@ class APIServerBindings(PodBindings):
             self._failed(f"{type(exc).__name__}: {exc}")
             return None
         self.error = None
-        return frozenset(str((p.get("metadata") or {}).get("uid")) for p in pods
-                         if is_running(p))
+        self._listed |= {str((p.get("metadata") or {}).get("uid")) for p in pods}
+        return frozenset(u for p in pods if is_running(p) for u in listed_uids(p))
 
     def _failed(self, why: str) -> None:
         if self.error != why:
@@ -177,12 +204,13 @@ class Ownership:
         if self.bindings is not None:
             if self.bindings.gone(uid):
                 return Verdict(allowed=True, reason=(
-                    f"the API server lists no running pod {uid} on node "
-                    f"{self.bindings.node_name} (deleted, bound elsewhere or finished)"))
+                    f"the API server listed pod {uid} on node {self.bindings.node_name} and "
+                    "lists it running no more (deleted, bound elsewhere or finished)"))
             return Verdict(
                 allowed=False,
                 reason="not kubevol's: no pod record, not named gone (--pod-gone), and the "
-                "API server does not say it left this node",
+                "API server does not say it left this node (a pod it never listed, such as a "
+                "static pod, is never taken as gone)",
             )
         return Verdict(
             allowed=False,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Self
 
 from kubevol.errors import KubevolError
+from kubevol.layout import make_data_dirs
 from kubevol.node.records import STATE_DIR
 
 #: The lock file in kubevol's own directory under the root.
@@ -99,11 +100,13 @@ class RootLock:
     def _open(self) -> int:
         directory = os.path.dirname(self.path)
         try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+            # Every writer takes this lock first: the root is made here, 0750 as the
+            # kubelet makes it, and kubevol's own directory 0700.
+            make_data_dirs(self.root_dir, STATE_DIR, mode=0o700)
             return os.open(
                 self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
             )
-        except FileExistsError as exc:  # makedirs met a file where a directory belongs
+        except (FileExistsError, NotADirectoryError) as exc:  # a file where a directory belongs
             raise KubevolError(
                 f"cannot lock root {self.root_dir}: {exc.filename or directory} is not a "
                 "directory"

@@ -248,8 +248,10 @@ class RecordedPods:
     record removed once nothing of them is left; pods found on disk without a record are
     not managed (left alone) unless named in ``gone`` (pods the operator says no agent
     runs any more: their volumes are torn down) or ``bindings`` say they left the node
-    (default: the runtime's API server, when it has one). :meth:`refresh` re-reads changed records;
-    it runs before each pass of :meth:`sync` and :meth:`run`.
+    (default: the runtime's API server, when it has one; none with ``ask_api_server``
+    False, as ``up`` runs it: it tears down nothing it was not asked about).
+    :meth:`refresh` re-reads changed records; it runs before each pass of :meth:`sync` and
+    :meth:`run`.
 
     The records of ``adding`` (pods already checked and built, :func:`new_pods`) are written
     first, before anything could be mounted, and their desired pods used as they are: they
@@ -263,6 +265,7 @@ class RecordedPods:
         adding: Sequence[NewPod] = (),
         gone: Iterable[str] = (),
         bindings: PodBindings | None = None,
+        ask_api_server: bool = True,
         **kwargs: Any,
     ) -> None:
         self.node = node
@@ -279,7 +282,8 @@ class RecordedPods:
         self.ownership = Ownership(
             recorded=lambda: self.known, gone=gone,
             drivers=lambda: {d.name for d in node.registry.drivers()},
-            bindings=bindings if bindings is not None else node.bindings,
+            bindings=(bindings if bindings is not None else node.bindings)
+            if ask_api_server else None,
         )
         self.manager = NodeVolumeManager(node.host, node.mgr, ownership=self.ownership, **kwargs)
         self.refresh()

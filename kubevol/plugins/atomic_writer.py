@@ -29,6 +29,7 @@ import posixpath
 import random
 import re
 import shutil
+import stat
 from collections.abc import Callable, Mapping
 
 import attrs
@@ -154,10 +155,29 @@ class AtomicWriter:
         return should_write
 
     def _current_ts_dir(self) -> str:
+        """The timestamped dir ``..data`` names, or "" when there is none this writer made.
+
+        The link is hostile input: whoever can rename entries in the volume directory can
+        point it anywhere, and its target is later removed. Only a name this writer makes
+        (``..YYYY_MM_DD_hh_mm_ss.N``, no slash: an absolute or ``../`` target is refused)
+        that is a real directory inside the target (``lstat``: not a link) is taken; anything
+        else is logged and ignored, so the next write publishes over it.
+        """
+        link = os.path.join(self.target_dir, DATA_DIR_NAME)
         try:
-            return os.readlink(os.path.join(self.target_dir, DATA_DIR_NAME))
+            name = os.readlink(link)
         except FileNotFoundError:
             return ""
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            log.warning("%s: %s is not a link; ignored", self.log_context, link)
+            return ""
+        if not _TS_DIR.match(name) or not _is_real_dir(os.path.join(self.target_dir, name)):
+            log.warning("%s: %s points at %r, not a data directory this writer made; ignored",
+                        self.log_context, link, name)
+            return ""
+        return name
 
     def _publish(self, payload: Mapping[str, FileProjection], set_perms: SetPerms | None) -> None:
         ts_dir = self._new_ts_dir()
@@ -233,6 +253,13 @@ class AtomicWriter:
                 path = os.path.join(self.target_dir, name)
                 if os.path.isdir(path) and not os.path.islink(path):
                     shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _payload_differs(payload: Mapping[str, FileProjection], old_ts_path: str) -> bool:

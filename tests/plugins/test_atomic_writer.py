@@ -299,3 +299,36 @@ def test_concurrent_reader_never_sees_a_mix(tmp_path: Path) -> None:
             t.join()
     assert problems == []
     assert len(seen_versions) > 1
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    (victim / "deep").mkdir(parents=True)
+    (victim / "deep" / "precious").write_text("keep me")
+    return victim
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "ts-name-as-link"])
+def test_a_data_link_pointing_out_of_the_volume_deletes_nothing(tmp_path: Path, how: str) -> None:
+    """``..data`` replaced by a link to another directory (absolute, ``../``, or a
+    timestamped name that is itself a link) is ignored: the next write publishes a new
+    version and the directory it pointed at keeps every file (it used to be removed)."""
+    target = tmp_path / "vol"
+    target.mkdir()
+    victim = _victim(tmp_path)
+    writer = AtomicWriter(str(target))
+    writer.write(files(a="1"))
+    data = target / DATA_DIR_NAME
+    data.unlink()
+    if how == "absolute":
+        data.symlink_to(victim)
+    elif how == "dotdot":
+        data.symlink_to("../victim")
+    else:
+        fake = "..2020_01_01_00_00_00.1"
+        (target / fake).symlink_to(victim)
+        data.symlink_to(fake)
+    assert writer.write(files(a="2")) is True
+    assert (victim / "deep" / "precious").read_text() == "keep me"
+    assert (target / "a").read_text() == "2"
+    assert TS_DIR.match(os.readlink(data))

@@ -1,0 +1,100 @@
+"""A node shared with unprivileged users (issue 28), played for real: a pod is brought up with
+the real ``kubevol up`` under umask 000, and an unprivileged user (``setpriv --reuid=65534``)
+then tries to read its Secret, write into its emptyDir and swap its ``..data`` link. The
+kubelet's directory modes (0750 for the root, ``pods``, ``pods/<uid>`` and its ``volumes`` and
+``plugins``: ``setupDataDirs``/``makePodDataDirs``) must stop every try."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubevol.testing.mount_rig import mounts_under
+
+UID = "11111111-2222-3333-4444-555555555555"
+MANIFEST = f"""
+apiVersion: v1
+kind: Secret
+metadata: {{name: creds, namespace: default}}
+stringData: {{password: hunter2}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: default, uid: {UID}}}
+spec:
+  containers: [{{name: c, image: x}}]
+  volumes:
+  - name: creds
+    secret: {{secretName: creds}}
+  - name: scratch
+    emptyDir: {{}}
+"""
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+
+
+def as_nobody(script: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell script as user 65534 (no groups, no capabilities)."""
+    return subprocess.run([*NOBODY, "sh", "-c", script], capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+@pytest.fixture
+def shared_base() -> Iterator[Path]:
+    """A directory every user can traverse (pytest's own tmp dirs are root's alone, which
+    would make every attack fail for the wrong reason)."""
+    base = Path(tempfile.mkdtemp(prefix="kv-shared-"))
+    os.chmod(base, 0o755)
+    try:
+        yield base
+    finally:
+        for point in reversed(mounts_under(base)):
+            subprocess.run(["umount", "-l", point], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.root
+def test_another_user_cannot_reach_a_pods_volumes(shared_base: Path) -> None:
+    """Under umask 000, the root and every pod directory kubevol makes are 0750: user 65534
+    can read no Secret, write into no emptyDir and rename no ``..data`` link."""
+    (shared_base / "pod.yaml").write_text(MANIFEST)
+    root = shared_base / "root"
+    up = subprocess.run(
+        [sys.executable, "-m", "kubevol.cli.main", "up", "--root", str(root), "--node-name",
+         "n1", str(shared_base / "pod.yaml")],
+        capture_output=True, text=True, timeout=120, check=False, preexec_fn=lambda: os.umask(0),
+    )
+    assert up.returncode == 0, up.stderr
+    pod = root / "pods" / UID
+    secret = pod / "volumes" / "kubernetes.io~secret" / "creds"
+    scratch = pod / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+    assert (secret / "password").read_text() == "hunter2"
+    for d in (root, root / "pods", pod, pod / "volumes", pod / "plugins"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o750, d
+    assert as_nobody(f"ls {shared_base}").returncode == 0  # the attacker does get this far
+
+    attempts = {
+        "read the secret": f"cat {secret}/password",
+        "list the pods": f"ls {root}/pods",
+        "write into the emptyDir": f"touch {scratch}/mine",
+        "swap ..data": f"ln -sfn /etc {secret}/..data_tmp && mv -T {secret}/..data_tmp "
+                       f"{secret}/..data",
+    }
+    for what, script in attempts.items():
+        result = as_nobody(script)
+        assert result.returncode != 0, f"user 65534 could {what}"
+        assert "Permission denied" in result.stderr, (what, result.stderr)
+    assert not (scratch / "mine").exists()
+    assert os.readlink(secret / "..data").startswith("..2")
+
+    down = subprocess.run(
+        [sys.executable, "-m", "kubevol.cli.main", "down", "--root", str(root), "--node-name",
+         "n1", "--pod-uid", UID], capture_output=True, text=True, timeout=120, check=False)
+    assert down.returncode == 0, down.stderr
