@@ -25,10 +25,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, SpecError
 from kubevol.node.manifests import Manifests, manifest_pod_uid, namespace_of
-from kubevol.node.owners import PodBindings
+from kubevol.node.owners import PodBindings, listed_uids
 from kubevol.node.owners import is_running as may_run
+from kubevol.node.validation import validate_pod
 from kubevol.util.backoff import Backoff
 from kubevol.util.lifecycle import ClosesOnExit
 
@@ -76,6 +77,9 @@ class APIServerPods(ClosesOnExit, PodBindings):
         self._backoff = backoff or Backoff(initial=0.5, maximum=30.0)
         self._lock = threading.Lock()
         self._pods: dict[str, dict[str, Any]] = {}
+        #: Every pod UID listed on this node since the start (never a static pod's: a
+        #: mirror pod has a UID of its own).
+        self._listed: set[str] = set()
         self._claims: dict[str, Manifests] = {}
         self._unresolved: set[str] = set()
         self._retry_at = 0.0
@@ -107,29 +111,48 @@ class APIServerPods(ClosesOnExit, PodBindings):
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        # As client-go's reflector: a watch that ends is resumed at once unless it was "very
+        # short" (under a second, no event). That, a 410 (relist) and failures wait out a
+        # backoff (client-go's 0.8 s doubling to 30 s for the first two, ``backoff`` for
+        # failures), which a watch that delivered events or lasted resets.
+        relist, short_watch = Backoff(initial=0.8, maximum=30.0), 1.0
         failures = 0
         while not self._stop.is_set():
+            since: str | None = None
+            started = time.monotonic()
+            expired = False
+            why: str | None = None
             try:
                 if self.resource_version is None:
                     self._list()
+                since, started = self.resource_version, time.monotonic()
                 self._watch_once()
-                failures = 0
-                continue
             except ApiException as exc:
-                if exc.status == 410:
-                    log.info("pods of node %s: resourceVersion %s is too old, listing again",
-                             self.node_name, self.resource_version)
-                    self.resource_version = None
-                    continue
+                expired = exc.status == 410
                 why = f"API status {exc.status} {exc.reason}"
             except (HTTPError, OSError, ValueError, KubevolError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
-            delay = self._backoff.delay(failures)
+            if since is not None and (self.resource_version != since
+                                      or time.monotonic() - started >= short_watch):
+                failures = 0  # the watch ran: earlier failures are forgotten
+                if why is None:
+                    continue
+            if expired:
+                delay = relist.delay(failures)
+                log.info("pods of node %s: resourceVersion %s is too old; listing again in "
+                         "%.1f s", self.node_name, self.resource_version, delay)
+                self.resource_version = None
+            elif why is None:
+                delay = relist.delay(failures)
+                log.info("pods of node %s: the watch ended at once without an event; watching "
+                         "again in %.1f s", self.node_name, delay)
+            else:
+                delay = self._backoff.delay(failures)
+                log.warning("pods of node %s: %s; retrying in %.1f s (from resourceVersion %s)",
+                            self.node_name, why, delay, self.resource_version or "none: relist")
             failures += 1
-            log.warning("pods of node %s: %s; retrying in %.1f s (from resourceVersion %s)",
-                        self.node_name, why, delay, self.resource_version or "none: relist")
             self._stop.wait(delay)
 
     def _core(self) -> Any:
@@ -145,9 +168,14 @@ class APIServerPods(ClosesOnExit, PodBindings):
         self.lists += 1
         pods = {}
         for pod in body.get("items") or []:
-            pods[self._uid(pod)] = pod
+            try:
+                pods[self._uid(pod)] = pod
+            except KubevolError as exc:  # one bad pod must not keep the others from running
+                log.warning("pods of node %s: %s skipped: %s", self.node_name,
+                            self._pod_name(pod), exc)
         with self._lock:
             self._pods = pods
+            self._listed |= set(pods)
             self._claims = {u: m for u, m in self._claims.items() if u in pods}
         self.resource_version = str(body["metadata"]["resourceVersion"])
         log.info("pods of node %s: listed %d at resourceVersion %s", self.node_name,
@@ -185,7 +213,14 @@ class APIServerPods(ClosesOnExit, PodBindings):
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            uid = self._uid(obj)
+            try:
+                uid = self._uid(obj)
+            except KubevolError as exc:  # skipped, and the watch goes on past it
+                log.warning("pods of node %s: %s skipped: %s", self.node_name,
+                            self._pod_name(obj), exc)
+                if version:
+                    self.resource_version = str(version)
+                return
             with self._lock:
                 before = self._pods.get(uid)
                 if kind == "DELETED":
@@ -193,6 +228,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
                     self._claims.pop(uid, None)
                 else:
                     self._pods[uid] = dict(obj)
+                    self._listed.add(uid)
             if kind == "DELETED" or before is None or _clean(before) != _clean(obj) \
                     or is_running(before) != is_running(obj):
                 self._changed.set()
@@ -216,14 +252,26 @@ class APIServerPods(ClosesOnExit, PodBindings):
         return False
 
     def manifests(self) -> Manifests:
-        """The running pods (cleaned of status) with the claims and volumes they use."""
+        """The running pods (cleaned of status) with the claims and volumes they use.
+
+        Each pod is checked first as a manifest file is (:func:`validate_pod`): one the API
+        server should have refused is left out, reported in :attr:`errors` with why, and
+        counted :meth:`unresolved` (a pod it ran is not torn down for it); the others run."""
         with self._lock:
             pods = {u: p for u, p in self._pods.items() if is_running(p)}
             self._claims = {u: m for u, m in self._claims.items() if u in pods}
             todo = [(u, p) for u, p in pods.items() if u not in self._claims]
         errors: dict[str, str] = {}
         unresolved: set[str] = set()
+        for uid, pod in pods.items():
+            try:
+                validate_pod(pod, "the API server")
+            except SpecError as exc:
+                errors[self._pod_name(pod)] = str(exc)
+                unresolved.add(uid)
         for uid, pod in todo:
+            if uid in unresolved:
+                continue  # invalid: its claims are not read
             try:
                 claims = self._read_claims(pod)
             except KubevolError as exc:
@@ -249,13 +297,16 @@ class APIServerPods(ClosesOnExit, PodBindings):
             return set(self._unresolved)
 
     def gone(self, uid: str) -> bool:
-        """Whether the API server no longer lists pod ``uid`` on this node, or lists it
-        finished (False until the first list: nothing is known then)."""
+        """Whether the API server listed pod ``uid`` on this node by that UID and now no
+        longer lists it, or lists it finished. False until the first list, for a UID it
+        never listed, and for a static pod whose mirror pod it lists: see
+        :mod:`kubevol.node.owners`."""
         if not self.synced.is_set():
             return False
         with self._lock:
-            pod = self._pods.get(uid)
-        return pod is None or not may_run(pod)
+            if uid not in self._listed:
+                return False
+            return not any(may_run(p) and uid in listed_uids(p) for p in self._pods.values())
 
     def pods(self) -> dict[str, dict[str, Any]]:
         """Every pod of the node the API server lists now (running or not), by UID."""

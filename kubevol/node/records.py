@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, SpecError
 from kubevol.layout import (
     json_document,
     remove_files,
@@ -102,8 +102,8 @@ class PodRecords:
 
     def read(self, uid: str) -> PodRecord | None:
         """The record of pod ``uid``, or None. Raises :class:`RecordError` for a record that
-        cannot be read (a FIFO, too large, not JSON...) or does not hold a record of
-        ``uid``."""
+        cannot be read (a FIFO, too large, not JSON...), does not hold a record of ``uid``
+        or holds objects a manifest file could not (:func:`manifests_from_objects`)."""
         try:
             data = load_json_file(self._path(uid))
         except FileNotFoundError:
@@ -164,6 +164,12 @@ def _record_of(uid: str, data: Any) -> PodRecord:
     objects = data.get("objects") or []
     if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
         raise RecordError(f"{where}: objects must be a list of JSON objects")
+    try:
+        # Checked as manifest files are: an edited record must not bring a setuid mode or a
+        # path out of the volume that the manifests could not.
+        manifests_from_objects(objects, where)
+    except SpecError as exc:
+        raise RecordError(str(exc)) from exc
     return PodRecord(uid=uid, state=state, objects=tuple(objects))
 
 

@@ -6,9 +6,18 @@ would refuse must be refused here, up front and in full, or it gets recorded and
 on every run (an invalid volume name recorded first made every later ``up`` on the root
 fail; a pod UID starting with "." was accepted but its record never read). The rules are
 Kubernetes' (``pkg/apis/core/validation``): DNS-1123 names, volume names unique, fsGroup
-within 0..2^31-1, quantities that parse, hostPath paths without ``..``; plus the shape
-(mappings and lists where the code reads them) and what kubevol itself needs of a pod UID
-(one file name under ``<root>/kubevol/pods/``, not hidden).
+within 0..2^31-1, quantities that parse, hostPath paths without ``..``; the file modes of
+configMap, secret, downwardAPI and projected volumes within 0..0777 (a mode beyond would
+write setuid, setgid or sticky files), their item keys and paths (relative, no ``..``
+element, not starting with ``..``: the atomic writer's own names), a projected volume's
+sources (one kind each, no path twice, a token's lifetime), and relative subPaths without
+``..``; plus the shape (mappings and lists where the code reads them) and what kubevol itself
+needs of a pod UID (one file name under ``<root>/kubevol/pods/``, not hidden).
+
+A payload path and a subPath are checked by the functions the volume set-up uses
+(:func:`~kubevol.plugins.atomic_writer.validate_payload_path`,
+:func:`~kubevol.mount.subpath.validate_sub_path`): what passes here passes there (a
+subPathExpr is checked as written here, and again once expanded).
 
 Each check raises :class:`~kubevol.errors.SpecError` naming the object and the field.
 """
@@ -19,8 +28,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kubevol.errors import InvalidPathSegmentError, SpecError
+from kubevol.errors import InvalidPathSegmentError, InvalidPayloadPathError, SpecError
 from kubevol.layout import MAX_SEGMENT_BYTES, validate_path_segment
+from kubevol.mount.subpath import SubPathError, validate_sub_path
+from kubevol.plugins.atomic_writer import validate_payload_path
 from kubevol.util import units
 
 #: ``metadata.name`` of most objects, ``IsDNS1123Subdomain``.
@@ -33,6 +44,15 @@ _DNS1123_LABEL_MAX = 63
 _MAX_GROUP_ID = 2**31 - 1
 #: A record is ``<uid>.json``: the UID must leave room for the suffix in a file name.
 _RECORD_SUFFIX = ".json"
+#: The modes of projected files (``fileModeErrorMsg``): permission bits only.
+_MAX_FILE_MODE = 0o777
+_FILE_MODE_RULE = "must be a number between 0 and 0777 (octal), both inclusive"
+#: A projected service-account token's ``expirationSeconds``: 10 minutes to 2^32 seconds.
+_MIN_TOKEN_SECONDS = 10 * 60
+_MAX_TOKEN_SECONDS = 2**32
+#: The kinds of a projected volume's sources, one per source.
+_PROJECTIONS = ("secret", "configMap", "downwardAPI", "serviceAccountToken",
+                "clusterTrustBundle")
 FS_GROUP_CHANGE_POLICIES = ("OnRootMismatch", "Always")
 VOLUME_MODES = ("Filesystem", "Block")
 
@@ -135,6 +155,8 @@ def validate_pod(pod: Mapping[str, Any], where: str) -> None:
             for use in ("volumeMounts", "volumeDevices"):
                 for j, item in enumerate(_mappings(container, use, f"{where} {key}[{i}]")):
                     _get(item, "name", str, f"{where} {key}[{i}].{use}[{j}]")
+                    if use == "volumeMounts":
+                        _sub_paths(item, f"{where} {key}[{i}].{use}[{j}]")
     seen: set[str] = set()
     for volume in _mappings(spec, "volumes", f"{where} spec"):
         name = str(volume.get("name"))
@@ -162,6 +184,127 @@ def _volume_source(volume: Mapping[str, Any], where: str) -> None:
             raise SpecError(
                 f"{where}: hostPath.path {path!r} must be an absolute path without '..'"
             )
+    config_map = _get(volume, "configMap", dict, where)
+    if config_map is not None:
+        _mode(config_map, "defaultMode", f"{where}: configMap")
+        _key_paths(config_map, "name", f"{where}: configMap")
+    secret = _get(volume, "secret", dict, where)
+    if secret is not None:
+        _mode(secret, "defaultMode", f"{where}: secret")
+        _key_paths(secret, "secretName", f"{where}: secret")
+    downward_api = _get(volume, "downwardAPI", dict, where)
+    if downward_api is not None:
+        _mode(downward_api, "defaultMode", f"{where}: downwardAPI")
+        _downward_api_files(downward_api, f"{where}: downwardAPI")
+    projected = _get(volume, "projected", dict, where)
+    if projected is not None:
+        _projected(projected, f"{where}: projected")
+
+
+def _sub_paths(mount: Mapping[str, Any], where: str) -> None:
+    """``ValidateVolumeMounts``' subPath rules (``validateLocalDescendingPath``): a relative
+    ``subPath`` or ``subPathExpr`` (checked before expansion) without a ``..`` element, not
+    both."""
+    sub_path = _get(mount, "subPath", str, where)
+    expr = _get(mount, "subPathExpr", str, where)
+    if sub_path and expr:
+        raise SpecError(f"{where}: subPathExpr and subPath are mutually exclusive")
+    for key, value in (("subPath", sub_path), ("subPathExpr", expr)):
+        if value:
+            try:
+                validate_sub_path(value)
+            except SubPathError as exc:
+                raise SpecError(f"{where}.{key}: {exc}") from exc
+
+
+def _mode(obj: Mapping[str, Any], key: str, where: str) -> None:
+    """A file mode (``defaultMode``, ``items[].mode``), when given, within 0..0777."""
+    mode = _get(obj, key, int, where)
+    if mode is not None and not 0 <= mode <= _MAX_FILE_MODE:
+        raise SpecError(f"{where}.{key} {mode} ({oct(mode)}) is not valid: {_FILE_MODE_RULE}")
+
+
+def _required(obj: Mapping[str, Any], key: str, where: str) -> str:
+    """``obj[key]``: a string, not empty."""
+    value = _get(obj, key, str, where)
+    if not value:
+        raise SpecError(f"{where}.{key} is required")
+    return str(value)
+
+
+def _payload_path(obj: Mapping[str, Any], where: str, key: str | None = None) -> str:
+    """``obj["path"]``, required and a path the atomic writer accepts
+    (``ValidateLocalNonReservedPath``: relative, no ``..`` element, not starting with ``..``,
+    and the writer's own limits), cleaned as the writer cleans it; ``key`` is what the path
+    holds, for the message."""
+    path = _required(obj, "path", where)
+    try:
+        return validate_payload_path(path, key)
+    except InvalidPayloadPathError as exc:
+        raise SpecError(f"{where}.path: {exc}") from exc
+
+
+def _key_paths(source: Mapping[str, Any], name_key: str, where: str) -> list[str]:
+    """A ConfigMap's or Secret's name and items (``validateConfigMapVolumeSource``,
+    ``validateSecretVolumeSource``, and the projections of both); the item paths."""
+    _required(source, name_key, where)
+    paths = []
+    for i, item in enumerate(_mappings(source, "items", where)):
+        at = f"{where}.items[{i}]"  # validateKeyToPath
+        key = _required(item, "key", at)
+        paths.append(_payload_path(item, at, key))
+        _mode(item, "mode", at)
+    return paths
+
+
+def _downward_api_files(source: Mapping[str, Any], where: str) -> list[str]:
+    """The items of a downwardAPI volume or projection (``validateDownwardAPIVolumeFile``:
+    path and mode); their paths."""
+    paths = []
+    for i, item in enumerate(_mappings(source, "items", where)):
+        paths.append(_payload_path(item, f"{where}.items[{i}]"))
+        _mode(item, "mode", f"{where}.items[{i}]")
+    return paths
+
+
+def _projected(projected: Mapping[str, Any], where: str) -> None:
+    """``validateProjectedVolumeSource`` and ``validateProjectionSources``: the default mode,
+    one kind per source, each source's names, items and paths, and no path twice."""
+    _mode(projected, "defaultMode", where)
+    seen: set[str] = set()
+    for i, source in enumerate(_mappings(projected, "sources", where)):
+        at = f"{where}.sources[{i}]"
+        kinds = [k for k in _PROJECTIONS if _get(source, k, dict, at) is not None]
+        if len(kinds) > 1:
+            raise SpecError(f"{at} may not specify more than 1 volume type per source, "
+                            f"got {', '.join(kinds)}")
+        paths = _projection_paths(kinds[0], source[kinds[0]], f"{at}.{kinds[0]}") if kinds else []
+        for path in paths:
+            if path in seen:
+                raise SpecError(f"{at}: conflicting duplicate paths: {path!r} is given twice")
+            seen.add(path)
+
+
+def _projection_paths(kind: str, source: Mapping[str, Any], where: str) -> list[str]:
+    """The paths of one projected source of ``kind``, checked."""
+    if kind in ("secret", "configMap"):
+        return _key_paths(source, "name", where)
+    if kind == "downwardAPI":
+        return _downward_api_files(source, where)
+    if kind == "serviceAccountToken":
+        _token_lifetime(source, where)
+    return [_payload_path(source, where)]
+
+
+def _token_lifetime(token: Mapping[str, Any], where: str) -> None:
+    """A token's ``expirationSeconds``, when given, within 10 minutes..2^32 seconds."""
+    seconds = _get(token, "expirationSeconds", int, where)
+    if seconds is not None and seconds < _MIN_TOKEN_SECONDS:
+        raise SpecError(f"{where}.expirationSeconds {seconds}: may not specify a duration "
+                        "less than 10 minutes")
+    if seconds is not None and seconds > _MAX_TOKEN_SECONDS:
+        raise SpecError(f"{where}.expirationSeconds {seconds}: may not specify a duration "
+                        "larger than 2^32 seconds")
 
 
 def validate_persistent_volume(pv: Mapping[str, Any], where: str) -> None:
