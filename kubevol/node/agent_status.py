@@ -7,7 +7,8 @@ agent's ``rows()`` callback gives (the CLI builds them, in the shape ``kubevol s
 prints). Until ``ready()`` (the agent's first reconcile pass) it answers 503: what it knows
 then is not yet what is on disk. Nothing else is served and nothing is changed through it.
 A socket left by an agent that died answers nothing (connection refused): the caller falls
-back to scanning.
+back to scanning. Slow, idle and surplus connections are cut as
+:mod:`kubevol.node.httpbounds` says.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import socket
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubevol.node.records import STATE_DIR
 from kubevol.util.lifecycle import RunsWhileEntered
+
+if TYPE_CHECKING:
+    from kubevol.node.httpbounds import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +41,17 @@ def status_socket_path(root_dir: str) -> str:
 
 
 class StatusServer(RunsWhileEntered):
-    """Serves ``rows()`` at ``GET /status`` on the status socket of ``root_dir``."""
+    """Serves ``rows()`` at ``GET /status`` on the status socket of ``root_dir``, within
+    ``limits`` (None: :data:`kubevol.node.httpbounds.DEFAULT_LIMITS`)."""
 
     def __init__(
         self, root_dir: str, rows: Callable[[], list[dict[str, Any]]],
-        ready: Callable[[], bool] = lambda: True,
+        ready: Callable[[], bool] = lambda: True, *, limits: ConnectionLimits | None = None,
     ) -> None:
         self.path = status_socket_path(root_dir)
         self.rows = rows
         self.ready = ready
+        self.limits = limits
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -53,14 +59,15 @@ class StatusServer(RunsWhileEntered):
         # Loaded here: `kubevol status` imports this module for ask_agent, and http.server
         # is most of what importing it would cost.
         import socketserver
-        from http.server import BaseHTTPRequestHandler
 
-        class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-            daemon_threads = True
+        from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer
+
+        class UnixHTTPServer(BoundedServer, socketserver.UnixStreamServer):
+            name = "status socket"
 
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("status socket: " + format, *args)
 
@@ -94,7 +101,7 @@ class StatusServer(RunsWhileEntered):
         # The previous agent's socket (it held the root lock we hold now) is stale.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        self._server = UnixHTTPServer(self.path, Handler)
+        self._server = UnixHTTPServer(self.path, Handler, limits=self.limits or DEFAULT_LIMITS)
         os.chmod(self.path, 0o600)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="kubevol-status", daemon=True)

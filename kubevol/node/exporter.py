@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import HTTPServer
 from typing import Any
 
 import attrs
@@ -33,6 +33,7 @@ from kubevol.errors import KubevolError, MetricsError
 from kubevol.layout import CSI_PLUGIN_NAME
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.executor import OperationKey, OperationKind
+from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer, ConnectionLimits
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.state import MountState
 from kubevol.util.lifecycle import RunsWhileEntered
@@ -240,12 +241,18 @@ class AgentMetrics:
         return generate_latest(self.registry)
 
 
+class _HTTPServer(BoundedServer, HTTPServer):
+    name = "metrics server"
+
+
 class MetricsServer(RunsWhileEntered):
     """``/metrics`` and ``/healthz`` over HTTP on ``address`` (``HOST:PORT``; port 0 picks
-    one). ``healthy()`` decides ``/healthz``: 200 ``ok`` or 503 with the reason."""
+    one). ``healthy()`` decides ``/healthz``: 200 ``ok`` or 503 with the reason. Slow,
+    idle and surplus connections are cut within ``limits`` (:mod:`kubevol.node.httpbounds`)."""
 
     def __init__(
-        self, address: str, metrics: AgentMetrics, healthy: Callable[[], str | None]
+        self, address: str, metrics: AgentMetrics, healthy: Callable[[], str | None], *,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
     ) -> None:
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
@@ -253,7 +260,8 @@ class MetricsServer(RunsWhileEntered):
         self._bind = (host.strip("[]") or "127.0.0.1", int(port))
         self.metrics = metrics
         self.healthy = healthy
-        self._server: ThreadingHTTPServer | None = None
+        self.limits = limits
+        self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -266,7 +274,7 @@ class MetricsServer(RunsWhileEntered):
     def start(self) -> MetricsServer:
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("metrics server: " + format, *args)
 
@@ -292,12 +300,11 @@ class MetricsServer(RunsWhileEntered):
                 self.wfile.write(body)
 
         try:
-            self._server = ThreadingHTTPServer(self._bind, Handler)
+            self._server = _HTTPServer(self._bind, Handler, limits=self.limits)
         except OSError as exc:
             raise KubevolError(
                 f"cannot serve metrics on {self._bind[0]}:{self._bind[1]}: {exc.strerror}"
             ) from exc
-        self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="kubevol-metrics", daemon=True
         )
