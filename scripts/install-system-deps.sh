@@ -2,9 +2,12 @@
 # Installs the Debian packages that kubevol's real-system tests use:
 # etcd-server (serial volume access across driver replicas), bindfs and fuse3
 # (a FUSE mount whose daemon dies = a corrupted mount), quota and xfsprogs
-# (project quotas), e2fsprogs and util-linux (ext4 images on loop devices).
+# (project quotas), e2fsprogs and util-linux (ext4 images on loop devices),
+# glusterfs-server and glusterfs-client (a real network filesystem whose server can be
+# frozen or killed: kubevol.testing.glusterfs).
 set -euo pipefail
-packages=(etcd-server bindfs fuse3 quota xfsprogs e2fsprogs util-linux coreutils)
+packages=(etcd-server bindfs fuse3 quota xfsprogs e2fsprogs util-linux coreutils
+          glusterfs-server glusterfs-client)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.csidriver.server import StoragePlugin, serve_in_background
 from kubevol.node.host import NodeVolumeHost
 from kubevol.testing.csi_driver import FakeCSIDriver
+from kubevol.testing.glusterfs import GlusterServer, missing_programs
 from kubevol.testing.kubelet_root import KubeletRoot, build_kubelet_root
 from kubevol.testing.mount_rig import KubeletTree, MountRig
 from tests.csi.support import ProcessFactory, Served, ServeFactory, wait_for_socket
@@ -126,3 +127,26 @@ def driver_process(tmp_path: Path) -> Iterator[ProcessFactory]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def glusterfs(tmp_path: Path) -> Iterator[GlusterServer]:
+    """A real GlusterFS server of the test's own (:mod:`kubevol.testing.glusterfs`: a private
+    glusterd, one volume on loopback) mounted at ``tmp_path/glusterfs/mnt``
+    (``glusterfs.mount_point``); all undone afterwards, frozen or not. Fails, never skips,
+    without root or without GlusterFS installed."""
+    if os.geteuid() != 0:
+        pytest.fail("GlusterFS tests mount filesystems: run them as root (scripts/run-tests.sh)")
+    missing = missing_programs()
+    if missing:
+        pytest.fail(
+            f"GlusterFS is not installed (no {', '.join(missing)}): "
+            "run scripts/install-system-deps.sh as root"
+        )
+    server = GlusterServer(tmp_path / "glusterfs")
+    try:
+        server.start()
+        server.mount(server.base_dir / "mnt")
+        yield server
+    finally:
+        server.cleanup()

@@ -8,6 +8,8 @@ Modules that start real servers import their dependencies on use:
 Kubernetes API server on loopback), ``kubevol.testing.mount_rig`` (loop devices, tmpfs,
 bind and corrupted mounts that clean up after themselves), ``kubevol.testing.kubelet_root``
 (a kubelet root shaped as a real node has it, on real mounts, built from the kubelet's code),
+``kubevol.testing.glusterfs`` (a private GlusterFS server and fuse.glusterfs mounts to freeze
+or kill),
 ``kubevol.testing.csi_driver``
 (a configurable, recording, fault-injecting CSI driver on kubevol's server framework, served
 in-process or as ``python -m kubevol.testing.csi_driver``).
