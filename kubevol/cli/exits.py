@@ -14,6 +14,10 @@ OK = 0
 FAILED = 1
 #: ``kubevol mount-refs``: the unmount is blocked.
 BLOCKED = 3
+#: Everything was done but for volumes that did not answer in time (a dead server or a
+#: frozen FUSE daemon below their mount point); each is named on stderr, and its state is
+#: ``unresponsive`` in the output.
+UNRESPONSIVE = 4
 #: The command line or an input file was wrong; nothing was done.
 USAGE = 64
 #: A bug in kubevol (``EX_SOFTWARE``): one line says what; set :data:`DEBUG_ENV` for the
@@ -34,6 +38,8 @@ exit status:
   1-16 kubevol csi: the gRPC status code the driver answered (1 CANCELLED ... 16
        UNAUTHENTICATED)
   {BLOCKED:<4} kubevol mount-refs: the unmount is blocked
+  {UNRESPONSIVE:<4} status, reconstruct: done but for volumes that did not answer (a dead
+       server or frozen FUSE daemon below their mount point), named on stderr
   {USAGE:<4} usage error: a bad flag, value or input file (never a gRPC code)
   {INTERNAL:<4} internal error (a bug): set {DEBUG_ENV}=1 to see the traceback
   {INTERRUPTED:<4} interrupted

@@ -13,6 +13,7 @@ from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.mount import MountInterface
+from kubevol.mount.probe import UnresponsiveError
 from kubevol.node.manager import SyncResult
 from kubevol.node.mountcheck import MountCheck, check_mount
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
@@ -103,6 +104,10 @@ def open_runtime(
         guard_policy=args.guard_policy, **api_options(args), entry_points=entry_points,
         deadline=deadline, lock=lock,
     )
+    if deadline is not None:
+        # A volume that does not answer costs a third of the command's --timeout at most,
+        # leaving the rest for the work that does not touch it.
+        runtime.host.probe.timeout = min(runtime.host.probe.timeout, deadline.remaining() / 3)
     for problem in runtime.plugin_problems:
         print(f"warning: {problem}", file=sys.stderr)
     # Drivers that are not available were logged as warnings by the runtime: once.
@@ -246,12 +251,22 @@ def add_metrics(
         row.update(used=None, capacity=None, available=None)
         if row["state"] in ("not set up", "unreadable", "unknown plugin", "missing", "corrupted"):
             continue
+        if row["state"] == MountCheck.UNRESPONSIVE:
+            row["metrics_error"] = "not measured: the volume did not answer its stat"
+            continue
         if deadline is not None and deadline.expired:
             row["metrics_error"] = "not measured: --timeout reached"
             continue
         try:
             plugin = runtime.mgr.find_plugin_by_name(row["plugin"])
-            metrics = plugin.new_unmounter(row["spec_name"], row["pod_uid"]).get_metrics()
+            unmounter = plugin.new_unmounter(row["spec_name"], row["pod_uid"])
+            # du and statfs walk below the mount point: with a deadline, as any such call.
+            metrics = runtime.host.probe.call(
+                row["path"], row["path"], "measuring usage", unmounter.get_metrics,
+                timeout=deadline.cap(runtime.host.probe.timeout) if deadline else None)
+        except UnresponsiveError as exc:
+            row.update(state=MountCheck.UNRESPONSIVE, metrics_error=str(exc))
+            continue
         except (KubevolError, MetricsError, OSError, ValueError) as exc:
             row["metrics_error"] = str(exc)
             continue

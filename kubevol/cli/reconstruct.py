@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from kubevol.cli import exits
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, root_lock
 from kubevol.cli.output import (
     Column,
@@ -20,6 +21,7 @@ from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
 from kubevol.node.cleanup import CleanupKind
+from kubevol.node.mountcheck import MountCheck
 from kubevol.node.plan import RepairPlan, plan_repair
 from kubevol.node.privileges import require_privileges
 from kubevol.node.reconstruct import Reconstruction, scan
@@ -43,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)
-            return 0
+            hung = [v for v in result.volumes if MountCheck.UNRESPONSIVE in (v.mount, v.device)]
+            for v in hung:
+                print(f"unresponsive: pod {v.dir.pod_uid} volume {v.dir.spec_name} at "
+                      f"{v.mount_path}: did not answer within {runtime.host.probe.timeout:g}s "
+                      "(left as it is)", file=sys.stderr)
+            return exits.UNRESPONSIVE if hung else exits.OK
         # The plan is made from the same scan, ownership and desired state the repair
         # then uses: it does these actions and no others.
         pods, found, plan = survey(runtime, gone)

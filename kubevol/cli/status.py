@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from kubevol.cli import exits
 from kubevol.cli.node_common import (
     USAGE_COLUMNS,
     VOLUME_COLUMNS,
@@ -22,6 +23,7 @@ from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.node.agent_status import ask_agent
 from kubevol.node.desired import desired_pod
+from kubevol.node.mountcheck import MountCheck
 from kubevol.node.reconstruct import scan
 from kubevol.node.records import PodState
 from kubevol.node.state import DesiredPod, MountState
@@ -70,7 +72,18 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_metrics:
             add_metrics(runtime, rows, deadline)
         emit(rows, TABLE, args, sys.stdout)
-        return 0
+        return report_unresponsive(rows)
+
+
+def report_unresponsive(rows: list[dict[str, Any]]) -> int:
+    """Name on stderr each volume that did not answer (and what it is), and return the exit
+    code: :data:`~kubevol.cli.exits.UNRESPONSIVE` when there was one, else OK."""
+    hung = [r for r in rows if r["state"] == MountCheck.UNRESPONSIVE]
+    for row in hung:
+        why = row.get("metrics_error") or "stat did not answer"
+        print(f"unresponsive: pod {row['pod']} volume {row['volume']} at {row['path']}: {why}",
+              file=sys.stderr)
+    return exits.UNRESPONSIVE if hung else exits.OK
 
 
 #: How long status waits for a running agent's answer before it scans (seconds).

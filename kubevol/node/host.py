@@ -30,6 +30,7 @@ from kubevol.layout import validate_path_segment
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount import LinuxMounter
 from kubevol.mount.interface import MountInterface
+from kubevol.mount.probe import PathProbe
 from kubevol.plugin import VolumePlugin
 from kubevol.plugins import builtin_plugins
 from kubevol.spec import Spec
@@ -114,6 +115,9 @@ class NodeVolumeHost(KubeletVolumeHost):
         self._plugin_mgr: VolumePluginMgr | None = None
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
+        #: The one way this host's callers touch paths below network and FUSE mounts (they
+        #: can block for ever): with a deadline, a stuck mount costing only its volumes.
+        self.probe = PathProbe()
 
     def get_plugin_dir(self, plugin_name: str) -> str:
         return layout.plugin_dir(self._root_prefix, plugin_name)

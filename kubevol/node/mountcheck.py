@@ -9,6 +9,7 @@ import os
 from kubevol import layout
 from kubevol.mount.helpers import is_corrupted_error
 from kubevol.mount.interface import MountInterface
+from kubevol.mount.probe import PathProbe, UnresponsiveError, is_suspect
 from kubevol.mount.table import MountTable
 
 
@@ -21,6 +22,13 @@ class MountCheck(enum.StrEnum):
     MISSING = "missing"
     #: The plugin keeps nothing at a pod path (hostPath).
     NONE = "none"
+    #: A network or FUSE mount that did not answer within its deadline (a dead server, a
+    #: frozen daemon): still mounted, nothing is done to it.
+    UNRESPONSIVE = "unresponsive"
+
+
+#: What counts as a mount still there: may not be removed, may be unmounted.
+STILL_MOUNTED = (MountCheck.MOUNTED, MountCheck.CORRUPTED, MountCheck.UNRESPONSIVE)
 
 
 def check_mount(mounter: MountInterface, path: str) -> MountCheck:
@@ -67,12 +75,19 @@ def stat_problem(path: str, *, missing: MountCheck = MountCheck.MISSING) -> Moun
 class MountSnapshot:
     """Mount checks against one reading of the mount table (a whole scan sees one moment,
     and a set lookup is cheaper than a ``statx`` per path). ``root_dir`` is the root the
-    checked paths are under, translated to its real path once."""
+    checked paths are under, translated to its real path once.
 
-    def __init__(self, table: MountTable, root_dir: str) -> None:
-        self.points = {e.mount_point for e in table.entries()}
+    A path that is the mount point of a network or FUSE filesystem is looked at through
+    ``probe`` (:mod:`kubevol.mount.probe`): when it does not answer in time it is
+    UNRESPONSIVE, and :attr:`unresponsive` says why, by path."""
+
+    def __init__(self, table: MountTable, root_dir: str, probe: PathProbe | None = None) -> None:
+        self.points = {e.mount_point: e.fs_type for e in table.entries()}
         self._root = os.path.abspath(root_dir)
         self._real_root = os.path.realpath(root_dir)
+        self.probe = probe if probe is not None else PathProbe()
+        #: Paths that did not answer, with why.
+        self.unresponsive: dict[str, str] = {}
 
     def real(self, path: str) -> str:
         """``path`` with symbolic links resolved (cheaply for paths under the root)."""
@@ -84,10 +99,19 @@ class MountSnapshot:
         """:func:`check_mount` by the snapshot."""
         if not path:
             return MountCheck.NONE
-        problem = stat_problem(path)
+        real = self.real(path)
+        fs_type = self.points.get(real)
+        try:
+            if fs_type is not None and is_suspect(fs_type):
+                problem = self.probe.call(real, path, "stat", lambda: stat_problem(path))
+            else:
+                problem = stat_problem(path)
+        except UnresponsiveError as exc:
+            self.unresponsive[path] = str(exc)
+            return MountCheck.UNRESPONSIVE
         if problem is not None:
             return problem
-        return MountCheck.MOUNTED if self.real(path) in self.points else MountCheck.NOT_MOUNTED
+        return MountCheck.MOUNTED if fs_type is not None else MountCheck.NOT_MOUNTED
 
 
 def pod_mounts(root_dir: str, pod_uid: str, table: MountTable) -> list[str]:

@@ -57,7 +57,7 @@ from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
 from kubevol.node.holders import Holders, HoldersOnce
 from kubevol.node.host import NodeVolumeHost
-from kubevol.node.mountcheck import MountCheck, check_mount
+from kubevol.node.mountcheck import STILL_MOUNTED, check_mount
 from kubevol.node.orphans import OrphanDeviceMount
 from kubevol.node.poddirs import only_leftovers, remove_volume_dir_leftovers
 from kubevol.node.state import (
@@ -446,7 +446,7 @@ class OperationGenerator:
         if not layout.is_below(os.path.realpath(path), self.host.real_pods_dir):
             return  # not the pod's own path (hostPath): nothing of ours to check
         mounter = self.host.get_mounter()
-        if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
+        if check_mount(mounter, path) in STILL_MOUNTED:
             log.warning("tear-down left %s mounted; unmounting it", path)
             cleanup_mount_point(path, mounter)
 

@@ -53,7 +53,7 @@ def find_orphan_device_mounts(
     if table is None:
         table = MountTable(read_mountinfo_bytes(mountinfo_path))
     if mounts is None:
-        mounts = MountSnapshot(table, host.root_dir)
+        mounts = MountSnapshot(table, host.root_dir, host.probe)
     plugins_dir = os.path.join(os.path.realpath(host.root_dir), layout.PLUGINS_DIR)
     known = {mounts.real(p) for p in claimed if p}
     blocks = set(block_names)

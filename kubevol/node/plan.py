@@ -21,7 +21,7 @@ import attrs
 from kubevol import layout
 from kubevol.node.holders import Holders
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.mountcheck import MountCheck
+from kubevol.node.mountcheck import STILL_MOUNTED
 from kubevol.node.reconstruct import FoundVolume, OrphanSubpath, Reconstruction
 from kubevol.node.state import VolumeMode
 
@@ -36,7 +36,7 @@ REMOVE_POD_DIR = "remove pod dir"
 UNMOUNT_SUBPATH = "unmount subPath bind"
 
 #: Mount checks that mean something is mounted there (to unmount).
-_MOUNTED = (MountCheck.MOUNTED, MountCheck.CORRUPTED)
+_MOUNTED = STILL_MOUNTED
 
 
 @attrs.frozen(kw_only=True)

@@ -17,7 +17,7 @@ from kubevol import layout
 from kubevol.layout import PodVolumeEntry
 from kubevol.mount.helpers import empty_tree_on_one_device, is_corrupted_error
 from kubevol.mount.interface import MountInterface
-from kubevol.node.mountcheck import MountCheck, check_mount
+from kubevol.node.mountcheck import STILL_MOUNTED, MountCheck, check_mount
 from kubevol.node.state import VolumeMode
 from kubevol.plugin import VolumePlugin
 from kubevol.util import fdtree
@@ -118,7 +118,7 @@ def only_leftovers(path: str, mounter: MountInterface, plugin: VolumePlugin | No
         return True
     except OSError:
         return False
-    if check_mount(mounter, path) in (MountCheck.MOUNTED, MountCheck.CORRUPTED):
+    if check_mount(mounter, path) in STILL_MOUNTED:
         return False
     for name in names:
         entry = entry_kind(plugin, name)

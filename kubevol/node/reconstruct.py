@@ -50,6 +50,7 @@ from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import (
+    STILL_MOUNTED,
     MountCheck,
     MountSnapshot,
     check_link,
@@ -148,7 +149,8 @@ class Reconstruction:
     orphan_subpaths: tuple[OrphanSubpath, ...] = ()
 
     def actual_state(self) -> list[AttachedVolume]:
-        """The volumes as actual-state snapshots, every pod and device mount uncertain."""
+        """The volumes as actual-state snapshots, every pod and device mount uncertain (set
+        up again, idempotently) but an unresponsive pod mount, taken as mounted."""
         grouped: dict[str, list[FoundVolume]] = {}
         for found in self.volumes:
             grouped.setdefault(found.unique_name, []).append(found)
@@ -179,7 +181,10 @@ class Reconstruction:
                             pod_uid=f.dir.pod_uid,
                             spec_name=f.dir.spec_name,
                             outer_name=f.dir.spec_name,
-                            state=MountState.UNCERTAIN,
+                            # A mount that did not answer is not set up again (that would
+                            # wait on it for ever): it stays as it is, reported unresponsive.
+                            state=MountState.MOUNTED if f.mount is MountCheck.UNRESPONSIVE
+                            else MountState.UNCERTAIN,
                             path=f.mount_path,
                             reconstructed=True,
                         )
@@ -444,7 +449,7 @@ class ScanPass:
                 paths = tuple(list_subpaths(pod_dir, volume))
                 mounted = tuple(
                     p for p in paths if self._check is not None
-                    and self._check(p) in (MountCheck.MOUNTED, MountCheck.CORRUPTED)
+                    and self._check(p) in STILL_MOUNTED
                 )
                 out.append(OrphanSubpath(pod_uid=uid, volume=volume, pod_dir=pod_dir,
                                          paths=paths, mounted=mounted))
@@ -460,7 +465,7 @@ def scan(
 ) -> Reconstruction:
     """Rebuild every pod volume under the host's root (or only ``pod_uids``'). Reads only."""
     table = MountTable(read_mountinfo_bytes(mountinfo_path))
-    mounts = MountSnapshot(table, host.root_dir)
+    mounts = MountSnapshot(table, host.root_dir, host.probe)
     volumes = ScanPass(mgr, mounts.check)
     found: list[FoundVolume] = []
     failed: list[FailedVolume] = []

@@ -1,0 +1,139 @@
+"""A dead mount never freezes kubevol (issue 29), played with real hung filesystems: a FUSE
+mount whose daemon is frozen (bindfs, SIGSTOP) and a GlusterFS mount whose client is frozen,
+each over one pod's volume, beside a healthy pod. ``status``, ``reconstruct`` and ``down`` of
+the healthy pod return within their ``--timeout`` (plus start-up), name the hung volume
+(state ``unresponsive``, exit code 4 where it is reported) and delete nothing on it. The
+commands run as processes: a thread stuck in the kernel dies with its process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kubevol.cli import exits
+from kubevol.testing.glusterfs import GlusterServer
+from kubevol.testing.mount_rig import mounted_at
+
+HUNG = "11111111-2222-3333-4444-555555555555"
+HEALTHY = "22222222-2222-3333-4444-555555555555"
+#: The command's --timeout, and what start-up and the last steps may add to it.
+TIMEOUT = 6.0
+SLACK = 4.0
+
+
+def pod(name: str, uid: str) -> str:
+    return f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, uid: {uid}}}
+spec:
+  containers: [{{name: c, image: x}}]
+  volumes: [{{name: scratch, emptyDir: {{}}}}]
+"""
+
+
+def kubevol(*argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``kubevol ARGV`` as a process, and how long it took; killed after a minute."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kubevol.cli.main", *argv],
+                          capture_output=True, text=True, timeout=60, check=False)
+    return done, time.monotonic() - started
+
+
+def scratch(root: Path, uid: str) -> Path:
+    return root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+
+
+def frozen_bindfs(tmp_path: Path) -> Iterator[Callable[[Path], None]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def hang(target: Path) -> None:
+        src = tmp_path / "fuse-src"
+        src.mkdir()
+        (src / "precious").write_text("keep me")
+        proc = subprocess.Popen(["bindfs", "-f", str(src), str(target)])
+        procs.append(proc)
+        deadline = time.monotonic() + 10
+        while not mounted_at(target):
+            assert time.monotonic() < deadline and proc.poll() is None, "bindfs did not mount"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGSTOP)
+
+    yield hang
+    for proc in procs:
+        proc.kill()  # SIGKILL ends a stopped process too; its mount then answers ENOTCONN
+        proc.wait()
+    assert (tmp_path / "fuse-src" / "precious").read_text() == "keep me"
+
+
+@pytest.fixture(params=["fuse", "glusterfs"])
+def hang_volume(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[Path], None]]:
+    """A function that mounts a filesystem over a path and makes it hang."""
+    if request.param == "fuse":
+        yield from frozen_bindfs(tmp_path)
+        return
+    server: GlusterServer = request.getfixturevalue("glusterfs")
+    (server.mount_point / "precious").write_text("keep me")
+
+    def hang(target: Path) -> None:
+        server.mount(target)
+        server.freeze()
+
+    yield hang
+    server.thaw()
+    assert (server.mount_point / "precious").read_text() == "keep me"
+
+
+@pytest.fixture
+def node(tmp_path: Path, hang_volume: Callable[[Path], None]) -> Iterator[Path]:
+    """A root with two pods up, the first one's emptyDir under a hung mount."""
+    if os.geteuid() != 0:
+        pytest.fail("these tests mount filesystems: run them as root (scripts/run-tests.sh)")
+    root = tmp_path / "root"
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(pod("hung", HUNG) + pod("healthy", HEALTHY))
+    up, _ = kubevol("up", "--root", str(root), "--node-name", "n1", str(manifest))
+    assert up.returncode == 0, up.stderr
+    hang_volume(scratch(root, HUNG))
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(scratch(root, HUNG))], check=False)
+
+
+@pytest.mark.root
+def test_status_and_reconstruct_name_the_hung_volume_and_return(node: Path) -> None:
+    """status (a scan) and reconstruct come back within --timeout, exit 4, show the hung
+    volume as unresponsive and the healthy pod's volume as it is (status measures it)."""
+    flags = ["--root", str(node), "--node-name", "n1", "--timeout", f"{TIMEOUT}s", "-o", "json"]
+    for command, state in ((["status", "--scan"], "state"), (["reconstruct"], "mount")):
+        done, took = kubevol(*command, *flags)
+        assert took < TIMEOUT + SLACK, (command, took)
+        assert done.returncode == exits.UNRESPONSIVE, (command, done.stderr)
+        assert "unresponsive" in done.stderr and str(scratch(node, HUNG)) in done.stderr
+        out = json.loads(done.stdout)
+        rows = {r["pod_uid"]: r for r in (out if isinstance(out, list) else out["volumes"])}
+        assert rows[HUNG][state] == "unresponsive", rows
+        assert rows[HEALTHY][state] in ("present", "not-mounted"), rows
+        if command[0] == "status":
+            assert rows[HEALTHY]["used"] is not None, rows
+
+
+@pytest.mark.root
+def test_down_of_a_healthy_pod_is_not_held_up(node: Path) -> None:
+    """down of the healthy pod tears it down within --timeout although the other pod's
+    volume hangs, and leaves the hung volume mounted."""
+    done, took = kubevol("down", "--root", str(node), "--node-name", "n1", "--timeout",
+                         f"{TIMEOUT}s", "--pod-uid", HEALTHY)
+    assert took < TIMEOUT + SLACK, took
+    assert f"{HEALTHY}: gone" in done.stdout, done.stdout + done.stderr
+    assert not (node / "pods" / HEALTHY).exists()
+    assert mounted_at(scratch(node, HUNG))
