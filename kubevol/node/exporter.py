@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 from kubevol.errors import KubevolError, MetricsError
 from kubevol.layout import CSI_PLUGIN_NAME
 from kubevol.manager import VolumePluginMgr
+from kubevol.mount.probe import UnresponsiveError
 from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer, ConnectionLimits
 from kubevol.node.manager import NodeVolumeManager
@@ -120,7 +121,18 @@ class VolumeStats:
     ) -> ClaimStats | None:
         try:
             plugin = self.manager.mgr.find_plugin_by_name(plugin_name)
-            m = plugin.new_unmounter(spec_name, pod_uid).get_metrics()
+            unmounter = plugin.new_unmounter(spec_name, pod_uid)
+            # Measuring walks below the mount point: through the host's probe, so a dead
+            # server costs this claim only. While one measurement of it is stuck, it is not
+            # tried again, and the claim is reported abnormal, as the kubelet reports an
+            # abnormal CSI volume condition.
+            path = unmounter.get_path()
+            m = self.manager.host.probe.call(path, path, "measuring usage", unmounter.get_metrics)
+        except UnresponsiveError as exc:
+            log.warning("claim %s/%s: %s", *claim, exc)
+            return ClaimStats(namespace=claim[0], claim=claim[1], capacity=None, available=None,
+                              used=None, inodes=None, inodes_free=None, inodes_used=None,
+                              abnormal=True)
         except (KubevolError, MetricsError, OSError, ValueError) as exc:
             log.debug("no usage for claim %s/%s: %s", *claim, exc)
             return None
