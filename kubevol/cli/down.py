@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             terminating.append(PodRecord(
                 uid=uid, state=PodState.TERMINATING,
                 objects=old.objects if old is not None else (),
+                writer=old.writer if old is not None else "",
             ))
         # One flush for all the records, not two per pod.
         runtime.records.write_many(terminating)

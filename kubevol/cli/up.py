@@ -14,9 +14,12 @@ from kubevol.cli.node_common import (
 )
 from kubevol.cli.output import Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
+from kubevol.errors import KubevolError
 from kubevol.node.desired import new_pods
 from kubevol.node.manifests import load_manifest_files
 from kubevol.node.privileges import require_privileges
+from kubevol.node.records import PodState, RecordError
+from kubevol.node.runtime import NodeRuntime
 from kubevol.util.deadline import Deadline
 
 TABLE = Table(columns=VOLUME_COLUMNS, name="path")
@@ -30,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         runtime.learn(manifests)
         # Check every pod before recording any: bad input changes nothing.
         adding = new_pods(runtime.mgr, manifests)
+        refuse_agent_pods(runtime, [p.record.uid for p in adding])
         wanted = [p.desired for p in adding]
         # up tears down nothing it was not asked about: the API server (--kubeconfig)
         # serves objects and tokens here, it does not make another owner's pod gone.
@@ -50,6 +54,23 @@ def run(args: argparse.Namespace) -> int:
         emit(rows, TABLE, args, sys.stdout)
         report_sync(result)
         return 0 if result.converged else 1
+
+
+def refuse_agent_pods(runtime: NodeRuntime, uids: list[str]) -> None:
+    """Raise KubevolError, before anything is written, when a pod UID of the manifests is
+    one the agent runs on this root (its record says so): up never takes another owner's
+    pod."""
+    for uid in uids:
+        try:
+            record = runtime.records.read(uid)
+        except RecordError:
+            continue  # an unreadable record is replaced, as before
+        if record is not None and record.writer == "agent" \
+                and record.state is PodState.RUNNING:
+            raise KubevolError(
+                f"pod UID {uid} ({record.name}) is run by the kubevol agent on this root: not "
+                "taken over (give the manifest another metadata.uid, or remove it from the "
+                "agent's sources)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -195,8 +195,13 @@ class Agent(ClosesOnExit):
                 uid = manifest_pod_uid(pod)
                 if uid in wanted:
                     raise KubevolError(f"pod UID {uid} is given twice in the static pods")
+                other = self.pods.records.get(uid)
+                if other is not None and other.writer == "up" and uid not in self._owned \
+                        and other.state is PodState.RUNNING:
+                    raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
+                                       "not taken over")
                 one = Manifests(pods=(pod,), pvs=manifests.pvs, pvcs=manifests.pvcs)
-                wanted[uid] = new_pods(self.runtime.mgr, one)[0]
+                wanted[uid] = new_pods(self.runtime.mgr, one, writer="agent")[0]
             except KubevolError as exc:
                 name = (pod.get("metadata") or {}).get("name", "?")
                 log.error("static pod %s cannot be run: %s", name, exc)
@@ -207,9 +212,13 @@ class Agent(ClosesOnExit):
             if (r := records.get(uid)) is None or r.state is not PodState.RUNNING
             or r.objects != p.record.objects
         ]
+        # Only what the agent recorded itself: a UID it once owned may since have been
+        # recorded by up (the same static manifest gives the same UID).
         gone = sorted(uid for uid in self._owned
-                      if uid not in wanted and uid not in keep and uid in records)
-        owned = (self._owned | set(wanted)) & (set(records) | set(wanted))
+                      if uid not in wanted and uid not in keep and uid in records
+                      and records[uid].writer in ("agent", ""))
+        owned = {u for u in self._owned | set(wanted)
+                 if u in wanted or (u in records and records[u].writer != "up")}
         if owned != self._owned:
             # Saved before the records change: an owned pod always has its UID on disk.
             self.owned.save(owned)

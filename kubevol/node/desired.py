@@ -130,16 +130,17 @@ class NewPod:
     desired: DesiredPod
 
 
-def new_pods(mgr: VolumePluginMgr, manifests: Manifests) -> list[NewPod]:
+def new_pods(mgr: VolumePluginMgr, manifests: Manifests, writer: str = "up") -> list[NewPod]:
     """Every pod of ``manifests``, checked and built (:func:`desired_pod`), with its
-    ``running`` record; nothing is written. Raises as :func:`desired_pod` does for the
-    first pod that is not valid."""
+    ``running`` record by ``writer``; nothing is written. Raises as :func:`desired_pod`
+    does for the first pod that is not valid."""
     return [
         NewPod(
             record=PodRecord(
                 uid=manifest_pod_uid(p),
                 state=PodState.RUNNING,
                 objects=tuple(manifests.objects_for(p)),
+                writer=writer,
             ),
             desired=desired_pod(mgr, p, manifests),
         )

@@ -36,6 +36,10 @@ class RecordError(KubevolError, ValueError):
     skipped: one bad record never stops the commands on a root."""
 
 
+#: Who may write a record: the one-shot commands and the agent.
+WRITERS = ("up", "agent")
+
+
 class PodState(enum.StrEnum):
     """What kubevol was last asked to do with a recorded pod."""
 
@@ -50,6 +54,9 @@ class PodRecord:
     uid: str
     state: PodState
     objects: tuple[dict[str, Any], ...]
+    #: Who recorded the pod: ``up`` or ``agent`` (:data:`WRITERS`); "" in records written
+    #: before kubevol said. One owner never takes over or tears down the other's pod.
+    writer: str = ""
 
     @property
     def name(self) -> str:
@@ -170,18 +177,25 @@ def _record_of(uid: str, data: Any) -> PodRecord:
         manifests_from_objects(objects, where)
     except SpecError as exc:
         raise RecordError(str(exc)) from exc
-    return PodRecord(uid=uid, state=state, objects=tuple(objects))
+    writer = data.get("writer", "")
+    if writer not in ("", *WRITERS):
+        raise RecordError(f"{where} has an unknown writer {writer!r}")
+    return PodRecord(uid=uid, state=state, objects=tuple(objects), writer=writer)
 
 
 def _encode(record: PodRecord) -> bytes:
     data = {"uid": record.uid, "state": record.state.value, "objects": list(record.objects)}
+    if record.writer:
+        data["writer"] = record.writer
     return json_document(data)
 
 
-def records_for(manifests: Manifests, state: PodState) -> list[PodRecord]:
-    """One record per pod in ``manifests``, each with the objects it refers to."""
+def records_for(manifests: Manifests, state: PodState, writer: str = "up") -> list[PodRecord]:
+    """One record per pod in ``manifests`` by ``writer``, each with the objects it refers
+    to."""
     return [
-        PodRecord(uid=manifest_pod_uid(p), state=state, objects=tuple(manifests.objects_for(p)))
+        PodRecord(uid=manifest_pod_uid(p), state=state, objects=tuple(manifests.objects_for(p)),
+                  writer=writer)
         for p in manifests.pods
     ]
 
