@@ -108,7 +108,8 @@ class RootLock:
             )
         except (FileExistsError, NotADirectoryError) as exc:  # a file where a directory belongs
             raise KubevolError(
-                f"cannot lock root {self.root_dir}: {exc.filename or directory} is not a "
+                f"cannot lock root {self.root_dir}: "
+                f"{directory if exc.filename in (None, self.path) else exc.filename} is not a "
                 "directory"
             ) from exc
         except OSError as exc:
