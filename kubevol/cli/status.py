@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from kubevol import layout
 from kubevol.cli import exits
 from kubevol.cli.node_common import (
     USAGE_COLUMNS,
@@ -37,6 +39,7 @@ TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
+    warn_wide_root(os.path.abspath(args.root))
     if not args.scan:
         root = os.path.abspath(args.root)
         started = time.monotonic()
@@ -84,6 +87,21 @@ def report_unresponsive(rows: list[dict[str, Any]]) -> int:
         print(f"unresponsive: pod {row['pod']} volume {row['volume']} at {row['path']}: {why}",
               file=sys.stderr)
     return exits.UNRESPONSIVE if hung else exits.OK
+
+
+def warn_wide_root(root: str) -> None:
+    """Say on stderr when the root is open to more than its owner and group (wider than the
+    kubelet's 0750): its pods' Secrets and emptyDirs are then as open as their own modes.
+    Only said: the directory may be a kubelet's, and kubevol changes no mode it did not
+    set."""
+    try:
+        mode = stat.S_IMODE(os.stat(root).st_mode)
+    except OSError:
+        return
+    if mode & ~layout.DATA_DIR_MODE:
+        print(f"warning: root {root} has mode {mode:04o}, wider than the kubelet's "
+              f"{layout.DATA_DIR_MODE:04o}: other users may reach the pods' volumes "
+              f"(chmod {layout.DATA_DIR_MODE:o} {root})", file=sys.stderr)
 
 
 #: How long status waits for a running agent's answer before it scans (seconds).

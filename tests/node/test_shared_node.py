@@ -98,3 +98,19 @@ def test_another_user_cannot_reach_a_pods_volumes(shared_base: Path) -> None:
         [sys.executable, "-m", "kubevol.cli.main", "down", "--root", str(root), "--node-name",
          "n1", "--pod-uid", UID], capture_output=True, text=True, timeout=120, check=False)
     assert down.returncode == 0, down.stderr
+
+
+def test_status_warns_about_a_root_wider_than_0750(tmp_path: Path) -> None:
+    """A root another agent made 0755 is reported by status (with the chmod that fixes it)
+    and left as it is; a 0750 root is not reported."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for mode, warned in ((0o755, True), (0o750, False)):
+        os.chmod(root, mode)
+        done = subprocess.run(
+            [sys.executable, "-m", "kubevol.cli.main", "status", "--scan", "--root", str(root),
+             "--node-name", "n1", "--timeout", "10s"],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert (f"root {root} has mode {mode:04o}, wider than" in done.stderr) is warned
+        assert stat.S_IMODE(root.stat().st_mode) == mode
