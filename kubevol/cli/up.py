@@ -61,6 +61,8 @@ def refuse_agent_pods(runtime: NodeRuntime, uids: list[str]) -> None:
     one the agent runs on this root (its record says so): up never takes another owner's
     pod."""
     for uid in uids:
+        if not runtime.records.has(uid):
+            continue  # a new pod: nothing to read
         try:
             record = runtime.records.read(uid)
         except RecordError:

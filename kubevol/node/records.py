@@ -92,6 +92,10 @@ class PodRecords:
     def _path(self, uid: str) -> str:
         return os.path.join(self.dir, validate_path_segment(uid, "pod UID") + ".json")
 
+    def has(self, uid: str) -> bool:
+        """Whether a record file of ``uid`` exists (one ``lstat``; nothing is read)."""
+        return os.path.lexists(self._path(uid))
+
     def write(self, record: PodRecord) -> RecordStamp:
         """Create or replace the record of ``record.uid``; returns the stamp of the file
         written (what :class:`RecordWatcher` compares)."""
