@@ -4,10 +4,11 @@
 # (a FUSE mount whose daemon dies = a corrupted mount), quota and xfsprogs
 # (project quotas), e2fsprogs and util-linux (ext4 images on loop devices),
 # glusterfs-server and glusterfs-client (a real network filesystem whose server can be
-# frozen or killed: kubevol.testing.glusterfs).
+# frozen or killed: kubevol.testing.glusterfs), python3 (the system's Python, which the
+# tests run as an unprivileged user: a virtualenv's may not be theirs to run).
 set -euo pipefail
 packages=(etcd-server bindfs fuse3 quota xfsprogs e2fsprogs util-linux coreutils
-          glusterfs-server glusterfs-client)
+          glusterfs-server glusterfs-client python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -172,13 +172,20 @@ def target(request: pytest.FixtureRequest) -> Target:
     return found
 
 
+#: The system's Python, which any user can run (a virtualenv's may sit in root's home, and
+#: a Python built with a shared libpython cannot load it as another user). Installed by
+#: scripts/install-system-deps.sh; the client uses the standard library only.
+OTHER_USERS_PYTHON = "/usr/bin/python3"
+
+
 def test_idle_connections_are_capped_and_cut(target: Target) -> None:
     """Idle connections of another user: answers go on, threads stay capped, timeouts end them."""
     # (root's own connections for the status socket: it is 0600, nobody else can connect.)
     cap, first, second = LIMITS.max_connections, LIMITS.max_connections - 4, 12
     before = handler_threads()
     client = subprocess.Popen(
-        [*(target.other_user or []), sys.executable, "-I", "-c", IDLE_CLIENT, target.address,
+        [*(target.other_user or []), OTHER_USERS_PYTHON if target.other_user else sys.executable,
+         "-I", "-c", IDLE_CLIENT, target.address,
          str(first), str(second)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert client.stdin is not None and client.stdout is not None
     try:
