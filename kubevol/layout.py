@@ -496,14 +496,16 @@ def make_data_dirs(root: str, *segments: str, mode: int = DATA_DIR_MODE) -> str:
     parent = os.path.dirname(root.rstrip("/")) or "/"
     os.makedirs(parent, exist_ok=True)
     path = root.rstrip("/") or "/"
-    _make_data_dir(path, DATA_DIR_MODE)
+    make_data_dir(path, DATA_DIR_MODE)
     for segment in segments:
         path = f"{path.rstrip('/')}/{validate_path_segment(segment, 'directory name')}"
-        _make_data_dir(path, mode)
+        make_data_dir(path, mode)
     return path
 
 
-def _make_data_dir(path: str, mode: int) -> None:
+def make_data_dir(path: str, mode: int = DATA_DIR_MODE) -> None:
+    """Create directory ``path`` with ``mode`` whatever the umask, when missing (its parent
+    must exist); an existing one keeps its mode (see :func:`make_data_dirs`)."""
     try:
         os.mkdir(path, mode)
     except FileExistsError:

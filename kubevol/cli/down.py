@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+import attrs
+
 from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
@@ -40,11 +42,10 @@ def run(args: argparse.Namespace) -> int:
                 # Torn down all the same, from what is on disk; the bad record is replaced.
                 print(f"warning: {exc}; replaced", file=sys.stderr)
                 old = None
-            terminating.append(PodRecord(
-                uid=uid, state=PodState.TERMINATING,
-                objects=old.objects if old is not None else (),
-                writer=old.writer if old is not None else "",
-            ))
+            terminating.append(
+                attrs.evolve(old, state=PodState.TERMINATING) if old is not None
+                else PodRecord(uid=uid, state=PodState.TERMINATING, objects=())
+            )
         # One flush for all the records, not two per pod.
         runtime.records.write_many(terminating)
         pods = runtime.volume_manager(workers=args.workers)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kubevol.cli import exits
 from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import KubevolError, MetricsError
@@ -289,6 +290,16 @@ USAGE_COLUMNS = (
     Column("available", size=True, wide=True),
     Column("metrics_error", header="WHY NO USAGE", wide=True),
 )
+
+
+def report_unresponsive(volumes: Iterable[tuple[str, str]]) -> int:
+    """Name on stderr each volume that did not answer (what it is, why), and return the
+    exit code: :data:`~kubevol.cli.exits.UNRESPONSIVE` when there was one, else OK."""
+    hung = 0
+    for what, why in volumes:
+        print(f"unresponsive: {what}: {why}", file=sys.stderr)
+        hung += 1
+    return exits.UNRESPONSIVE if hung else exits.OK
 
 
 def report_sync(result: SyncResult, out: TextIO | None = None) -> None:

@@ -6,8 +6,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from kubevol.cli import exits
-from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync, root_lock
+from kubevol.cli.node_common import (
+    add_root_flags,
+    open_runtime,
+    report_sync,
+    report_unresponsive,
+    root_lock,
+)
 from kubevol.cli.output import (
     Column,
     OutputFormat,
@@ -45,12 +50,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)
-            hung = [v for v in result.volumes if MountCheck.UNRESPONSIVE in (v.mount, v.device)]
-            for v in hung:
-                print(f"unresponsive: pod {v.dir.pod_uid} volume {v.dir.spec_name} at "
-                      f"{v.mount_path}: did not answer within {runtime.host.probe.timeout:g}s "
-                      "(left as it is)", file=sys.stderr)
-            return exits.UNRESPONSIVE if hung else exits.OK
+            return report_unresponsive(
+                (f"pod {v.dir.pod_uid} volume {v.dir.spec_name} at {v.mount_path}",
+                 f"did not answer within {runtime.host.probe.timeout:g}s (left as it is)")
+                for v in result.volumes if MountCheck.UNRESPONSIVE in (v.mount, v.device)
+            )
         # The plan is made from the same scan, ownership and desired state the repair
         # then uses: it does these actions and no others.
         pods, found, plan = survey(runtime, gone)

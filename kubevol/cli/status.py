@@ -10,13 +10,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kubevol import layout
-from kubevol.cli import exits
 from kubevol.cli.node_common import (
     USAGE_COLUMNS,
     VOLUME_COLUMNS,
     add_metrics,
     add_root_flags,
     open_runtime,
+    report_unresponsive,
     state_of_path,
     volume_rows,
 )
@@ -75,18 +75,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_metrics:
             add_metrics(runtime, rows, deadline)
         emit(rows, TABLE, args, sys.stdout)
-        return report_unresponsive(rows)
-
-
-def report_unresponsive(rows: list[dict[str, Any]]) -> int:
-    """Name on stderr each volume that did not answer (and what it is), and return the exit
-    code: :data:`~kubevol.cli.exits.UNRESPONSIVE` when there was one, else OK."""
-    hung = [r for r in rows if r["state"] == MountCheck.UNRESPONSIVE]
-    for row in hung:
-        why = row.get("metrics_error") or "stat did not answer"
-        print(f"unresponsive: pod {row['pod']} volume {row['volume']} at {row['path']}: {why}",
-              file=sys.stderr)
-    return exits.UNRESPONSIVE if hung else exits.OK
+        return report_unresponsive(
+            (f"pod {r['pod']} volume {r['volume']} at {r['path']}",
+             r.get("metrics_error") or "stat did not answer")
+            for r in rows if r["state"] == MountCheck.UNRESPONSIVE
+        )
 
 
 def warn_wide_root(root: str) -> None:

@@ -18,7 +18,7 @@ from kubevol.errors import KubevolError
 from kubevol.node.desired import new_pods
 from kubevol.node.manifests import load_manifest_files
 from kubevol.node.privileges import require_privileges
-from kubevol.node.records import PodState, RecordError
+from kubevol.node.records import RecordError, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.util.deadline import Deadline
 
@@ -67,8 +67,7 @@ def refuse_agent_pods(runtime: NodeRuntime, uids: list[str]) -> None:
             record = runtime.records.read(uid)
         except RecordError:
             continue  # an unreadable record is replaced, as before
-        if record is not None and record.writer == "agent" \
-                and record.state is PodState.RUNNING:
+        if record is not None and record.runs_for(Writer.AGENT):
             raise KubevolError(
                 f"pod UID {uid} ({record.name}) is run by the kubevol agent on this root: not "
                 "taken over (give the manifest another metadata.uid, or remove it from the "

@@ -37,7 +37,7 @@ from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
 from kubevol.node.manifests import Manifests, manifest_pod_uid
-from kubevol.node.records import STATE_DIR, PodState
+from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
 from kubevol.node.static_pods import ManifestDirectory
@@ -196,12 +196,11 @@ class Agent(ClosesOnExit):
                 if uid in wanted:
                     raise KubevolError(f"pod UID {uid} is given twice in the static pods")
                 other = self.pods.records.get(uid)
-                if other is not None and other.writer == "up" and uid not in self._owned \
-                        and other.state is PodState.RUNNING:
+                if other is not None and other.runs_for(Writer.UP) and uid not in self._owned:
                     raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
                                        "not taken over")
                 one = Manifests(pods=(pod,), pvs=manifests.pvs, pvcs=manifests.pvcs)
-                wanted[uid] = new_pods(self.runtime.mgr, one, writer="agent")[0]
+                wanted[uid] = new_pods(self.runtime.mgr, one, writer=Writer.AGENT)[0]
             except KubevolError as exc:
                 name = (pod.get("metadata") or {}).get("name", "?")
                 log.error("static pod %s cannot be run: %s", name, exc)
@@ -216,9 +215,9 @@ class Agent(ClosesOnExit):
         # recorded by up (the same static manifest gives the same UID).
         gone = sorted(uid for uid in self._owned
                       if uid not in wanted and uid not in keep and uid in records
-                      and records[uid].writer in ("agent", ""))
+                      and records[uid].writer is not Writer.UP)
         owned = {u for u in self._owned | set(wanted)
-                 if u in wanted or (u in records and records[u].writer != "up")}
+                 if u in wanted or (u in records and records[u].writer is not Writer.UP)}
         if owned != self._owned:
             # Saved before the records change: an owned pod always has its UID on disk.
             self.owned.save(owned)

@@ -27,7 +27,7 @@ from typing import Any
 
 from kubevol.errors import KubevolError, SpecError
 from kubevol.node.manifests import Manifests, manifest_pod_uid, namespace_of
-from kubevol.node.owners import PodBindings, listed_uids
+from kubevol.node.owners import PodBindings
 from kubevol.node.owners import is_running as may_run
 from kubevol.node.validation import validate_pod
 from kubevol.util.backoff import Backoff
@@ -254,24 +254,23 @@ class APIServerPods(ClosesOnExit, PodBindings):
     def manifests(self) -> Manifests:
         """The running pods (cleaned of status) with the claims and volumes they use.
 
-        Each pod is checked first as a manifest file is (:func:`validate_pod`): one the API
-        server should have refused is left out, reported in :attr:`errors` with why, and
-        counted :meth:`unresolved` (a pod it ran is not torn down for it); the others run."""
+        Each pod is checked once, before its claims are read, as a manifest file is
+        (:func:`validate_pod`): one the API server should have refused is left out, reported
+        in :attr:`errors` with why, and counted :meth:`unresolved` (a pod it ran is not torn
+        down for it); the others run."""
         with self._lock:
             pods = {u: p for u, p in self._pods.items() if is_running(p)}
             self._claims = {u: m for u, m in self._claims.items() if u in pods}
             todo = [(u, p) for u, p in pods.items() if u not in self._claims]
         errors: dict[str, str] = {}
         unresolved: set[str] = set()
-        for uid, pod in pods.items():
+        for uid, pod in todo:
             try:
                 validate_pod(pod, "the API server")
-            except SpecError as exc:
+            except SpecError as exc:  # invalid: its claims are not read
                 errors[self._pod_name(pod)] = str(exc)
                 unresolved.add(uid)
-        for uid, pod in todo:
-            if uid in unresolved:
-                continue  # invalid: its claims are not read
+                continue
             try:
                 claims = self._read_claims(pod)
             except KubevolError as exc:
@@ -304,9 +303,8 @@ class APIServerPods(ClosesOnExit, PodBindings):
         if not self.synced.is_set():
             return False
         with self._lock:
-            if uid not in self._listed:
-                return False
-            return not any(may_run(p) and uid in listed_uids(p) for p in self._pods.values())
+            pod = self._pods.get(uid)
+            return uid in self._listed and (pod is None or not may_run(pod))
 
     def pods(self) -> dict[str, dict[str, Any]]:
         """Every pod of the node the API server lists now (running or not), by UID."""

@@ -12,7 +12,7 @@ import attrs
 from kubevol.errors import SpecError
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.manifests import Manifests, manifest_pod_uid, name_of, namespace_of, pod_object
-from kubevol.node.records import PodRecord, PodState
+from kubevol.node.records import PodRecord, PodState, Writer
 from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, volume_identity
 from kubevol.spec import Spec, quantity_bytes
 
@@ -130,7 +130,9 @@ class NewPod:
     desired: DesiredPod
 
 
-def new_pods(mgr: VolumePluginMgr, manifests: Manifests, writer: str = "up") -> list[NewPod]:
+def new_pods(
+    mgr: VolumePluginMgr, manifests: Manifests, writer: Writer = Writer.UP
+) -> list[NewPod]:
     """Every pod of ``manifests``, checked and built (:func:`desired_pod`), with its
     ``running`` record by ``writer``; nothing is written. Raises as :func:`desired_pod`
     does for the first pod that is not valid."""

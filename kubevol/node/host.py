@@ -151,7 +151,7 @@ class NodeVolumeHost(KubeletVolumeHost):
         they are."""
         pod_dir = layout.make_data_dirs(self.root_dir, layout.PODS_DIR, pod_uid)
         for sub in (layout.POD_VOLUMES_DIR, layout.POD_PLUGINS_DIR):
-            layout.make_data_dirs(pod_dir, sub)
+            layout.make_data_dir(f"{pod_dir}/{sub}")
 
     def make_plugins_dir(self) -> None:
         """Create the root and ``plugins`` where missing, 0750 (the kubelet's

@@ -79,15 +79,13 @@ class MountSnapshot:
 
     A path that is the mount point of a network or FUSE filesystem is looked at through
     ``probe`` (:mod:`kubevol.mount.probe`): when it does not answer in time it is
-    UNRESPONSIVE, and :attr:`unresponsive` says why, by path."""
+    UNRESPONSIVE."""
 
     def __init__(self, table: MountTable, root_dir: str, probe: PathProbe | None = None) -> None:
         self.points = {e.mount_point: e.fs_type for e in table.entries()}
         self._root = os.path.abspath(root_dir)
         self._real_root = os.path.realpath(root_dir)
         self.probe = probe if probe is not None else PathProbe()
-        #: Paths that did not answer, with why.
-        self.unresponsive: dict[str, str] = {}
 
     def real(self, path: str) -> str:
         """``path`` with symbolic links resolved (cheaply for paths under the root)."""
@@ -106,8 +104,7 @@ class MountSnapshot:
                 problem = self.probe.call(real, path, "stat", lambda: stat_problem(path))
             else:
                 problem = stat_problem(path)
-        except UnresponsiveError as exc:
-            self.unresponsive[path] = str(exc)
+        except UnresponsiveError:
             return MountCheck.UNRESPONSIVE
         if problem is not None:
             return problem

@@ -46,28 +46,10 @@ log = logging.getLogger(__name__)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-#: The annotation of a mirror pod naming the UID of the static pod it stands for
-#: (``ConfigMirrorAnnotationKey`` in the kubelet's ``pkg/kubelet/types``).
-CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-
-
 def is_running(pod: Mapping[str, Any]) -> bool:
     """Whether the API says the pod may still run containers: not in a terminal phase.
     (Deletion pending does not count: containers stop only after the grace period.)"""
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
-
-
-def listed_uids(pod: Mapping[str, Any]) -> set[str]:
-    """The pod UIDs an API server's pod keeps from being gone: its own, and for a mirror pod
-    the UID of its static pod (the value of ``kubernetes.io/config.mirror``). A static pod's
-    UID is never listed by itself, so it never becomes gone through the API server: the
-    kubelet ends a static pod when its manifest goes, whatever happens to its mirror."""
-    meta = pod.get("metadata") or {}
-    uids = {str(meta.get("uid"))}
-    mirror = (meta.get("annotations") or {}).get(CONFIG_MIRROR_ANNOTATION)
-    if isinstance(mirror, str) and mirror:
-        uids.add(mirror)
-    return uids
 
 
 class PodBindings(abc.ABC):
@@ -78,8 +60,8 @@ class PodBindings(abc.ABC):
     @abc.abstractmethod
     def gone(self, uid: str) -> bool:
         """Whether pod ``uid`` is known not to run on this node any more: listed by that UID
-        (or as a mirror pod's static pod) before and not listed running now. False whenever
-        the API server cannot say, and for a UID it never listed."""
+        before and not listed running now. False whenever the API server cannot say, and for
+        a UID it never listed (a static pod's: its mirror pod has a UID of its own)."""
 
 
 class APIServerBindings(PodBindings):
@@ -135,8 +117,9 @@ class APIServerBindings(PodBindings):
             self._failed(f"{type(exc).__name__}: {exc}")
             return None
         self.error = None
-        self._listed |= {str((p.get("metadata") or {}).get("uid")) for p in pods}
-        return frozenset(u for p in pods if is_running(p) for u in listed_uids(p))
+        uids = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+        self._listed |= set(uids)
+        return frozenset(u for u, p in uids.items() if is_running(p))
 
     def _failed(self, why: str) -> None:
         if self.error != why:

@@ -36,15 +36,20 @@ class RecordError(KubevolError, ValueError):
     skipped: one bad record never stops the commands on a root."""
 
 
-#: Who may write a record: the one-shot commands and the agent.
-WRITERS = ("up", "agent")
-
-
 class PodState(enum.StrEnum):
     """What kubevol was last asked to do with a recorded pod."""
 
     RUNNING = "running"
     TERMINATING = "terminating"
+
+
+class Writer(enum.StrEnum):
+    """Who recorded a pod. One owner never takes over or tears down the other's pod."""
+
+    UP = "up"
+    AGENT = "agent"
+    #: A record written before kubevol said.
+    UNSAID = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -54,9 +59,9 @@ class PodRecord:
     uid: str
     state: PodState
     objects: tuple[dict[str, Any], ...]
-    #: Who recorded the pod: ``up`` or ``agent`` (:data:`WRITERS`); "" in records written
-    #: before kubevol said. One owner never takes over or tears down the other's pod.
-    writer: str = ""
+    writer: Writer = Writer.UNSAID
+    #: The objects as Manifests when they were checked already (a record read from disk).
+    _parsed: Manifests | None = attrs.field(default=None, eq=False, repr=False, alias="parsed")
 
     @property
     def name(self) -> str:
@@ -68,7 +73,13 @@ class PodRecord:
 
     def manifests(self) -> Manifests:
         """The record's objects as :class:`Manifests` (checked as manifest files are)."""
+        if self._parsed is not None:
+            return self._parsed
         return manifests_from_objects(self.objects, f"record of pod {self.uid}")
+
+    def runs_for(self, writer: Writer) -> bool:
+        """Whether the pod is running and ``writer`` recorded it."""
+        return self.state is PodState.RUNNING and self.writer is writer
 
 
 #: What identifies one version of a record file: inode, size, modification time (ns).
@@ -178,13 +189,14 @@ def _record_of(uid: str, data: Any) -> PodRecord:
     try:
         # Checked as manifest files are: an edited record must not bring a setuid mode or a
         # path out of the volume that the manifests could not.
-        manifests_from_objects(objects, where)
+        parsed = manifests_from_objects(objects, where)
     except SpecError as exc:
         raise RecordError(str(exc)) from exc
-    writer = data.get("writer", "")
-    if writer not in ("", *WRITERS):
-        raise RecordError(f"{where} has an unknown writer {writer!r}")
-    return PodRecord(uid=uid, state=state, objects=tuple(objects), writer=writer)
+    try:
+        writer = Writer(data.get("writer", ""))
+    except ValueError as exc:
+        raise RecordError(f"{where} has an unknown writer {data.get('writer')!r}") from exc
+    return PodRecord(uid=uid, state=state, objects=tuple(objects), writer=writer, parsed=parsed)
 
 
 def _encode(record: PodRecord) -> bytes:
@@ -194,7 +206,9 @@ def _encode(record: PodRecord) -> bytes:
     return json_document(data)
 
 
-def records_for(manifests: Manifests, state: PodState, writer: str = "up") -> list[PodRecord]:
+def records_for(
+    manifests: Manifests, state: PodState, writer: Writer = Writer.UP
+) -> list[PodRecord]:
     """One record per pod in ``manifests`` by ``writer``, each with the objects it refers
     to."""
     return [

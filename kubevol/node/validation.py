@@ -248,22 +248,24 @@ def _key_paths(source: Mapping[str, Any], name_key: str, where: str) -> list[str
     """A ConfigMap's or Secret's name and items (``validateConfigMapVolumeSource``,
     ``validateSecretVolumeSource``, and the projections of both); the item paths."""
     _required(source, name_key, where)
-    paths = []
-    for i, item in enumerate(_mappings(source, "items", where)):
-        at = f"{where}.items[{i}]"  # validateKeyToPath
-        key = _required(item, "key", at)
-        paths.append(_payload_path(item, at, key))
-        _mode(item, "mode", at)
-    return paths
+    return _items(source, where, keyed=True)
 
 
 def _downward_api_files(source: Mapping[str, Any], where: str) -> list[str]:
     """The items of a downwardAPI volume or projection (``validateDownwardAPIVolumeFile``:
     path and mode); their paths."""
+    return _items(source, where, keyed=False)
+
+
+def _items(source: Mapping[str, Any], where: str, *, keyed: bool) -> list[str]:
+    """Each of ``items``: its ``key`` when ``keyed`` (``validateKeyToPath``), its path and
+    its mode; the paths."""
     paths = []
     for i, item in enumerate(_mappings(source, "items", where)):
-        paths.append(_payload_path(item, f"{where}.items[{i}]"))
-        _mode(item, "mode", f"{where}.items[{i}]")
+        at = f"{where}.items[{i}]"
+        key = _required(item, "key", at) if keyed else None
+        paths.append(_payload_path(item, at, key))
+        _mode(item, "mode", at)
     return paths
 
 
