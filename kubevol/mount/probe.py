@@ -68,23 +68,29 @@ class PathProbe:
         self._stuck: dict[str, tuple[threading.Thread, str]] = {}
 
     def stuck(self) -> dict[str, str]:
-        """The mount points with a call still stuck, and which call."""
+        """The mount points with a call still stuck, and which call (a call in a lane is
+        listed as ``"<lane> <mount point>"``)."""
         with self._lock:
             self._forget_finished()
             return {m: what for m, (_, what) in self._stuck.items()}
 
     def call(
         self, mount_point: str, path: str, what: str, fn: Callable[[], _T],
-        timeout: float | None = None,
+        timeout: float | None = None, *, lane: str = "",
     ) -> _T:
         """``fn()`` (a call such as ``stat`` of ``path``, below ``mount_point``), or
         :class:`UnresponsiveError` when it does not answer within ``timeout`` (default: the
         probe's) or an earlier call on the same mount is still stuck. ``fn``'s own
-        exceptions are raised as they are."""
+        exceptions are raised as they are.
+
+        Calls in another ``lane`` of the same mount are not held back by a stuck call in
+        this one: an unmount (:mod:`kubevol.mount.hungmount`) must be tried while the stat
+        that found the mount dead is still stuck."""
         limit = self.timeout if timeout is None else max(0.0, timeout)
+        key = f"{lane} {mount_point}" if lane else mount_point
         with self._lock:
             self._forget_finished()
-            earlier = self._stuck.get(mount_point)
+            earlier = self._stuck.get(key)
             if earlier is not None:
                 raise UnresponsiveError(path, mount_point, (
                     f"{path}: {what} not tried: an earlier {earlier[1]} below {mount_point} "
@@ -109,7 +115,7 @@ class PathProbe:
         thread.start()
         if not done.wait(limit):
             with self._lock:
-                self._stuck[mount_point] = (thread, what)
+                self._stuck[key] = (thread, what)
             raise UnresponsiveError(path, mount_point, (
                 f"{path}: {what} did not answer within {limit:g}s (a dead server or a frozen "
                 f"filesystem daemon below {mount_point})"))

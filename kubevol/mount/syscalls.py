@@ -35,6 +35,7 @@ MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
 
 # Flags of umount2(2).
+MNT_FORCE = 1
 MNT_DETACH = 2
 
 #: Per-mount flags as statvfs(3) reports them (``f_flag``), and the mount(2) flag of each.

@@ -139,6 +139,21 @@ class NodeVolumeHost(KubeletVolumeHost):
         (a dozen ``lstat`` calls each, on every tear-down and unstage)."""
         return os.path.realpath(self.get_pods_dir())
 
+    @functools.cached_property
+    def real_root_dir(self) -> str:
+        """The root with links resolved, once (as :attr:`real_pods_dir`)."""
+        return os.path.realpath(self.root_dir)
+
+    def real_path(self, path: str) -> str:
+        """``path`` with links resolved; below the root by the root's resolved path alone,
+        without looking at anything below it: a path there may be the mount point of a dead
+        server, where even an ``lstat`` blocks. (The directories kubevol makes there are
+        root's, 0750: nothing else places links in them.)"""
+        rel = layout.relative_to(os.path.abspath(path), os.path.abspath(self.root_dir))
+        if rel is None:
+            return os.path.realpath(path)
+        return f"{self.real_root_dir}/{rel}" if rel else self.real_root_dir
+
     def get_pod_dir(self, pod_uid: str) -> str:
         """Directory of one pod."""
         return layout.pod_dir(self._root_prefix, pod_uid)

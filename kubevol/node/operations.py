@@ -29,9 +29,10 @@ another mount namespace still holds the volume's directory or its subPath binds
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubevol import layout
@@ -52,6 +53,8 @@ from kubevol.mount.blockmap import (
 )
 from kubevol.mount.guard import UnmountVerdict
 from kubevol.mount.helpers import cleanup_mount_point
+from kubevol.mount.hungmount import release_hung_mount
+from kubevol.mount.probe import UnresponsiveError, is_suspect
 from kubevol.mount.table import MountTable
 from kubevol.node.errors import VolumeInUseError
 from kubevol.node.executor import ANY, OperationKey, OperationKind
@@ -305,6 +308,7 @@ class OperationGenerator:
         verdict allows the unmount. Raises :class:`VolumeInUseError` or
         :class:`DeviceStillMountedError` to refuse."""
         self._refuse_if_used(av, table)
+        self._release_hung_mounts([dmp])
         verdict = plugin.device_unmount_verdict(dmp, table=table)
         verdict.raise_if_blocked()
         return verdict
@@ -412,9 +416,9 @@ class OperationGenerator:
 
         def run() -> None:
             plugin = self.mgr.find_plugin_by_name(av.plugin_name)
-            (holders or self.holders_once()).get().refuse(
-                "tear down", self.pod_volume_paths(m.pod_uid, av.plugin_name, m.spec_name)
-            )
+            paths = self.pod_volume_paths(m.pod_uid, av.plugin_name, m.spec_name)
+            (holders or self.holders_once()).get().refuse("tear down", paths)
+            self._release_hung_mounts(paths)
             # The kubelet removes the subPath binds of a volume before the volume itself.
             tear_down_subpaths(self.host, m.pod_uid, m.spec_name)
             try:
@@ -432,6 +436,33 @@ class OperationGenerator:
             self.actual.set_pod_state(av.unique_name, m.pod_uid, MountState.UNMOUNTED)
 
         return run
+
+    def _release_hung_mounts(self, paths: Iterable[str]) -> None:
+        """mount-utils' policy for what is being torn down or unstaged and sits on a dead
+        server or a frozen FUSE daemon: each network or FUSE mount at or below ``paths``
+        (kubevol's own paths of a volume it has decided to remove) that does not answer a
+        ``stat`` within the probe's deadline is unmounted, then unmounted with force, then
+        detached lazily (:mod:`kubevol.mount.hungmount`); the tear-down then goes on on the
+        directory beneath, which is kubevol's. Raises when such a mount stays: nothing below
+        it is touched. Mounts that answer, and those that fail at once (ENOTCONN: a dead
+        mount the plugins' checks know), are left to the plugin."""
+        probe = self.host.probe
+        table = self.usage.table(superset=True)
+        for path in paths:
+            # Deepest first: a subPath bind or a nested mount goes before what holds it.
+            for entry in reversed(table.mounted_under(self.host.real_path(path))):
+                if not is_suspect(entry.fs_type):
+                    continue
+                try:
+                    probe.call(entry.mount_point, path, "stat",
+                               functools.partial(os.stat, entry.mount_point))
+                    continue
+                except UnresponsiveError as exc:
+                    stuck = exc
+                except OSError:
+                    continue
+                released = release_hung_mount(probe, entry.mount_point)
+                log.warning("%s; %s, nothing below it deleted", stuck, released)
 
     def _finish_tear_down(self, path: str) -> None:
         """Unmount what a plugin's tear-down left mounted (a dead mount it did not see)."""
