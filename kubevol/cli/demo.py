@@ -445,12 +445,6 @@ def _shared_filesystem(demo: _Demo, runtime: Any, pods: Any) -> None:
                     "the pod went and its volume was unstaged; the other stays staged")
 
 
-def _uids(manifests: Manifests) -> list[tuple[dict[str, Any], str]]:
-    from kubevol.node.manifests import manifest_pod_uid
-
-    return [(p, manifest_pod_uid(p)) for p in manifests.pods]
-
-
 def _delete_quietly(client: Any, volume_id: str) -> None:
     with contextlib.suppress(KubevolError):
         client.delete_volume(volume_id)

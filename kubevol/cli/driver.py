@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from kubevol.cli import exits
+from kubevol.cli.logs import verbosity_level
 from kubevol.cli.output import Table, add_output_flags, columns, emit
 from kubevol.cli.parser import SIZE, plain_text
 from kubevol.csi import types as t
@@ -23,13 +24,20 @@ from kubevol.csidriver.drivers import mock
 from kubevol.csidriver.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
 from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.sharedfs import DRIVER_NAME as SHAREDFS_NAME
+from kubevol.csidriver.drivers.sharedfs import OnDelete, SharedFSConfig, SharedFSDriver
 from kubevol.csidriver.server import StoragePlugin, serve
-from kubevol.csidriver.server.bootstrap import BootstrapError, write_project
+from kubevol.csidriver.server.bootstrap import (
+    DEFAULT_MAX_VOLUME_BYTES,
+    BootstrapError,
+    write_project,
+)
 from kubevol.csidriver.server.bootstrap import __doc__ as bootstrap_doc
 from kubevol.csidriver.server.config import describe_environment
 
 DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
-DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME}
+DEFAULT_SHAREDFS_STATE_DIR = "/var/lib/kubevol/csi-sharedfs"
+DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME, "sharedfs": SHAREDFS_NAME}
 
 
 def _caps(kind: Any) -> Any:
@@ -56,9 +64,16 @@ def _serve(plugin: StoragePlugin, args: argparse.Namespace) -> int:
 
 
 def _logging(args: argparse.Namespace) -> None:
-    # The main command set up logging (-v, --log-format); --debug raises it to debug.
+    # The main command set up logging (-v, --log-format: its handler and level stay while
+    # serving). An explicit -v N is the operator's choice for kubevol's loggers and wins over
+    # X_CSI_LOG_LEVEL (kubevol.csidriver.server.logs leaves a level set on "kubevol" alone);
+    # without one, X_CSI_LOG_LEVEL applies when set. --debug raises everything to debug.
+    verbosity = getattr(args, "verbosity", None)
+    if verbosity is not None:
+        logging.getLogger("kubevol").setLevel(verbosity_level(verbosity))
     if args.debug:
         logging.getLogger().setLevel(logging.DEBUG)
+        logging.getLogger("kubevol").setLevel(logging.DEBUG)
 
 
 def serve_hostpath(args: argparse.Namespace) -> int:
@@ -76,6 +91,27 @@ def serve_hostpath(args: argparse.Namespace) -> int:
         get_snapshot=args.enable_get_snapshot,
     )
     with HostPathDriver(config) as driver:
+        return _serve(driver.plugin, args)
+
+
+def serve_sharedfs(args: argparse.Namespace) -> int:
+    _logging(args)
+    try:
+        config = SharedFSConfig(
+            state_dir=os.path.abspath(args.state_dir or DEFAULT_SHAREDFS_STATE_DIR),
+            node_id=args.node_id,
+            driver_name=args.driver_name or SHAREDFS_NAME,
+            source=args.source,
+            fstype=args.fstype,
+            mount_options=tuple(o for o in args.mount_options.split(",") if o),
+            on_delete=args.on_delete,
+            timeout=args.timeout,
+            share_client=args.share_client,
+        )
+    except ValueError as exc:
+        print(f"kubevol driver serve sharedfs: {exc}", file=sys.stderr)
+        return exits.USAGE
+    with SharedFSDriver(config) as driver:
         return _serve(driver.plugin, args)
 
 
@@ -105,7 +141,10 @@ def new_project(args: argparse.Namespace) -> int:
     """``kubevol driver new NAME``: write a driver project (see the bootstrap module)."""
     dest = args.output or args.name
     try:
-        written = write_project(args.name, dest, driver_name=args.driver_name or "")
+        written = write_project(
+            args.name, dest, driver_name=args.driver_name or "",
+            max_volume_bytes=args.max_volume_size,
+        )  # fmt: skip
     except BootstrapError as exc:
         print(f"kubevol driver new: {exc}", file=sys.stderr)
         return exits.USAGE
@@ -151,7 +190,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Configure ``kubevol driver serve mock|hostpath`` and ``kubevol driver version``."""
+    """Configure ``kubevol driver serve mock|hostpath|sharedfs`` and ``kubevol driver
+    version``."""
     parser.description = __doc__
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     verbs = parser.add_subparsers(dest="driver_command", metavar="COMMAND", required=True)
@@ -190,6 +230,63 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="size of a new IMAGE (default: 1Gi)",
     )
     hostpath.set_defaults(func=serve_hostpath, daemon=True)
+
+    sharedfs = drivers.add_parser(
+        "sharedfs",
+        help="sub-directories of a network filesystem (NFS, CephFS, Lustre, GlusterFS)",
+        description=(
+            "Volumes are sub-directories of a network filesystem mount(8) knows.\n"
+            "StorageClass parameters (or a PersistentVolume's volumeAttributes) name it:\n"
+            "  source, fstype, mountOptions   (or csi-driver-nfs's server, share; or Azure\n"
+            "                                  Lustre's mgs-ip-address, fs-name, sub-dir)\n"
+            "  subDir    the volume's sub-directory; ${pvc.metadata.name},\n"
+            "            ${pvc.metadata.namespace} and ${pv.metadata.name} are filled in\n"
+            "  onDelete  delete, retain or archive\n"
+            "NodeStage mounts the filesystem at the staging path; NodePublish binds the\n"
+            "sub-directory at the target."
+        ),
+        epilog=env_help,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sharedfs.add_argument("--endpoint", default=None,
+                          help="where to listen (default: $CSI_ENDPOINT)")
+    sharedfs.add_argument(
+        "--node-id", default=DEFAULT_NODE_ID, help="this node's id (default: host name)"
+    )
+    sharedfs.add_argument("--driver-name", default=None, help="the name GetPluginInfo reports")
+    sharedfs.add_argument(
+        "--state-dir", default=None,
+        help=f"where the driver's records and work mounts live "
+             f"(default: {DEFAULT_SHAREDFS_STATE_DIR})",
+    )
+    sharedfs.add_argument(
+        "--source", default="",
+        help="the filesystem of volumes whose parameters name none, e.g. nfs1:/export, "
+             "10.0.0.4@tcp:/lustrefs, gluster1:/vol (with --fstype)",
+    )
+    sharedfs.add_argument("--fstype", default="",
+                          help="its type: nfs, nfs4, ceph, lustre, glusterfs, ...")
+    sharedfs.add_argument("--mount-options", default="",
+                          help="its mount options, comma-separated")
+    sharedfs.add_argument(
+        "--on-delete", choices=[o.value for o in OnDelete], default=OnDelete.DELETE.value,
+        help="what DeleteVolume does with a sub-directory unless its onDelete says "
+             "(default: delete)",
+    )
+    sharedfs.add_argument(
+        "--timeout", type=float, default=10.0,
+        help="seconds a call below a mount may take before the volume is reported "
+             "abnormal (default: 10)",
+    )
+    sharedfs.add_argument(
+        "--share-client", action=argparse.BooleanOptionalAction, default=True,
+        help="stage further volumes of a filesystem by binding an existing staging mount "
+             "of it: one client, one device for all (default: on)",
+    )
+    sharedfs.add_argument(
+        "-v", "--debug", action="store_true", help="debug logging of every request and response"
+    )
+    sharedfs.set_defaults(func=serve_sharedfs, daemon=True)
 
     mock_parser = drivers.add_parser(
         "mock",
@@ -230,11 +327,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     new_parser.add_argument(
         "--driver-name", default="", help="the CSI plugin name (default: NAME.csi.example.com)"
     )
+    new_parser.add_argument(
+        "--max-volume-size", type=SIZE, default=DEFAULT_MAX_VOLUME_BYTES, metavar="SIZE",
+        help="the largest volume the driver holds, and the size its test asks the conformance "
+        "suite for (default: 1Gi)",
+    )  # fmt: skip
     new_parser.set_defaults(func=new_project)
 
     version_parser = verbs.add_parser("version", help="print version information as YAML")
     version_parser.add_argument(
-        "--driver", default="hostpath", help="mock, hostpath or a driver name (default: hostpath)"
+        "--driver", default="hostpath",
+        help="mock, hostpath, sharedfs or a driver name (default: hostpath)",
     )
     add_output_flags(version_parser, default="yaml")
     version_parser.set_defaults(func=version)

@@ -7,6 +7,8 @@ A usage error (64, ``EX_USAGE`` of sysexits.h) is distinct from every gRPC statu
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterable
 
 #: The command did what was asked.
 OK = 0
@@ -38,7 +40,7 @@ exit status:
   1-16 kubevol csi: the gRPC status code the driver answered (1 CANCELLED ... 16
        UNAUTHENTICATED)
   {BLOCKED:<4} kubevol mount-refs: the unmount is blocked
-  {UNRESPONSIVE:<4} status, reconstruct: done but for volumes that did not answer (a dead
+  {UNRESPONSIVE:<4} status, reconstruct, metrics: done but for volumes that did not answer (a dead
        server or frozen FUSE daemon below their mount point), named on stderr
   {USAGE:<4} usage error: a bad flag, value or input file (never a gRPC code)
   {INTERNAL:<4} internal error (a bug): set {DEBUG_ENV}=1 to see the traceback
@@ -54,3 +56,13 @@ environment:
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the line breaks of descriptions and epilogs (tables of exit codes, examples)."""
+
+
+def report_unresponsive(volumes: Iterable[tuple[str, str]]) -> int:
+    """Name on stderr each volume that did not answer (what it is, why), and return the
+    exit code: :data:`~kubevol.cli.UNRESPONSIVE` when there was one, else OK."""
+    hung = 0
+    for what, why in volumes:
+        print(f"unresponsive: {what}: {why}", file=sys.stderr)
+        hung += 1
+    return UNRESPONSIVE if hung else OK

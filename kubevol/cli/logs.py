@@ -4,7 +4,10 @@
 Verbosity follows klog's convention as the kubelet uses it: 0 shows warnings and errors,
 1-3 add informational messages (what was mounted, torn down, registered), 4 and more add
 debug detail. The long-running commands (``agent``, ``driver serve``) default to 2, as a
-kubelet runs; one-shot commands default to 0 so their output stays their answer.
+kubelet runs; one-shot commands default to 0 so their output stays their answer. A driver
+served by ``driver serve`` logs through the same handler (its start, failed calls, requests:
+:mod:`kubevol.csidriver.server.logs`); ``X_CSI_LOG_LEVEL`` applies there only when set, and
+an explicit ``-v`` wins over it.
 
 Text lines are ``warning: <message>`` for one-shot commands and timestamped
 ``<time> <level> <logger>: <message>`` for daemons. JSON lines are one object each with
@@ -116,6 +119,10 @@ def setup_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(verbosity_level(v))
+    # kubevol's own loggers follow the root's level unless a command pins them (``driver
+    # serve`` does for an explicit -v, so that X_CSI_LOG_LEVEL does not override it); a
+    # second call (tests) starts from the root's level again.
+    logging.getLogger("kubevol").setLevel(logging.NOTSET)
     # Third-party libraries stay quiet below warnings unless debugging.
     for name in ("urllib3", "kubernetes"):
         logging.getLogger(name).setLevel(logging.DEBUG if v >= 6 else logging.WARNING)

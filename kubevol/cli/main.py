@@ -17,6 +17,7 @@ import gc
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -119,6 +120,13 @@ def build_parser(argv: Sequence[str] | None = None) -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kubevol`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    code = _run(argv)
+    if argv is None:  # the process is this command
+        _exit_past_stuck_threads(code)
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # At exit the interpreter collects garbage over every object still alive (modules, the
     # kubernetes client's classes, a command's state): up to a second for a `down` of 500
@@ -159,6 +167,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _reader_went_away()
     return code
+
+
+def _exit_past_stuck_threads(code: int) -> None:
+    """End the process at once when a worker thread is still running: an operation stuck
+    in the kernel below a dead mount (left behind by the command's deadline) can be neither
+    stopped nor joined, and the interpreter's exit would join it (thread pools' workers) for
+    ever. The kernel ends the stuck thread with the process; output is flushed first."""
+    main = threading.main_thread()
+    if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _tune_gc_after_start_up() -> None:

@@ -13,8 +13,11 @@ from typing import Any, TextIO
 
 import attrs
 
+from kubevol.cli import exits
 from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
+from kubevol.cli.parser import DURATION
 from kubevol.metrics import MetricsBlock, MetricsDu, MetricsProvider, MetricsStatFS
+from kubevol.mount.probe import PathProbe, UnresponsiveError
 
 PROVIDERS = ("du", "statfs", "block", "auto")
 
@@ -126,9 +129,17 @@ def measure(path: str, provider: MetricsProvider) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    record = measure(args.path, choose_provider(args.path, args.provider))
+    # PATH may be below a dead server or a frozen FUSE daemon, where even the stat that
+    # picks the provider blocks: the whole measurement runs with the --timeout deadline
+    # (kubevol.mount.probe), and a thread left stuck ends with the process.
+    try:
+        record = PathProbe(args.timeout).call(
+            args.path, args.path, f"measuring with {args.provider}",
+            lambda: measure(args.path, choose_provider(args.path, args.provider)))
+    except UnresponsiveError as exc:
+        return exits.report_unresponsive([(args.path, str(exc))])
     emit(record, TABLE, args, sys.stdout)
-    return 0
+    return exits.OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -142,5 +153,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider", choices=PROVIDERS, default="auto", help="how to measure (default: auto)"
     )
+    parser.add_argument("--timeout", type=DURATION, default=60.0,
+                        help="how long measuring may take; past it PATH is reported "
+                        f"unresponsive (exit {exits.UNRESPONSIVE}) and nothing is printed: a "
+                        "Go duration (30s, 2m) or seconds (default: 60)")
     add_output_flags(parser)
     parser.set_defaults(func=run)

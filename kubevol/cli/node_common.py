@@ -4,19 +4,18 @@ their common flags, opening the node runtime, rows describing volumes, and repor
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kubevol.cli import exits
 from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
 from kubevol.errors import KubevolError, MetricsError
-from kubevol.mount import MountInterface
-from kubevol.mount.probe import UnresponsiveError
+from kubevol.mount.probe import PathProbe, UnresponsiveError
 from kubevol.node.manager import SyncResult
-from kubevol.node.mountcheck import MountCheck, check_mount
+from kubevol.node.mountcheck import MountCheck, MountSnapshot
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.state import ActualState, DesiredPod
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
@@ -56,7 +55,9 @@ def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> 
         "--token-provider", default=None, metavar="COMMAND",
         help="a command that issues service-account tokens: it reads a TokenRequest (JSON) "
         "on stdin and prints the answered TokenRequest (status.token, "
-        "status.expirationTimestamp); used instead of --kubeconfig's TokenRequest API",
+        "status.expirationTimestamp); used instead of --kubeconfig's TokenRequest API. A bare "
+        "name not on PATH is looked for beside kubevol's own scripts too. Without an API "
+        "server: kubevol-stand-in-token-provider (unsigned tokens that nothing accepts)",
     )
     parser.add_argument(
         "--node-label", action="append", default=[], metavar="KEY=VALUE",
@@ -147,7 +148,7 @@ def api_options(args: argparse.Namespace) -> dict[str, Any]:
             ) from exc
     if getattr(args, "token_provider", None):
         try:
-            argv = shlex.split(args.token_provider)
+            argv = beside_kubevol(shlex.split(args.token_provider))
             options["tokens"] = TokenManager(CommandTokenProvider(argv))
         except ValueError as exc:
             raise KubevolError(f"--token-provider: {exc}") from exc
@@ -162,11 +163,27 @@ def api_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def state_of_path(mounter: MountInterface, path: str, *, device: bool) -> str:
+def beside_kubevol(argv: list[str]) -> list[str]:
+    """``argv`` with a bare command name that is not on ``PATH`` replaced by the program of
+    that name installed beside kubevol (its interpreter's scripts directory, such as a
+    virtualenv's ``bin``, which ``sudo`` and service managers leave off ``PATH``)."""
+    import shutil
+    import sysconfig
+
+    if not argv or os.sep in argv[0] or shutil.which(argv[0]):
+        return argv
+    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        found = shutil.which(argv[0], path=directory)
+        if found:
+            return [found, *argv[1:]]
+    return argv
+
+
+def state_of_path(mounts: MountSnapshot, path: str, *, device: bool) -> str:
     """What a scan reports for a volume kubevol knows is set up at ``path`` (``device``:
     its plugin mounts a device first): ``present`` for a plain directory, else what the
-    mount check finds there."""
-    return _state_word(check_mount(mounter, path), device=device)
+    mount check finds there (``unresponsive`` included)."""
+    return _state_word(mounts.check(path), device=device)
 
 
 def state_of(found: FoundVolume) -> str:
@@ -189,11 +206,12 @@ def volume_rows(
     actual: ActualState | None,
     found: Reconstruction | None,
     names: dict[str, str],
+    probe: PathProbe | None = None,
 ) -> list[dict[str, Any]]:
     """One row per pod volume: from the actual state when given, else from a scan.
 
-    ``desired`` supplies outer names (and hostPath volumes, which leave nothing on disk);
-    ``names`` maps pod UIDs to ``namespace/name``.
+    ``desired`` supplies outer names (and hostPath volumes, which leave nothing on disk,
+    looked at through ``probe``); ``names`` maps pod UIDs to ``namespace/name``.
     """
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     if actual is not None:
@@ -231,14 +249,24 @@ def volume_rows(
                 continue
             path, state = "", "not set up"
             if v.plugin_name == HOST_PATH_PLUGIN_NAME:
-                # hostPath keeps nothing under the pod: the node's path is the volume.
                 path = v.volume_name
-                state = "host path" if os.path.lexists(path) else "missing"
+                state = _host_path_state(path, probe)
             rows[key] = _row(
                 names, v.pod_uid, v.spec_name, volume=v.outer_name, plugin=v.plugin_name,
                 path=path, state=state, device=None,
             )
     return [rows[k] for k in sorted(rows, key=lambda k: (rows[k]["pod"], k[2]))]
+
+
+def _host_path_state(path: str, probe: PathProbe | None) -> str:
+    """A hostPath keeps nothing under the pod: the node's path is the volume, on any
+    filesystem (a dead server's too, where an ``lstat`` blocks: hence ``probe``)."""
+    look = functools.partial(os.path.lexists, path)
+    try:
+        exists = probe.call(path, path, "lstat", look) if probe is not None else look()
+    except UnresponsiveError:
+        return MountCheck.UNRESPONSIVE.value
+    return "host path" if exists else "missing"
 
 
 def add_metrics(
@@ -290,16 +318,6 @@ USAGE_COLUMNS = (
     Column("available", size=True, wide=True),
     Column("metrics_error", header="WHY NO USAGE", wide=True),
 )
-
-
-def report_unresponsive(volumes: Iterable[tuple[str, str]]) -> int:
-    """Name on stderr each volume that did not answer (what it is, why), and return the
-    exit code: :data:`~kubevol.cli.exits.UNRESPONSIVE` when there was one, else OK."""
-    hung = 0
-    for what, why in volumes:
-        print(f"unresponsive: {what}: {why}", file=sys.stderr)
-        hung += 1
-    return exits.UNRESPONSIVE if hung else exits.OK
 
 
 def report_sync(result: SyncResult, out: TextIO | None = None) -> None:

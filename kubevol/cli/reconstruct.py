@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from kubevol.cli import exits
 from kubevol.cli.node_common import (
     add_root_flags,
     open_runtime,
     report_sync,
-    report_unresponsive,
     root_lock,
 )
 from kubevol.cli.output import (
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.repair:
             result = scan(runtime.host, runtime.mgr)
             show(result, args)
-            return report_unresponsive(
+            return exits.report_unresponsive(
                 (f"pod {v.dir.pod_uid} volume {v.dir.spec_name} at {v.mount_path}",
                  f"did not answer within {runtime.host.probe.timeout:g}s (left as it is)")
                 for v in result.volumes if MountCheck.UNRESPONSIVE in (v.mount, v.device)

@@ -10,13 +10,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kubevol import layout
+from kubevol.cli import exits
 from kubevol.cli.node_common import (
     USAGE_COLUMNS,
     VOLUME_COLUMNS,
     add_metrics,
     add_root_flags,
     open_runtime,
-    report_unresponsive,
     state_of_path,
     volume_rows,
 )
@@ -25,7 +25,7 @@ from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.node.agent_status import ask_agent
 from kubevol.node.desired import desired_pod
-from kubevol.node.mountcheck import MountCheck
+from kubevol.node.mountcheck import MountCheck, MountSnapshot
 from kubevol.node.reconstruct import scan
 from kubevol.node.records import PodState
 from kubevol.node.state import DesiredPod, MountState
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                 with open_runtime(args, deadline=deadline) as runtime:
                     add_metrics(runtime, rows, deadline)
             emit(rows, TABLE, args, sys.stdout)
-            return 0
+            return report_unresponsive(rows)
     with open_runtime(args, deadline=deadline) as runtime:
         records, unreadable = runtime.records.scan()
         for _, why in sorted(unreadable.items()):
@@ -68,18 +68,23 @@ def run(args: argparse.Namespace) -> int:
                 print(f"warning: recorded pod {record.uid}: {exc}", file=sys.stderr)
         found = scan(runtime.host, runtime.mgr)
         names = {r.uid: r.name for r in records}
-        rows = volume_rows(desired, None, found, names)
+        rows = volume_rows(desired, None, found, names, runtime.host.probe)
         wanted = {r.uid: r.state.value for r in records}
         for row in rows:
             row["desired"] = wanted.get(row["pod_uid"], "unknown")
         if not args.no_metrics:
             add_metrics(runtime, rows, deadline)
         emit(rows, TABLE, args, sys.stdout)
-        return report_unresponsive(
-            (f"pod {r['pod']} volume {r['volume']} at {r['path']}",
-             r.get("metrics_error") or "stat did not answer")
-            for r in rows if r["state"] == MountCheck.UNRESPONSIVE
-        )
+        return report_unresponsive(rows)
+
+
+def report_unresponsive(rows: list[dict[str, Any]]) -> int:
+    """Name the volumes that did not answer on stderr; the exit code."""
+    return exits.report_unresponsive(
+        (f"pod {r['pod']} volume {r['volume']} at {r['path']}",
+         r.get("metrics_error") or "stat did not answer")
+        for r in rows if r["state"] == MountCheck.UNRESPONSIVE
+    )
 
 
 def warn_wide_root(root: str) -> None:
@@ -107,12 +112,13 @@ def agent_rows(agent: Agent) -> list[dict[str, Any]]:
     to say, as a scan would, whether it is a mount or a plain directory."""
     records = dict(agent.pods.records)
     manager = agent.pods.manager
+    host = agent.runtime.host
     rows = volume_rows(manager.desired.pods(), manager.actual, None,
-                       {uid: r.name for uid, r in records.items()})
-    mounter = agent.runtime.host.get_mounter()
+                       {uid: r.name for uid, r in records.items()}, host.probe)
+    mounts = MountSnapshot(manager.usage.table(), host.root_dir, host.probe)
     for row in rows:
         if row["state"] == MountState.MOUNTED:
-            row["state"] = state_of_path(mounter, row["path"], device=row["device"] is not None)
+            row["state"] = state_of_path(mounts, row["path"], device=row["device"] is not None)
         elif row["state"] == MountState.UNMOUNTED:
             row["state"] = "not-mounted"
         if row["device"] == MountState.UNMOUNTED:

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             result = pods.sync(timeout=args.timeout)
             names = {p.uid: p.name for p in wanted}
             rows = [
-                r for r in volume_rows(wanted, pods.manager.actual, None, names)
+                r for r in volume_rows(wanted, pods.manager.actual, None, names,
+                                     runtime.host.probe)
                 if not wanted or r["pod_uid"] in names
             ]
         finally:

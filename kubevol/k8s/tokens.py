@@ -30,10 +30,8 @@ from kubevol.errors import KubevolError
 
 log = logging.getLogger(__name__)
 
-#: ``expirationSeconds`` when a projection gives none (the API's default), and the least
-#: the API accepts.
+#: ``expirationSeconds`` when a projection gives none (the API's default).
 DEFAULT_EXPIRATION_SECONDS = 3600
-MIN_EXPIRATION_SECONDS = 600
 #: A token older than this is refreshed whatever its lifetime (the kubelet's maxTTL).
 MAX_TTL = datetime.timedelta(hours=24)
 #: Up to this much earlier than due, chosen at random per check (spreads refreshes).

@@ -7,8 +7,8 @@ and the loop converges. The loop runs a reconciler pass every ``period`` seconds
 there is work (the kubelet's 100 ms); once converged it runs one only when a source changed,
 an operation ended, or every ``RESYNC_PERIOD`` seconds, and otherwise sleeps on its
 sources, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
-by SIGTERM) takes no new work, lets running operations finish, and never tears a volume
-down because the agent stops.
+by SIGTERM) takes no new work, lets running operations finish (for ``STOP_TIMEOUT`` at
+most), and never tears a volume down because the agent stops.
 
 Sources: a static-pod directory (:mod:`kubevol.node.static_pods`) and/or the pods bound to
 this node on an API server (:mod:`kubevol.node.api_pods`); both feed one desired state.
@@ -55,6 +55,9 @@ IDLE_PERIOD = 1.0
 VOLUME_STATS_PERIOD = 60.0
 #: How often an idle agent reconciles anyway (seconds).
 RESYNC_PERIOD = 10.0
+#: How long stopping waits for running operations: one stuck below a dead mount (its thread
+#: cannot be stopped) is left to end with the process, so SIGTERM stops the agent in seconds.
+STOP_TIMEOUT = 10.0
 #: A loop that has not finished a pass for this long is reported unhealthy (seconds).
 STALL_AFTER = 60.0
 
@@ -256,7 +259,7 @@ class Agent(ClosesOnExit):
             self._running = False
             self.notifier.notify("STOPPING=1")
             log.info("stopping: waiting for running operations")
-            self.pods.close()
+            self.pods.close(STOP_TIMEOUT)
             if self.server is not None:
                 self.server.stop()
             if self.watcher is not None:

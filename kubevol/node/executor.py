@@ -322,7 +322,17 @@ class OperationExecutor:
     def _all(self) -> list[_Record]:
         return [r for same_volume in self._records.values() for r in same_volume]
 
-    def shutdown(self, wait: bool = True) -> None:
-        """Stop the workers (after the running operations when ``wait``). Idempotent."""
+    def shutdown(self, wait: bool = True, *, timeout: float | None = None) -> list[str]:
+        """Stop the workers (after the running operations when ``wait``). Idempotent.
+
+        ``timeout`` bounds the wait: an operation stuck in the kernel below a dead mount
+        cannot be stopped, and a thread that never returns cannot be joined. The
+        operations still running then are returned (described) and left to end with the
+        process."""
+        left: list[str] = []
+        if wait and timeout is not None and not self.wait_idle(timeout):
+            left = [f"{kind} {key}" for key, kind in self.pending()]
+            wait = False
         if self._pool is not None:
             self._pool.shutdown(wait=wait)
+        return left

@@ -413,7 +413,10 @@ class NodeVolumeManager:
         finally:
             self.reconciler.remount_period = None
 
-    def close(self) -> None:
-        """Wait for running operations and release resources. Idempotent."""
-        self.executor.shutdown(wait=True)
+    def close(self, timeout: float | None = None) -> None:
+        """Wait for running operations (at most ``timeout`` seconds: one stuck below a dead
+        mount is then left to end with the process, and logged) and release resources.
+        Idempotent."""
+        for stuck in self.executor.shutdown(wait=True, timeout=timeout):
+            log.warning("left running (stuck below an unresponsive mount?): %s", stuck)
         self.usage.close()

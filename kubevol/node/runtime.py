@@ -15,6 +15,7 @@ This module imports the CSI stack (gRPC); the rest of :mod:`kubevol.node` does n
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -390,9 +391,13 @@ class RecordedPods:
 
         self.manager.run(stop, period=period, before_pass=before_pass)
 
-    def close(self) -> None:
-        """Close the volume manager (not the runtime)."""
-        self.manager.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Close the volume manager (not the runtime), waiting for its running operations
+        at most ``timeout`` seconds (default: what is left of the command's deadline, one
+        second at least; no limit without one)."""
+        if timeout is None and math.isfinite(left := self.node.deadline.remaining()):
+            timeout = max(1.0, left)
+        self.manager.close(timeout)
 
 
 def open_node(root_dir: str, **kwargs: Any) -> NodeRuntime:

@@ -242,7 +242,6 @@ class InstanceManager:
         self._thread: threading.Thread | None = None
         self._volume_client: CSIClient | None = None
         self._client_lock = threading.Lock()
-        self.fingerprint_count = 0
 
     # --- state ----------------------------------------------------------------------
 
@@ -299,7 +298,6 @@ class InstanceManager:
                 # word: this result is dropped so it cannot follow the final report.
                 if self._stopping:
                     return
-                self.fingerprint_count += 1
                 self._report(info)
             self._wake.wait(self.fingerprint_interval)
             self._wake.clear()

@@ -3,9 +3,11 @@
 It issues *unsigned* JWTs (``alg: none``) with the claims a real TokenRequest token carries
 (issuer, subject ``system:serviceaccount:<ns>:<sa>``, audiences, ``iat``/``exp``, the bound
 pod): they have the right shape for a volume, and are accepted by nothing. In-process it is
-:class:`StandInTokenProvider`; as a command for ``kubevol up --token-provider`` it is
-``python3 -m kubevol.testing.token_provider`` (TokenRequest JSON on stdin, the answered
-TokenRequest on stdout).
+:class:`StandInTokenProvider`; as a command for ``kubevol up --token-provider`` it is the
+console script ``kubevol-stand-in-token-provider`` installed with kubevol (kubevol finds it
+next to its own scripts even when they are not on ``PATH``), or ``python -m
+kubevol.testing.token_provider`` with the Python kubevol is installed in: TokenRequest JSON on
+stdin, the answered TokenRequest on stdout.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class StandInTokenProvider(TokenProvider):
 
 
 def main() -> int:
-    """The command form: a TokenRequest on stdin, the answered one on stdout."""
+    """The command form (the console script ``kubevol-stand-in-token-provider``): a
+    TokenRequest on stdin, the answered one on stdout."""
     body = json.load(sys.stdin)
     spec = body.get("spec") or {}
     ref = spec.get("boundObjectRef") or {}

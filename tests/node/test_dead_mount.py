@@ -154,3 +154,81 @@ def test_down_of_the_hung_pod_releases_its_mount_and_deletes_nothing(node: Path)
     assert "answer" in done.stderr and "lazily" in done.stderr, done.stderr
     assert not mounted_at(scratch(node, HUNG))
     assert not (node / "pods" / HUNG).exists()
+
+
+@pytest.mark.root
+def test_metrics_of_the_hung_volume_is_bounded(node: Path) -> None:
+    """kubevol metrics of a path on the hung filesystem comes back at its --timeout with
+    the path named unresponsive (exit 4) and nothing on stdout."""
+    done, took = kubevol("metrics", str(scratch(node, HUNG)), "--timeout", "2s", "-o", "json")
+    assert took < 2 + SLACK, took
+    assert done.returncode == exits.UNRESPONSIVE, done.stderr
+    assert f"unresponsive: {scratch(node, HUNG)}" in done.stderr, done.stderr
+    assert "did not answer within 2s" in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.root
+def test_up_of_a_pod_on_the_hung_filesystem_returns(node: Path, tmp_path: Path) -> None:
+    """up of a pod whose hostPath volume lies on the hung filesystem (its set-up blocks in
+    the kernel, where no deadline reaches) comes back at --timeout, says the volume is not
+    done, and leaves the stuck thread to end with the process."""
+    manifest = tmp_path / "on-hung.yaml"
+    uid = "33333333-2222-3333-4444-555555555555"
+    manifest.write_text(f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: on-hung, namespace: default, uid: {uid}}}
+spec:
+  containers: [{{name: c, image: x}}]
+  volumes: [{{name: data, hostPath: {{path: {scratch(node, HUNG)}/precious, type: File}}}}]
+""")
+    done, took = kubevol("up", "--root", str(node), "--node-name", "n1", "--timeout",
+                         f"{TIMEOUT}s", str(manifest))
+    assert took < TIMEOUT + SLACK, took
+    assert done.returncode == exits.FAILED, done.stdout + done.stderr
+    assert "not done" in done.stderr and "data" in done.stderr, done.stderr
+
+
+@pytest.mark.root
+def test_the_agent_sets_up_new_pods_beside_a_stuck_one_and_stops_on_sigterm(
+    node: Path, tmp_path: Path
+) -> None:
+    """A kubevol agent whose first static pod has a hostPath on the hung filesystem (its
+    set-up is stuck in the kernel for good) still sets up a second pod, and SIGTERM stops it
+    within its stop bound (10 s) plus start-up, leaving the hung mount as it is."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "on-hung.yaml").write_text(f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: on-hung, namespace: default, uid: 44444444-2222-3333-4444-555555555555}}
+spec:
+  containers: [{{name: c, image: x}}]
+  volumes: [{{name: data, hostPath: {{path: {scratch(node, HUNG)}/precious, type: File}}}}]
+""")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "kubevol.cli.main", "agent", "--root", str(node), "--node-name",
+         "n1", "--manifests", str(manifests), "--metrics-address", "",
+         "--plugins-registry", ""],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        later = "55555555-2222-3333-4444-555555555555"
+        (manifests / "later.yaml").write_text(pod("later", later))
+        deadline = time.monotonic() + 20
+        while not scratch(node, later).is_dir():
+            assert time.monotonic() < deadline, "the second pod was not set up"
+            assert agent.poll() is None, agent.communicate()
+            time.sleep(0.05)
+        agent.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, err = agent.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert took < 10 + SLACK, (took, err)
+    assert agent.returncode == 0, err
+    assert "left running" in err, err
+    assert mounted_at(scratch(node, HUNG))

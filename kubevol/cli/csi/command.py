@@ -4,7 +4,8 @@ Connection flags are accepted before the service or after the command: ``--endpo
 (default ``$CSI_ENDPOINT``), ``--timeout`` (a Go duration: 30s, 1m30s), ``--metadata k=v``
 (sent with every call), ``--secrets-file`` (else ``$X_CSI_SECRETS``; secrets are sent,
 never printed), ``-l/--log-level``, ``--with-request-logging``, ``--with-response-logging``
-(secrets redacted) and ``-o table|wide|json|yaml|name|jsonpath=EXPR``. csc's names work
+(secrets redacted) and ``-o table|wide|json|yaml|name|jsonpath=EXPR`` (the streamed answers
+of ``snapshot-metadata`` print as they arrive: ``-o json`` one object per line). csc's names work
 too: ``new``/``ls``/``rm`` for create-volume, list-volumes, delete-volume, and
 ``--volume-src``/``--snapshot-src``. The exit code is the gRPC status code (0 on success)
 and the status message goes to stderr; a usage error exits 64.
@@ -20,12 +21,13 @@ from typing import Any
 
 from kubevol._version import __version__
 from kubevol.cli import exits
-from kubevol.cli.csi.common import Command
+from kubevol.cli.csi.common import Command, Output, write_stream
 from kubevol.cli.csi.controller import CONTROLLER
 from kubevol.cli.csi.group import GROUP
 from kubevol.cli.csi.identity import IDENTITY
 from kubevol.cli.csi.inputs import parse_key_values, secrets_from
 from kubevol.cli.csi.node import NODE
+from kubevol.cli.csi.snapshot_metadata import SNAPSHOT_METADATA
 from kubevol.cli.output import add_output_flags, emit
 from kubevol.cli.parser import DURATION
 
@@ -51,6 +53,11 @@ SERVICES: tuple[tuple[str, str, tuple[Command, ...]], ...] = (
     ("controller", "Controller RPCs", CONTROLLER),
     ("node", "Node RPCs", NODE),
     ("group", "GroupController RPCs (volume group snapshots)", GROUP),
+    (
+        "snapshot-metadata",
+        "SnapshotMetadata RPCs (alpha; streamed: block ranges of snapshots)",
+        SNAPSHOT_METADATA,
+    ),
 )
 
 
@@ -135,7 +142,8 @@ def set_up_logging(args: argparse.Namespace) -> list[Any]:
 
 
 def run(command: Command, args: argparse.Namespace) -> int:
-    """Connect, call, print; the exit code is the gRPC status code."""
+    """Connect, call, print; the exit code is the gRPC status code. A streamed answer is
+    printed as it arrives, so an error mid-stream comes after the messages before it."""
     from kubevol.csi.client import CSIClient  # grpc loads here, once the command is known
     from kubevol.csi.errors import CSIRPCError
 
@@ -159,6 +167,8 @@ def run(command: Command, args: argparse.Namespace) -> int:
         return exits.USAGE
     try:
         output = command.handler(client, args, secrets)
+        if not isinstance(output, Output):
+            write_stream(output, args.output, sys.stdout, no_headers=args.no_headers)
     except CSIRPCError as exc:
         print(f"{where}: {exc.code.name}: {exc.message}", file=sys.stderr)
         code: int = exc.code.value[0]
@@ -168,7 +178,8 @@ def run(command: Command, args: argparse.Namespace) -> int:
         return exits.USAGE
     finally:
         client.close()
-    emit(output.data, output.tables, args, sys.stdout)
+    if isinstance(output, Output):
+        emit(output.data, output.tables, args, sys.stdout)
     return 0
 
 

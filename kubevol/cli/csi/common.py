@@ -2,22 +2,35 @@
 
 Each handler gets a :class:`~kubevol.csi.client.CSIClient`, the parsed arguments and the
 secrets to send, and returns an :class:`Output`: the data for ``-o json|yaml`` and the rows
-and columns of the table.
+and columns of the table; or, for an RPC whose answer streams, a :class:`Stream` printed
+message by message as the messages arrive (:func:`write_stream`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
 from kubevol.cli.csi.inputs import CAPABILITY, parse_capability, parse_key_values
-from kubevol.cli.output import Column, Table, columns
+from kubevol.cli.output import (
+    JSONPATH,
+    Column,
+    OutputFormat,
+    Table,
+    cell,
+    columns,
+    lookup,
+    render,
+    to_plain,
+    yaml_text,
+)
 from kubevol.cli.parser import SIZE
 from kubevol.csi import types as t
 from kubevol.csidriver.sanity.inputs import Secrets
+from kubevol.util import jsontext
 
 if TYPE_CHECKING:
     from kubevol.csi.client import CSIClient  # brings grpc: loaded by the command's run
@@ -31,7 +44,19 @@ class Output:
     tables: Sequence[Table]
 
 
-Handler = Callable[["CSIClient", argparse.Namespace, Secrets], Output]
+@attrs.frozen(kw_only=True)
+class Stream:
+    """What a command whose RPC streams prints: each of ``messages`` as it arrives, its rows
+    found at ``table.at``. ``widest`` gives, from the first message, a row whose cells are
+    as wide as any later one's can be, so that the table's columns line up across messages
+    without waiting for the last one."""
+
+    messages: Iterable[object]
+    table: Table
+    widest: Callable[[object], object] = lambda message: {}
+
+
+Handler = Callable[["CSIClient", argparse.Namespace, Secrets], Output | Stream]
 
 
 @attrs.frozen(kw_only=True)
@@ -150,3 +175,61 @@ def caps_output(caps: frozenset[Any]) -> Output:
     """A capability set, one name per row."""
     names = [c.name for c in sorted(caps)]
     return Output(data=names, tables=table(Column("", header="CAPABILITY")))
+
+
+def write_stream(stream: Stream, fmt: OutputFormat, out: TextIO, *, no_headers: bool) -> None:
+    """Print ``stream``'s messages as they arrive, flushing after each: ``-o json`` one
+    compact JSON object per message and line (JSON Lines), ``yaml`` one document per
+    message, ``table``/``wide`` rows under one header, ``name`` the name of each row and
+    ``jsonpath`` the values selected in each message. An error of the RPC surfaces from
+    here, after what came before it was printed."""
+    widths: list[int] = []
+    shown = [c for c in stream.table.columns if fmt.kind == "wide" or not c.wide]
+    header = [c.title for c in shown]
+    for message in stream.messages:
+        plain = to_plain(message)
+        if fmt.kind == "json":
+            text = jsontext.dumps(plain) + "\n"
+        elif fmt.kind == "yaml":
+            text = "---\n" + yaml_text(plain)
+        elif fmt.kind == JSONPATH:
+            render(plain, (stream.table,), fmt, out)
+            out.flush()
+            continue
+        elif fmt.kind == "name":
+            path = stream.table.name or stream.table.columns[0].path
+            text = "".join(f"{cell(lookup(r, path))}\n" for r in _stream_rows(plain, stream))
+        else:
+            rows = [[_stream_cell(r, c) for c in shown] for r in _stream_rows(plain, stream)]
+            if not widths:
+                widest = [_stream_cell(to_plain(stream.widest(plain)), c) for c in shown]
+                widths = [max(len(h), len(w)) for h, w in zip(header, widest, strict=True)]
+                if not no_headers:
+                    rows.insert(0, header)
+            text = "".join(
+                "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n"
+                for row in rows
+            )
+        out.write(text)
+        out.flush()
+
+
+def _stream_rows(plain: object, stream: Stream) -> list[object]:
+    """The rows of one message: the records at ``table.at``, one per element of the
+    ``explode`` list when the table has one (a message without elements has no rows)."""
+    table = stream.table
+    found = lookup(plain, table.at)
+    records = list(found) if isinstance(found, list) else [] if found is None else [found]
+    if not table.explode:
+        return records
+    return [
+        {**r, table.explode: e}
+        for r in records
+        if isinstance(r, Mapping)
+        for e in r.get(table.explode) or []
+    ]
+
+
+def _stream_cell(record: object, column: Column) -> str:
+    value = lookup(record, column.path)
+    return column.show(value) if column.show is not None else cell(value, size=column.size)

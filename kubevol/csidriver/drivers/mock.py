@@ -4,7 +4,9 @@ It differs from gocsi's mock where that one is wrong: paging with an unknown tok
 ABORTED, a same-name volume with other parameters ALREADY_EXISTS, snapshots get real ids,
 staging is implemented, NOT_FOUND and OK come where the spec puts them. Capabilities can be
 switched off one by one (the RPCs behind them then answer UNIMPLEMENTED); the ones upstream
-csi-sanity does not know (``GET_SNAPSHOT``) are off unless asked for.
+csi-sanity does not know (``GET_SNAPSHOT``, the ``SNAPSHOT_METADATA_SERVICE``) are off unless
+asked for. Its snapshots hold no data: the SnapshotMetadata service reports a fixed synthetic
+layout (:class:`MockSnapshotMetadata`).
 
 Like csi-test's mock, it keeps real paths on the host (``mock_mount``, on by default, no
 mounts and no privileges needed): staging needs the CO's staging directory to exist,
@@ -18,12 +20,13 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TypeVar
 
 import attrs
 
 from kubevol.csi import types as t
+from kubevol.csi._pb import csi_pb2
 from kubevol.csidriver.drivers.common import (
     DEFAULT_NODE_ID,
     RunningDriver,
@@ -42,17 +45,23 @@ from kubevol.csidriver.drivers.engine import (
     VolumeRecord,
     build_storage_plugin,
 )
-from kubevol.csidriver.drivers.engine.rpc import Code, fail
+from kubevol.csidriver.drivers.engine.rpc import Code, fail, require
 from kubevol.csidriver.drivers.engine.settings import (
     ALL_MODES,
     OPT_IN_CONTROLLER_CAPS,
     DriverSettings,
     GiB,
 )
-from kubevol.csidriver.server import StoragePlugin
+from kubevol.csidriver.server import SnapshotMetadataService, StoragePlugin
+from kubevol.csidriver.server.services import Context, Message
 from kubevol.util.lifecycle import ClosesOnExit
 
 DRIVER_NAME = "mock.csi.kubevol.io"
+
+#: The block size of the mock's snapshot metadata (``FIXED_LENGTH``).
+METADATA_BLOCK_BYTES = 1 << 20
+#: Ranges per GetMetadata* response when the request leaves ``max_results`` at 0.
+DEFAULT_METADATA_RESULTS = 256
 
 #: The mutable parameters ControllerModifyVolume (and CreateVolume) accept; any other key is
 #: INVALID_ARGUMENT, as for a driver whose VolumeAttributesClass knows a fixed set of keys.
@@ -227,15 +236,91 @@ class MockBackend(VolumeBackend):
         return volume.capacity_bytes
 
 
+class MockSnapshotMetadata(SnapshotMetadataService):
+    """The SnapshotMetadata service over the mock's snapshots, which hold no data: it reports
+    a fixed layout in whole blocks of :data:`METADATA_BLOCK_BYTES` (``FIXED_LENGTH``) so that
+    clients can be exercised. Every other block is allocated (blocks 0, 2, 4, ... of the
+    snapshot's size); between two different snapshots of one volume the allocated blocks at
+    multiples of 4 changed (none between a snapshot and itself). Errors are the spec's:
+    INVALID_ARGUMENT for a missing id, a negative offset or ``max_results``, or snapshots of
+    two volumes; NOT_FOUND for an unknown snapshot; OUT_OF_RANGE for a ``starting_offset``
+    at or past the volume's size (the offset is rounded down to its block)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _snapshot(self, snapshot_id: str, field: str) -> SnapshotRecord:
+        require(snapshot_id, field)
+        snap = self.engine.snapshot(snapshot_id)
+        if snap is None:
+            fail(Code.NOT_FOUND, f"snapshot {snapshot_id} does not exist")
+        return snap
+
+    def get_metadata_allocated(self, request: Message, context: Context) -> Iterator[Message]:
+        """The allocated blocks of ``snapshot_id``: every other one."""
+        snap = self._snapshot(request.snapshot_id, "snapshot_id")
+        yield from self._stream(
+            csi_pb2.GetMetadataAllocatedResponse, snap.size_bytes, request, step=2
+        )
+
+    def get_metadata_delta(self, request: Message, context: Context) -> Iterator[Message]:
+        """The blocks that changed from ``base_snapshot_id`` to ``target_snapshot_id``."""
+        base = self._snapshot(request.base_snapshot_id, "base_snapshot_id")
+        target = self._snapshot(request.target_snapshot_id, "target_snapshot_id")
+        if base.source_volume_id != target.source_volume_id:
+            fail(
+                Code.INVALID_ARGUMENT,
+                f"snapshots {base.snapshot_id} and {target.snapshot_id} are of different "
+                f"volumes ({base.source_volume_id}, {target.source_volume_id})",
+            )
+        step = 0 if base.snapshot_id == target.snapshot_id else 4
+        yield from self._stream(
+            csi_pb2.GetMetadataDeltaResponse, target.size_bytes, request, step=step
+        )
+
+    @staticmethod
+    def _stream(
+        response: type[Message], capacity: int, request: Message, *, step: int
+    ) -> Iterator[Message]:
+        """Responses listing the whole blocks at multiples of ``step`` (none when 0) from
+        the block of ``request.starting_offset``, ``max_results`` at a time; one empty
+        response when there are none."""
+        if request.starting_offset < 0 or request.max_results < 0:
+            fail(Code.INVALID_ARGUMENT, "starting_offset and max_results cannot be negative")
+        if request.starting_offset >= capacity:
+            fail(
+                Code.OUT_OF_RANGE,
+                f"starting_offset {request.starting_offset} is not below the volume's size "
+                f"({capacity} bytes)",
+            )
+        per_message = request.max_results or DEFAULT_METADATA_RESULTS
+        first = request.starting_offset // METADATA_BLOCK_BYTES
+        blocks = capacity // METADATA_BLOCK_BYTES
+        offsets = [
+            i * METADATA_BLOCK_BYTES for i in range(first, blocks) if step and i % step == 0
+        ]
+        for start in range(0, max(len(offsets), 1), per_message):
+            resp = response(
+                block_metadata_type=csi_pb2.FIXED_LENGTH, volume_capacity_bytes=capacity
+            )
+            for offset in offsets[start : start + per_message]:
+                resp.block_metadata.add(byte_offset=offset, size_bytes=METADATA_BLOCK_BYTES)
+            yield resp
+
+
 class MockDriver(ClosesOnExit):
-    """One mock driver instance: engine (state in memory) and storage plugin."""
+    """One mock driver instance: engine (state in memory) and storage plugin (with the
+    SnapshotMetadata service when the configuration advertises it)."""
 
     def __init__(self, config: MockConfig | None = None) -> None:
         self.config = config or MockConfig()
         self.engine = Engine(
             self.config.settings(), MockBackend(self.config.mock_mount), MemoryStore()
         )
-        self.plugin: StoragePlugin = build_storage_plugin(self.engine)
+        plugin = build_storage_plugin(self.engine)
+        if t.PluginServiceType.SNAPSHOT_METADATA_SERVICE in self.config.plugin_services:
+            plugin = attrs.evolve(plugin, snapshot_metadata=MockSnapshotMetadata(self.engine))
+        self.plugin: StoragePlugin = plugin
 
     def serve(
         self, endpoint: str | None = None, *, env: Mapping[str, str] | None = None

@@ -8,7 +8,9 @@ Run it against a driver listening on a socket::
         [--csi-test-node-volume-attach-limit] [--csi-create-mount-path-cmd CMD ...]
 
 or with csi-sanity's own flags: ``python -m kubevol.csidriver.sanity --csi.endpoint ...``
-(``--version`` prints the suite's version). The options are registered by
+(``--help`` lists them, ``--version`` prints the suite's version), or from a driver's own
+test with :func:`kubevol.csidriver.sanity.runner.run_suite`, whose report names each failed
+test, the rule it checks and why it failed first. The options are registered by
 :mod:`kubevol.csidriver.sanity.plugin` (a ``pytest11`` entry point), which adds no tests of its
 own to other test runs.
 

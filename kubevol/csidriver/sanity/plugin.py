@@ -9,8 +9,9 @@ without ``--csi-endpoint``.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,63 +23,64 @@ SUITE_PACKAGE = "kubevol.csidriver.sanity"
 _SUITE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+#: The suite's options in the order ``--help`` shows them: flag and ``addoption`` keywords.
+OPTIONS: tuple[tuple[str, Mapping[str, object]], ...] = (
+    ("--csi-endpoint", {"default": None, "help": "the driver's endpoint (required)"}),
+    ("--csi-controller-endpoint",
+     {"default": "", "help": "the controller's endpoint, if separate"}),
+    ("--csi-volume-size",
+     {"default": "10Gi", "help": "size of test volumes, bytes or a quantity like 64Mi "
+      "(default: 10Gi, csi-sanity's): give one the driver can hold"}),
+    ("--csi-volume-expand-size",
+     {"default": "", "help": "size to expand to (default: size + 1Gi)"}),
+    ("--csi-staging-dir", {"default": "", "help": "where staging directories go (default: temp)"}),
+    ("--csi-mount-dir", {"default": "", "help": "where target parents go (default: temp)"}),
+    ("--csi-access-type",
+     {"default": "mount", "choices": ("mount", "block"), "help": "access type of test volumes"}),
+    ("--csi-secrets-file", {"default": "", "help": "secrets (flat or csi-sanity YAML)"}),
+    ("--csi-params-file", {"default": "", "help": "CreateVolume parameters (YAML)"}),
+    ("--csi-snapshot-params-file", {"default": "", "help": "CreateSnapshot parameters (YAML)"}),
+    ("--csi-mutable-params-file",
+     {"default": "", "help": "ControllerModifyVolume parameters (YAML); the positive modify "
+      "test needs them"}),
+    ("--csi-idempotent-count",
+     {"default": 10, "type": int,
+      "help": "how often each mutating call is repeated (default: 10, as csi-sanity)"}),
+    ("--csi-timeout", {"default": "60s", "help": "per-call timeout"}),
+    ("--csi-test-node-volume-attach-limit",
+     {"action": "store_true", "help": "publish NodeGetInfo's max_volumes_per_node volumes, "
+      "then expect one more to fail"}),
+    *(
+        option
+        for what in ("mount", "staging")
+        for option in (
+            (f"--csi-create-{what}-path-cmd",
+             {"default": "", "help": f"command that creates the {what} directory: called with "
+              "the suggested path, prints the path to use (for drivers whose paths live in a "
+              "container)"}),
+            (f"--csi-remove-{what}-path-cmd",
+             {"default": "", "help": f"command that removes the {what} directory, called with "
+              "its path"}),
+        )
+    ),
+    ("--csi-check-path-cmd",
+     {"default": "", "help": "command that prints file, directory, not_found or other for a "
+      "path"}),
+    ("--csi-create-path-cmd-timeout", {"default": "10s", "help": "timeout of the create commands"}),
+    ("--csi-remove-path-cmd-timeout", {"default": "10s", "help": "timeout of the remove commands"}),
+    ("--csi-check-path-cmd-timeout", {"default": "10s", "help": "timeout of the check command"}),
+    ("--csi-report",
+     {"default": "", "metavar": "FILE", "help": "write each test's outcome as a JSON line to "
+      "FILE (test, outcome, rule: the spec rule it checks, reason: why it failed)"}),
+    ("--csi-version", {"action": "store_true", "help": "print the suite's version and exit"}),
+)  # fmt: skip
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``--csi-*`` options (csi-sanity's ``--csi.*`` flags, by another name)."""
     group = parser.getgroup("csi-sanity", "CSI conformance suite (kubevol.csidriver.sanity)")
-    add = group.addoption
-    add("--csi-endpoint", default=None, help="the driver's endpoint (required)")
-    add("--csi-controller-endpoint", default="", help="the controller's endpoint, if separate")
-    add("--csi-staging-dir", default="", help="where staging directories go (default: temp)")
-    add("--csi-mount-dir", default="", help="where target parents go (default: temp)")
-    add("--csi-volume-size", default="10Gi", help="size of test volumes (default: 10Gi)")
-    add("--csi-volume-expand-size", default="", help="size to expand to (default: size + 1Gi)")
-    add(
-        "--csi-access-type",
-        default="mount",
-        choices=("mount", "block"),
-        help="access type of test volumes",
-    )
-    add("--csi-secrets-file", default="", help="secrets (flat or csi-sanity YAML)")
-    add("--csi-params-file", default="", help="CreateVolume parameters (YAML)")
-    add("--csi-snapshot-params-file", default="", help="CreateSnapshot parameters (YAML)")
-    add(
-        "--csi-mutable-params-file",
-        default="",
-        help="ControllerModifyVolume parameters (YAML); the positive modify test needs them",
-    )
-    add(
-        "--csi-idempotent-count",
-        default=10,
-        type=int,
-        help="how often each mutating call is repeated (default: 10, as csi-sanity)",
-    )
-    add("--csi-timeout", default="60s", help="per-call timeout")
-    add(
-        "--csi-test-node-volume-attach-limit",
-        action="store_true",
-        help="publish NodeGetInfo's max_volumes_per_node volumes, then expect one more to fail",
-    )
-    for what, flag in (("mount", "mount"), ("staging", "staging")):
-        add(
-            f"--csi-create-{flag}-path-cmd",
-            default="",
-            help=f"command that creates the {what} directory: called with the suggested path, "
-            "prints the path to use (for drivers whose paths live in a container)",
-        )
-        add(
-            f"--csi-remove-{flag}-path-cmd",
-            default="",
-            help=f"command that removes the {what} directory, called with its path",
-        )
-    add(
-        "--csi-check-path-cmd",
-        default="",
-        help="command that prints file, directory, not_found or other for a path",
-    )
-    add("--csi-create-path-cmd-timeout", default="10s", help="timeout of the create commands")
-    add("--csi-remove-path-cmd-timeout", default="10s", help="timeout of the remove commands")
-    add("--csi-check-path-cmd-timeout", default="10s", help="timeout of the check command")
-    add("--csi-version", action="store_true", help="print the suite's version and exit")
+    for flag, kwargs in OPTIONS:
+        group.addoption(flag, **kwargs)
 
 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
@@ -109,6 +111,50 @@ def pytest_collection_modifyitems(
     """Refuse to run the suite's tests without an endpoint."""
     if config.getoption("--csi-endpoint") is None and any(_is_suite_item(i) for i in items):
         raise pytest.UsageError(f"{SUITE_PACKAGE} needs --csi-endpoint unix:///path/to/csi.sock")
+
+
+def rule_of(item: pytest.Item) -> str:
+    """What a suite test checks: the first sentence of its docstring, on one line."""
+    doc = " ".join((getattr(item, "obj", None).__doc__ or "").split())
+    end = doc.find(". ")
+    return doc if end < 0 else doc[: end + 1]
+
+
+def failure_reason(excinfo: pytest.ExceptionInfo[BaseException] | None) -> str:
+    """Why a test failed, in one line: the exception's message (an assertion's own message,
+    not pytest's rewritten comparison below it)."""
+    if excinfo is None:
+        return ""
+    exc = excinfo.value
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    plain = isinstance(exc, AssertionError) or type(exc).__name__ == "Failed"
+    return text if plain and text else f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """``--csi-report FILE``: one JSON line per suite test phase that decides an outcome (a
+    call, a set-up or clean-up that failed, a skip)."""
+    report = yield
+    path = item.config.getoption("--csi-report", default="")
+    if not path or not _is_suite_item(item):
+        return report
+    if report.when != "call" and not (report.failed or report.skipped):
+        return report
+    outcome = report.outcome if report.when == "call" or report.skipped else "error"
+    entry = {
+        "test": f"{item.path.name}::{item.nodeid.partition('::')[2]}",
+        "phase": report.when,
+        "outcome": outcome,
+        "rule": rule_of(item),
+        "reason": failure_reason(call.excinfo) if report.failed else "",
+    }
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(entry) + "\n")
+    return report
 
 
 def build_config(config: pytest.Config) -> SanityConfig:

@@ -2,12 +2,16 @@
 (gocsi's bootstrapper, for Python).
 
 The project installs with pip and serves out of the box: identity, controller and node
-services with the spec's rules (volumes kept in memory, publishing creates and removes the
-target path; ``TODO`` marks where real storage goes), a ``pyproject.toml`` with a console
-script, a README, and a test that runs the conformance suite (``kubevol.csidriver.sanity``)
-against the driver::
+services with the spec's rules (volumes kept in memory up to the size the driver can hold,
+publishing creates and removes the target path; ``TODO`` marks where real storage goes), a
+``pyproject.toml`` with a console script that logs where it listens and every failed call,
+a test that runs the conformance suite (``kubevol.csidriver.sanity``) against the driver with
+volumes of that size and reports a failure by test, rule and reason, a ``Containerfile``
+and ``deploy/`` manifests (a CSIDriver object and a DaemonSet with node-driver-registrar),
+and a README saying how to test it as root in a private mount namespace and deploy it::
 
-    kubevol driver new acme-csi && cd acme-csi && pip install -e '.[test]' && pytest
+    kubevol driver new acme-csi --max-volume-size 64Mi && cd acme-csi \
+        && pip install -e '.[test]' && pytest
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ def default_driver_name(name: str) -> str:
     return f"{name}.csi.example.com"
 
 
-def render(name: str, driver_name: str) -> dict[str, str]:
+#: The largest volume a new project's driver holds unless told otherwise.
+DEFAULT_MAX_VOLUME_BYTES = 1 << 30
+
+
+def render(
+    name: str, driver_name: str, *, max_volume_bytes: int = DEFAULT_MAX_VOLUME_BYTES
+) -> dict[str, str]:
     """The project's files (relative path → text) for ``name``."""
     pkg = package_name(name)
     values = {
@@ -45,15 +55,28 @@ def render(name: str, driver_name: str) -> dict[str, str]:
         "driver_name": driver_name,
         "kubevol_version": __version__,
         "env_prefix": pkg.upper(),
+        "max_volume_bytes": str(max_volume_bytes),
+        "socket_dir": f"/var/lib/kubelet/plugins/{driver_name}",
     }
     return {path.format(**values): text.format(**values) for path, text in _TEMPLATES.items()}
 
 
-def write_project(name: str, dest: str, *, driver_name: str = "") -> list[str]:
+def write_project(
+    name: str,
+    dest: str,
+    *,
+    driver_name: str = "",
+    max_volume_bytes: int = DEFAULT_MAX_VOLUME_BYTES,
+) -> list[str]:
     """Write project ``name`` into the new directory ``dest``; the files written.
 
+    ``max_volume_bytes`` is the largest volume the driver holds (its CreateVolume answers
+    OUT_OF_RANGE above it) and the size of the volumes its test asks the suite for.
     Raises :class:`BootstrapError` for a name that is not a lowercase, dash-separated
-    project name, or when ``dest`` exists and is not an empty directory."""
+    project name, a size below 1 MiB, or when ``dest`` exists and is not an empty
+    directory."""
+    if max_volume_bytes < 1 << 20:
+        raise BootstrapError(f"largest volume {max_volume_bytes} bytes: give at least 1Mi")
     if not _NAME.fullmatch(name):
         raise BootstrapError(
             f"project name {name!r}: use lowercase letters, digits and single dashes, "
@@ -63,7 +86,7 @@ def write_project(name: str, dest: str, *, driver_name: str = "") -> list[str]:
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
         raise BootstrapError(f"{dest} exists and is not an empty directory")
     written = []
-    for rel, text in render(name, driver).items():
+    for rel, text in render(name, driver, max_volume_bytes=max_volume_bytes).items():
         path = Path(dest, rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -72,7 +95,7 @@ def write_project(name: str, dest: str, *, driver_name: str = "") -> list[str]:
 
 
 # Templates: str.format fields are {name}, {pkg}, {driver_name}, {kubevol_version},
-# {env_prefix}; literal braces are doubled.
+# {env_prefix}, {max_volume_bytes}, {socket_dir}; literal braces are doubled.
 _TEMPLATES: dict[str, str] = {
     "pyproject.toml": '''\
 [build-system]
@@ -110,16 +133,82 @@ CSI_ENDPOINT=csi.sock {name}            # serve on ./csi.sock until SIGTERM
 - `{pkg}/identity.py`, `{pkg}/controller.py`, `{pkg}/node.py`: the three CSI services;
   requests and responses are the typed messages of `kubevol.csi.pb`. Volumes live in
   memory and publishing only creates the target path: replace the `TODO`s with your storage.
+- `{pkg}/__init__.py`: the driver's name and `MAX_VOLUME_BYTES`, the largest volume it
+  holds ({max_volume_bytes} bytes); CreateVolume answers OUT_OF_RANGE above it.
 - `{pkg}/provider.py`: the `StoragePlugin` and the environment defaults (gocsi's
   `X_CSI_*` variables; `{name} --help` lists them all).
-- `tests/test_sanity.py`: serves the driver on a temporary socket and runs
-  `python -m kubevol.csidriver.sanity` against it.
+- `tests/test_sanity.py`: serves the driver on a temporary socket and runs kubevol's
+  conformance suite (`kubevol.csidriver.sanity`) against it with volumes of
+  `MAX_VOLUME_BYTES`.
+
+## Logs
+
+The driver logs on stderr where it listens (`serving {driver_name} (controller and node)
+on unix://...`) and every failed call (`NodePublishVolume failed: NOT_FOUND: ...`).
+`X_CSI_LOG_LEVEL=DEBUG|INFO|WARN|ERROR` sets the level (default INFO), `X_CSI_REQ_LOGGING=true`
+and `X_CSI_REP_LOGGING=true` log every request and response with secrets redacted, and
+`X_CSI_DEBUG=true` turns all three on.
+
+## Tests
+
+`pytest` runs the whole conformance suite; when it fails, the failure lists each failed
+test, the spec rule it checks and why it failed, and names the file with the whole output.
+To run a few tests by hand against a driver you started yourself:
+
+```
+CSI_ENDPOINT=/tmp/{name}.sock {name} &
+python -m kubevol.csidriver.sanity --csi.endpoint unix:///tmp/{name}.sock \\
+    --csi.testvolumesize {max_volume_bytes} -k publish -x
+python -m kubevol.csidriver.sanity --help  # every option
+```
+
+Once the `TODO`s make real mounts, the tests need root. Run them in a private mount
+namespace, so that a mount a killed test leaves behind disappears with the namespace
+instead of staying on your machine:
+
+```
+sudo unshare -m --propagation private "$(command -v pytest)" -p no:cacheprovider
+```
+
+## Deploying on Kubernetes
+
+The kubelet finds a CSI driver through its registration directory: the
+[node-driver-registrar](https://github.com/kubernetes-csi/node-driver-registrar) sidecar
+runs next to the driver on every node, asks it for its name (GetPluginInfo) and registers
+its socket under `/var/lib/kubelet/plugins_registry/`. The layout follows
+[csi-driver-host-path](https://github.com/kubernetes-csi/csi-driver-host-path)'s `deploy/`:
+
+- `Containerfile`: the driver's image (`podman build -t {name}:0.1.0 .`, or `docker build -f
+  Containerfile ...`); push it where your nodes pull from.
+- `deploy/kubernetes/csidriver.yaml`: the CSIDriver object (no attach step, since the
+  driver has no ControllerPublishVolume).
+- `deploy/kubernetes/node.yaml`: a DaemonSet with the driver (`X_CSI_MODE=node`,
+  privileged, `/var/lib/kubelet/pods` mounted with Bidirectional propagation so that its
+  mounts reach the pods) and node-driver-registrar (`--csi-address=/csi/csi.sock`, the
+  socket inside the pod, and `--kubelet-registration-path={socket_dir}/csi.sock`, the
+  same socket as the kubelet sees it on the host).
+
+```
+kubectl apply -f deploy/kubernetes/csidriver.yaml -f deploy/kubernetes/node.yaml
+kubectl -n kube-system logs ds/{name}-node -c driver     # serving {driver_name} ...
+kubectl get csinode -o yaml                             # lists {driver_name} per node
+```
+
+Dynamic provisioning also needs the controller half: the driver with
+`X_CSI_MODE=controller` in a Deployment next to
+[external-provisioner](https://github.com/kubernetes-csi/external-provisioner) (and its
+RBAC), as csi-driver-host-path's `deploy/` shows. The volumes this project keeps in memory
+are the controller's only, so replace `{pkg}/state.py` with your storage first.
 ''',
     "{pkg}/__init__.py": '''\
 """{driver_name}: a CSI driver on kubevol's framework."""
 
 DRIVER_NAME = "{driver_name}"
 VERSION = "0.1.0"
+
+#: The largest volume this driver holds, in bytes (TODO: what your storage holds). The test
+#: asks the conformance suite for volumes of this size.
+MAX_VOLUME_BYTES = {max_volume_bytes}
 ''',
     "{pkg}/state.py": '''\
 """What the driver knows about its volumes (in memory: a TODO for real storage)."""
@@ -196,13 +285,28 @@ from kubevol.csi import pb
 from kubevol.csi.errors import CSIRPCError, StatusCode
 from kubevol.csidriver.server import ControllerService
 
+from {pkg} import MAX_VOLUME_BYTES
 from {pkg}.state import State, Volume
 
-GiB = 1 << 30
+#: The size of a volume asked for without a size.
+DEFAULT_VOLUME_BYTES = min(1 << 30, MAX_VOLUME_BYTES)
 
 
 def _is_block(cap: pb.VolumeCapability) -> bool:
     return cap.WhichOneof("access_type") == "block"
+
+
+def _size(capacity: pb.CapacityRange) -> int:
+    """The size to create: the required bytes, else the default (within the limit);
+    OUT_OF_RANGE beyond what the driver holds or the limit allows."""
+    limit = capacity.limit_bytes
+    size = capacity.required_bytes or min(DEFAULT_VOLUME_BYTES, limit or DEFAULT_VOLUME_BYTES)
+    if size > MAX_VOLUME_BYTES or (limit and size > limit):
+        raise CSIRPCError(
+            StatusCode.OUT_OF_RANGE,
+            f"{{size}} bytes asked; a volume holds at most {{MAX_VOLUME_BYTES}} bytes",
+        )
+    return size
 
 
 class Controller(ControllerService):
@@ -221,20 +325,21 @@ class Controller(ControllerService):
         return resp
 
     def create_volume(self, request: pb.CreateVolumeRequest, context: Any) -> Any:
-        wanted = request.capacity_range.required_bytes or GiB
+        required = request.capacity_range.required_bytes
         limit = request.capacity_range.limit_bytes
         block = any(_is_block(c) for c in request.volume_capabilities)
         with self.state.lock:
             vol = self.state.by_name(request.name)
-            if vol is not None:
-                if vol.capacity_bytes < wanted or (limit and vol.capacity_bytes > limit):
+            if vol is not None:  # the spec: ALREADY_EXISTS before any size check
+                if vol.capacity_bytes < required or (limit and vol.capacity_bytes > limit):
                     raise CSIRPCError(
                         StatusCode.ALREADY_EXISTS,
                         f"volume {{request.name!r}} exists with {{vol.capacity_bytes}} bytes",
                     )
             else:
+                size = _size(request.capacity_range)
                 # TODO: create the volume in your storage here.
-                vol = Volume(uuid.uuid4().hex, request.name, wanted, block)
+                vol = Volume(uuid.uuid4().hex, request.name, size, block)
                 self.state.volumes[vol.volume_id] = vol
         return pb.CreateVolumeResponse(
             volume=pb.Volume(volume_id=vol.volume_id, capacity_bytes=vol.capacity_bytes)
@@ -286,7 +391,8 @@ class Node(NodeService):
         self.state = state
 
     def node_get_info(self, request: pb.NodeGetInfoRequest, context: Any) -> Any:
-        return pb.NodeGetInfoResponse(node_id=socket.gethostname() or "localhost")
+        node_id = os.environ.get("KUBE_NODE_NAME") or socket.gethostname() or "localhost"
+        return pb.NodeGetInfoResponse(node_id=node_id)
 
     def node_get_capabilities(self, request: pb.NodeGetCapabilitiesRequest, context: Any) -> Any:
         return pb.NodeGetCapabilitiesResponse()
@@ -331,6 +437,7 @@ from __future__ import annotations
 
 from kubevol.csidriver.server import StoragePlugin
 
+from {pkg} import DRIVER_NAME
 from {pkg}.controller import Controller
 from {pkg}.identity import Identity
 from {pkg}.node import Node
@@ -345,6 +452,7 @@ def new_plugin() -> StoragePlugin:
     state = State()
     return StoragePlugin(
         identity=Identity(),
+        name=DRIVER_NAME,
         controller=Controller(state),
         node=Node(state),
         env_defaults=ENV_DEFAULTS,
@@ -382,27 +490,124 @@ if __name__ == "__main__":
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+
+from kubevol.csidriver.sanity.runner import run_suite
 from kubevol.csidriver.server import serve_in_background
 
+from {pkg} import MAX_VOLUME_BYTES
 from {pkg}.provider import new_plugin
 
 
 def test_passes_the_conformance_suite(tmp_path: Path) -> None:
-    """Served on a temporary socket, the driver passes every test it advertises."""
+    """Served on a temporary socket, the driver passes every test it advertises, with test
+    volumes of the size it holds. A failure lists each failed test, the spec rule it checks
+    and why it failed, then names the file with the suite's whole output."""
     handle = serve_in_background(new_plugin(), f"unix://{{tmp_path}}/csi.sock", env={{}})
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "kubevol.csidriver.sanity", "--csi.endpoint", handle.address,
-             "--csi.mountdir", str(tmp_path / "mnt"), "--csi.stagingdir", str(tmp_path / "stg"),
-             "-p", "no:cacheprovider", "-q"],
-            cwd=tmp_path, capture_output=True, text=True, check=False,
-        )
+        report = run_suite(handle.address, tmp_path / "sanity", volume_size=MAX_VOLUME_BYTES)
     finally:
         handle.stop(grace=1)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if not report.ok:
+        pytest.fail(report.summary(), pytrace=False)
+''',
+    "Containerfile": '''\
+# The driver's image: `podman build -t {name}:0.1.0 .` (or docker build -f Containerfile).
+FROM docker.io/library/python:3.12-slim
+COPY . /src
+RUN pip install --no-cache-dir /src && rm -rf /src
+ENV CSI_ENDPOINT=unix:///csi/csi.sock
+ENTRYPOINT ["{name}"]
+''',
+    "deploy/kubernetes/csidriver.yaml": '''\
+# The cluster's record of the driver: no attach step (the driver has no
+# ControllerPublishVolume), no pod information on NodePublishVolume.
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: {driver_name}
+spec:
+  attachRequired: false
+  podInfoOnMount: false
+  volumeLifecycleModes:
+    - Persistent
+''',
+    "deploy/kubernetes/node.yaml": '''\
+# The node half of {driver_name} on every node: the driver (X_CSI_MODE=node) and
+# node-driver-registrar, which registers the driver's socket with the kubelet through
+# /var/lib/kubelet/plugins_registry. Laid out as csi-driver-host-path's deploy/ does.
+kind: DaemonSet
+apiVersion: apps/v1
+metadata:
+  name: {name}-node
+  namespace: kube-system
+spec:
+  selector:
+    matchLabels:
+      app: {name}-node
+  template:
+    metadata:
+      labels:
+        app: {name}-node
+    spec:
+      priorityClassName: system-node-critical
+      containers:
+        - name: driver
+          image: {name}:0.1.0  # built from the Containerfile
+          env:
+            - name: CSI_ENDPOINT
+              value: unix:///csi/csi.sock
+            - name: X_CSI_MODE
+              value: node
+            - name: KUBE_NODE_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: spec.nodeName
+          securityContext:
+            privileged: true  # it mounts volumes for the kubelet
+          volumeMounts:
+            - name: socket-dir
+              mountPath: /csi
+            - name: mountpoint-dir
+              mountPath: /var/lib/kubelet/pods
+              mountPropagation: Bidirectional
+            - name: plugins-dir
+              mountPath: /var/lib/kubelet/plugins
+              mountPropagation: Bidirectional
+        - name: node-driver-registrar
+          image: registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.10.0
+          args:
+            - --v=2
+            - --csi-address=/csi/csi.sock
+            - --kubelet-registration-path={socket_dir}/csi.sock
+          env:
+            - name: KUBE_NODE_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: spec.nodeName
+          volumeMounts:
+            - name: socket-dir
+              mountPath: /csi
+            - name: registration-dir
+              mountPath: /registration
+      volumes:
+        - name: socket-dir
+          hostPath:
+            path: {socket_dir}
+            type: DirectoryOrCreate
+        - name: registration-dir
+          hostPath:
+            path: /var/lib/kubelet/plugins_registry
+            type: Directory
+        - name: mountpoint-dir
+          hostPath:
+            path: /var/lib/kubelet/pods
+            type: DirectoryOrCreate
+        - name: plugins-dir
+          hostPath:
+            path: /var/lib/kubelet/plugins
+            type: Directory
 ''',
 }

@@ -8,8 +8,10 @@ serve --help`` prints it). As gocsi documents them:
   ``X_CSI_REQUIRE_PUB_VOL_INFO`` (= ``_PUB_CONTEXT``) and ``X_CSI_REQUIRE_NODE_ID`` (the
   node id, required by the spec anyway) are read;
 - ``CSI_MODE`` (the README's spelling) works when ``X_CSI_MODE`` is not set;
-- ``X_CSI_LOG_LEVEL`` is PANIC, FATAL, ERROR, WARN, INFO or DEBUG (default WARN;
-  ``X_CSI_DEBUG`` means DEBUG), applied by :func:`~kubevol.csidriver.server.serve`;
+- ``X_CSI_LOG_LEVEL`` is PANIC, FATAL, ERROR, WARN, INFO or DEBUG (``X_CSI_DEBUG`` means
+  DEBUG); unset, it is INFO, which is what gocsi applies (its usage text says WARN, its
+  code sets INFO), or the level the embedding application chose. How
+  :func:`~kubevol.csidriver.server.serve` applies it: :mod:`kubevol.csidriver.server.logs`;
 - ``X_CSI_PLUGIN_INFO`` is CSV: a field in double quotes keeps its spaces and commas;
 - a relative ``CSI_ENDPOINT`` (``csi.sock``) is a path in the working directory.
 
@@ -98,7 +100,9 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
            help="the unix socket's owner, a name or number"),
     EnvVar(name="X_CSI_ENDPOINT_GROUP", default="(this process's)",
            help="the unix socket's group, a name or number"),
-    EnvVar(name="X_CSI_LOG_LEVEL", default="WARN", help="PANIC, FATAL, ERROR, WARN, INFO or DEBUG"),
+    EnvVar(name="X_CSI_LOG_LEVEL", default="INFO",
+           help="PANIC, FATAL, ERROR, WARN, INFO or DEBUG; unset, the level `kubevol -v` or "
+                "the embedding application set stands (INFO when nothing set one)"),
     EnvVar(name="X_CSI_DEBUG", default="false",
            help="X_CSI_LOG_LEVEL=DEBUG plus request and response logging"),
     EnvVar(name="X_CSI_REQ_LOGGING", default="false", help="log requests (secrets redacted)"),
@@ -202,7 +206,8 @@ class ServerConfig:
     plugin_info: PluginInfoOverride | None = None
     serial_vol_access: bool = False
     serial_vol_access_timeout: float = 0.0
-    log_level: int = logging.WARNING
+    #: The level X_CSI_LOG_LEVEL or X_CSI_DEBUG asks for; None when neither is set.
+    log_level: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServerConfig:
@@ -261,10 +266,10 @@ class ServerConfig:
         )
 
 
-def _log_level(text: str) -> int:
+def _log_level(text: str) -> int | None:
     value = text.strip().upper()
     if not value:
-        return logging.WARNING
+        return None
     if value not in LOG_LEVELS:
         raise ServerConfigError(
             f"X_CSI_LOG_LEVEL={text!r}: expected PANIC, FATAL, ERROR, WARN, INFO or DEBUG"

@@ -2,7 +2,8 @@
 
 :func:`serve` runs until SIGTERM, SIGINT, SIGHUP or SIGQUIT, then drains in-flight calls and
 removes the socket. :func:`serve_in_background` returns a :class:`ServerHandle` instead, for
-tests, demos and agents that embed a driver.
+tests, demos and agents that embed a driver. What a served driver logs, and where, is
+:mod:`kubevol.csidriver.server.logs`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from kubevol.csi.unixsocket import UnixSocket, serve_on_unix_socket
 from kubevol.csidriver.locks import LockConfigError, VolumeLockProvider, lock_provider_from_env
 from kubevol.csidriver.server.config import Mode, ServerConfig, ServerConfigError
 from kubevol.csidriver.server.executor import ElasticThreadPool
+from kubevol.csidriver.server.logs import SERVER_LOGGER, driver_logging
 from kubevol.csidriver.server.middleware import build_chain
-from kubevol.csidriver.server.middleware.logging import LOGGER_NAME as CALL_LOGGER
 from kubevol.csidriver.server.relay import ListenerRelay
 from kubevol.csidriver.server.services import (
     ControllerService,
@@ -44,7 +45,7 @@ from kubevol.csidriver.server.services import (
     method_name,
 )
 
-_log = logging.getLogger("kubevol.csidriver.server")
+_log = logging.getLogger(SERVER_LOGGER)
 
 #: Seconds in-flight calls get to finish when the server stops.
 DEFAULT_GRACE = 30.0
@@ -58,6 +59,9 @@ class StoragePlugin:
     runs after the configuration is read and before the socket is created; raising there
     stops serving. ``interceptors`` are extra gRPC server interceptors (or kubevol
     :class:`~kubevol.csidriver.server.middleware.Middleware`) placed outside kubevol's own.
+    ``name`` is the CSI plugin name the start line logs (``serving NAME (MODE) on
+    ENDPOINT``); unset, ``X_CSI_PLUGIN_INFO``'s name, else ``CSI driver`` (GetPluginInfo is
+    not called for it: a call would count as the driver's first).
     ``server_options`` are gRPC server options (``("grpc.max_receive_message_length", n)``,
     keepalive settings, ...), gocsi's ``ServerOpts``. Calls run on ``steady_workers``
     threads, and on more (up to ``max_workers``) only while calls are kept waiting (see
@@ -65,6 +69,7 @@ class StoragePlugin:
     """
 
     identity: IdentityService
+    name: str = ""
     controller: ControllerService | None = None
     node: NodeService | None = None
     group_controller: GroupControllerService | None = None
@@ -303,8 +308,20 @@ def serve_in_background(
         pool.shutdown(wait=False)
         raise
     handle.pool = pool
-    _log.info("serving CSI (%s) on %s", config.mode.value, handle.endpoint)
+    _log.info("serving %s (%s) on %s", _label(plugin, config), _MODE_WORDS[config.mode],
+              handle.endpoint)
     return handle
+
+
+_MODE_WORDS = {Mode.BOTH: "controller and node", Mode.CONTROLLER: "controller", Mode.NODE: "node"}
+
+
+def _label(plugin: StoragePlugin, config: ServerConfig) -> str:
+    if plugin.name:
+        return plugin.name
+    if config.plugin_info is not None:
+        return config.plugin_info.name
+    return "CSI driver"
 
 
 def _serve_on_endpoint(
@@ -368,14 +385,6 @@ def _serve_on_listener(
     )
 
 
-def _apply_log_levels(config: ServerConfig) -> None:
-    """``X_CSI_LOG_LEVEL`` for kubevol's loggers; request and response logging, when on,
-    shows whatever the level (as gocsi's does)."""
-    logging.getLogger("kubevol").setLevel(config.log_level)
-    if config.req_logging or config.rep_logging:
-        logging.getLogger(CALL_LOGGER).setLevel(min(config.log_level, logging.INFO))
-
-
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -392,7 +401,9 @@ def serve(
 
     ``options`` (gRPC server options) and ``listener`` (an already-open listening socket)
     are as for :func:`serve_in_background`. Must run in the main thread (it installs signal
-    handlers, restored on return). Raises like :func:`serve_in_background`.
+    handlers, restored on return). Logging: stderr at ``X_CSI_LOG_LEVEL`` (INFO) when the
+    process configured none, else the application's own, restored on return (see
+    :mod:`kubevol.csidriver.server.logs`). Raises like :func:`serve_in_background`.
     """
     stop = threading.Event()
 
@@ -401,18 +412,18 @@ def serve(
         stop.set()
 
     config = ServerConfig.from_env(effective_env(plugin, env))
-    _apply_log_levels(config)
-    previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
-    try:
-        handle = serve_in_background(
-            plugin, endpoint, env=env, options=options, listener=listener
-        )
+    with driver_logging(config):
+        previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
         try:
-            while not stop.wait(1.0):
-                pass
+            handle = serve_in_background(
+                plugin, endpoint, env=env, options=options, listener=listener
+            )
+            try:
+                while not stop.wait(1.0):
+                    pass
+            finally:
+                handle.stop(grace)
         finally:
-            handle.stop(grace)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     return 0

@@ -16,19 +16,27 @@ _log = logging.getLogger("kubevol.csidriver.server")
 class StatusMiddleware(Middleware):
     """Abort the call with the exception's status (INTERNAL for an unexpected exception).
 
-    The status carries no details, as the spec requires. An unexpected exception is logged
-    with its traceback (the request is not logged here: it may hold secrets).
+    The status carries no details, as the spec requires. Every failed call is logged at
+    ERROR as ``METHOD failed: CODE: message`` (as Go drivers log them through klog); an
+    unexpected exception with its traceback. The request is not logged here: it may hold
+    secrets.
     """
 
     def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
         try:
             return proceed(request)
         except Exception as exc:
-            if _aborted_code(context) is not None:
-                raise  # a driver or interceptor called context.abort itself
-            if not isinstance(exc, CSIRPCError | NotImplementedError):
-                _log.exception("%s: unexpected error in driver", call.rpc.name)
+            aborted = _aborted_code(context)
+            if aborted is not None:  # a driver or interceptor called context.abort itself
+                _log.error("%s failed: %s: %s", call.rpc.name, aborted.name,
+                           _aborted_details(context))
+                raise
             code, message = status_for_exception(exc)
+            if isinstance(exc, CSIRPCError | NotImplementedError):
+                _log.error("%s failed: %s: %s", call.rpc.name, code.name, message)
+            else:
+                _log.exception("%s failed: %s: %s (unexpected error in driver)",
+                               call.rpc.name, code.name, message)
             context.abort(code, message)
             raise AssertionError("unreachable: context.abort raises") from exc
 
