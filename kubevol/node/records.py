@@ -218,11 +218,6 @@ def records_for(
     ]
 
 
-def describe_pods(records: Sequence[PodRecord]) -> dict[str, str]:
-    """UID → ``namespace/name`` of recorded pods."""
-    return {r.uid: r.name for r in records}
-
-
 class RecordWatcher:
     """Re-reads only the records that changed since the last :meth:`refresh` (by inode,
     size and modification time), for agents that poll the records."""

@@ -22,7 +22,6 @@ from kubevol.mount.subpath import (
     Subpath,
     SubPathError,
     clean_subpaths,
-    list_subpaths,
     prepare_safe_subpath,
     safe_make_dir,
     validate_sub_path,
@@ -114,7 +113,3 @@ def tear_down_subpaths(host: NodeVolumeHost, pod_uid: str, spec_name: str) -> No
     clean_subpaths(host.get_mounter(), host.get_pod_dir(pod_uid), spec_name)
 
 
-def subpaths_on_disk(host: NodeVolumeHost, pod_uid: str, spec_name: str) -> tuple[str, ...]:
-    """The bind targets of the volume under ``volume-subpaths`` (reconstruction reports
-    them as the volume's own)."""
-    return tuple(list_subpaths(host.get_pod_dir(pod_uid), spec_name))

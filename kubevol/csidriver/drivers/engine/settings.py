@@ -39,12 +39,10 @@ MAX_NODE_ID = 256
 
 #: Capabilities whose numbers upstream csi-sanity (v5.3) does not know: its capability checks
 #: fail on any value they do not list, so the bundled drivers advertise these only when asked
-#: (``GET_SNAPSHOT``, an alpha RPC of CSI 1.11, and the alpha snapshot-metadata service).
+#: (``GET_SNAPSHOT``, an alpha RPC of CSI 1.11; the alpha snapshot-metadata service is left
+#: out of the mock's default plugin services for the same reason).
 OPT_IN_CONTROLLER_CAPS: frozenset[t.ControllerCapability] = frozenset(
     {t.ControllerCapability.GET_SNAPSHOT}
-)
-OPT_IN_PLUGIN_SERVICES: frozenset[t.PluginServiceType] = frozenset(
-    {t.PluginServiceType.SNAPSHOT_METADATA_SERVICE}
 )
 
 
