@@ -3,8 +3,8 @@
 The kubernetes client's model classes are imported only when a manifest is loaded or a
 model is read, so ``import kubevol`` stays fast. API objects kubevol makes itself
 (reconstruction: one per volume on disk) are kept as their dicts and built on first read
-(:class:`DeferredApiObject`, :meth:`Spec.from_api_data`): importing the model classes costs
-~0.4 s of CPU and building one ~10 us, and a scan usually needs neither.
+(:class:`DeferredApiObject`, :meth:`Spec.from_api_data`): importing the model classes and
+building one per volume cost more than the rest of a scan, which usually needs neither.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def deserialize(data: Mapping[str, Any], type_name: str) -> Any:
     Uses the client's own deserialisation so the result is exactly what the client
     returns from an API server.
     """
-    from kubernetes.client import ApiClient  # imported lazily: ~0.3 s
+    from kubernetes.client import ApiClient  # imported lazily: a slow import
 
     api = ApiClient()
     try:

@@ -129,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # At exit the interpreter collects garbage over every object still alive (modules, the
-    # kubernetes client's classes, a command's state): up to a second for a `down` of 500
-    # pods, measured. Frozen objects are skipped and the process's memory goes back to the
+    # kubernetes client's classes, a command's state), which a large `down` notices. Frozen
+    # objects are skipped and the process's memory goes back to the
     # system anyway. Registered once however often main runs (tests call it in-process).
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
@@ -186,8 +186,7 @@ def _tune_gc_after_start_up() -> None:
     none of them is collected, and every later collection leaves them out (frozen). A
     command then allocates mostly objects that survive until it answers (a node's volumes):
     young collections every 50,000 allocations instead of 700 keep the full collections from
-    walking them over and over (about a tenth of the CPU time of ``reconstruct -o json`` of
-    10,000 volumes, measured)."""
+    walking them over and over."""
     gc.freeze()
     gc.set_threshold(50_000)
     gc.enable()

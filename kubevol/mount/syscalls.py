@@ -1,8 +1,8 @@
 """mount(2) and umount2(2) through the C library, for the mounts where the kernel call is all
 that mount(8) would do: binds, remounts, tmpfs.
 
-Forking mount(8) costs about 1.6 ms against 0.02 ms for the call itself, and a node agent
-or a driver makes several per volume. mount(8) stays the way for everything else
+Forking mount(8) costs many times the call itself, and a node agent or a driver makes
+several per volume. mount(8) stays the way for everything else
 (filesystems with ``mount.<type>`` helpers, loop set-up, options only libmount knows);
 :func:`mount_call` says when a request can go to the kernel directly.
 """

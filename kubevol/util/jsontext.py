@@ -1,8 +1,8 @@
 """JSON text as the standard library's ``json`` writes it, written by orjson where it can.
 
-``json`` indents in pure Python (its C encoder serves only the compact form): 0.1 s of CPU
-for a 10,000-volume ``-o json``, 60 ms for the 500 pod records of a tear-down, written
-before it can start. orjson writes the same text about 20 times faster. Where the two
+``json`` indents in pure Python (its C encoder serves only the compact form), a visible
+share of a large ``-o json`` and of the pod records a tear-down writes before it can
+start; orjson writes the same text many times faster (figures: benchmarks/README.md). Where the two
 would differ, ``json`` writes it: orjson refuses integers beyond 64 bits, lone surrogates
 and keys that are not strings, and writes non-ASCII characters as they are where ``json``
 escapes them. One difference is left: a float NaN or infinity is ``null`` (``json``'s

@@ -5,9 +5,8 @@ process (a CSI driver's answer, a mount helper) does not hold up the others. The
 work cannot run in parallel anyway: one thread at a time runs Python (the GIL), and every
 system call lets go of it. When several threads want it at once, each system call hands it
 to a sleeping thread and the caller sleeps until it comes back: two context switches for a
-call of microseconds. Measured for a 500-pod ``kubevol down`` (8 workers, 2 CPUs): 172,000
-context switches and 3.8 s of CPU without turns, 39,000 and 2.9 s with them, in the same
-wall time.
+call of microseconds (a ``kubevol down`` of 500 pods made four times the context switches
+and used a third more CPU without turns: benchmarks/README.md).
 
 So an operation runs in its thread's turn (:meth:`Turns.take`), and gives the turn up while
 it waits on another process (:func:`given_up`): the threads waiting for a turn sleep on

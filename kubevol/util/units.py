@@ -2,7 +2,7 @@
 
 - Sizes are Kubernetes quantities (``1073741824``, ``64Mi``, ``1.5Gi``, ``10G``, ``1e9``),
   read as the ``kubernetes`` client's ``parse_quantity`` reads them (a test holds the two
-  equal; importing that client costs 0.3 to 0.7 s, more than loading 500 manifests) and
+  equal; importing that client costs more than loading 500 manifests) and
   rounded **up** to whole bytes, as ``resource.Quantity.Value()`` rounds.
 - Durations are Go durations (``1m30s``, ``500ms``, ``2h``), read by ``durationpy`` (the
   ``kubernetes`` client's own dependency), or a plain number of seconds (``30``, ``1.5``).

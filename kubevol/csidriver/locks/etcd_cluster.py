@@ -3,7 +3,7 @@ etcd's JSON gateway through ``etcd3gw`` and ``requests``, fail-over between endp
 authentication, and the few requests a lock needs.
 
 A module of its own so that only a process that builds an etcd provider loads the HTTP
-client stack (about 60 ms of every command's start-up otherwise).
+client stack (a cost every command's start-up would pay otherwise).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 driver processes off the same state directory.
 
 Why SQLite: a change must cost the same with 10 volumes as with 2,000 (rewriting one JSON
-file of the whole state took 7 ms at 500 volumes and 40 ms at 2,000), and must survive
+file of the whole state grew with the state: benchmarks/README.md), and must survive
 ``kill -9`` at any instant. SQLite writes the changed rows in one transaction to its
 write-ahead log before the commit returns, so a crash of the driver leaves the state
 before or after the change, never a mix, and never loses a change the driver reported done.
