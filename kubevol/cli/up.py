@@ -78,7 +78,8 @@ def refuse_agent_pods(runtime: NodeRuntime, uids: list[str]) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Mount the volumes of the pods in MANIFEST files (YAML: Pods with the "
-        "PersistentVolumes, PersistentVolumeClaims, ConfigMaps and Secrets they use) "
+        "PersistentVolumes, PersistentVolumeClaims, ConfigMaps and Secrets they use, and "
+        "CSIDriver objects: without --kubeconfig, how to treat a driver) "
         "under --root, as the "
         "kubelet lays them out, and record the pods there. Volumes of pods recorded "
         "before are brought back if they went missing (after a crash). Without "

@@ -1,6 +1,7 @@
 """Manifests as the node volume manager reads them: YAML files (or recorded objects) of
-Pods, PersistentVolumes and PersistentVolumeClaims, and the ConfigMaps and Secrets that
-configMap, secret and projected volumes read (:mod:`kubevol.k8s.objects`), checked, with claims
+Pods, PersistentVolumes and PersistentVolumeClaims, the ConfigMaps and Secrets that
+configMap, secret and projected volumes read (:mod:`kubevol.k8s.objects`), and CSIDriver
+objects (how to treat a driver, on a node without an API server), checked, with claims
 resolved to their PersistentVolumes and pods given a stable UID.
 
 A manifest file is YAML with one or more documents (or a ``kind: List``). A claim is
@@ -25,8 +26,12 @@ from kubevol.node.validation import (
     validate_pod,
     validate_pod_uid,
 )
+from kubevol.plugins.csi.driverinfo import CSIDriverInfoError, check_csidriver
 from kubevol.spec import deserialize
 from kubevol.util import safeyaml
+
+#: An API object as its JSON dict (what a manifest's documents are).
+ApiDict = dict[str, Any]
 
 #: Namespace for UIDs derived from ``namespace/name`` when a manifest has none.
 _UID_NAMESPACE = uuid.UUID("6f1c1f36-9b0e-4c4f-8a8b-0c2d6b1b7a10")
@@ -37,12 +42,14 @@ class Manifests:
     """Objects loaded from manifest files, as dicts: pods in order, PVs by name, PVCs by
     ``(namespace, name)``."""
 
-    pods: tuple[dict[str, Any], ...] = ()
-    pvs: Mapping[str, dict[str, Any]] = attrs.field(factory=dict)
-    pvcs: Mapping[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    pods: tuple[ApiDict, ...] = ()
+    pvs: Mapping[str, ApiDict] = attrs.field(factory=dict)
+    pvcs: Mapping[tuple[str, str], ApiDict] = attrs.field(factory=dict)
     #: ConfigMaps and Secrets by ``(namespace, name)``.
-    config_maps: Mapping[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
-    secrets: Mapping[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    config_maps: Mapping[tuple[str, str], ApiDict] = attrs.field(factory=dict)
+    secrets: Mapping[tuple[str, str], ApiDict] = attrs.field(factory=dict)
+    #: CSIDriver objects by name (cluster-scoped), with the API server's defaults.
+    csi_drivers: Mapping[str, ApiDict] = attrs.field(factory=dict)
 
     def merged(self, other: Manifests) -> Manifests:
         """Both sets of objects; ``other`` wins on a name clash."""
@@ -52,24 +59,27 @@ class Manifests:
             pvcs={**self.pvcs, **other.pvcs},
             config_maps={**self.config_maps, **other.config_maps},
             secrets={**self.secrets, **other.secrets},
+            csi_drivers={**self.csi_drivers, **other.csi_drivers},
         )
 
-    def api_objects(self) -> list[dict[str, Any]]:
+    def api_objects(self) -> list[ApiDict]:
         """The ConfigMaps and Secrets, for a :class:`~kubevol.k8s.objects.ManifestObjects`."""
         return [*self.config_maps.values(), *self.secrets.values()]
 
-    def objects_for(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def objects_for(self, pod: Mapping[str, Any]) -> list[ApiDict]:
         """The pod, then the claims, volumes and ConfigMaps it refers to (what a record
-        keeps). Never a Secret: secret data stays in memory (tmpfs volumes), as on a
-        kubelet node, so after a restart a Secret comes from the manifests again or from the
-        API server."""
-        out: list[dict[str, Any]] = [dict(pod)]
+        keeps), and the CSIDriver objects of the drivers its volumes use. Never a Secret:
+        secret data stays in memory (tmpfs volumes), as on a kubelet node, so after a
+        restart a Secret comes from the manifests again or from the API server."""
+        out: list[ApiDict] = [dict(pod)]
         namespace = namespace_of(pod)
         for name in sorted(referenced_config_maps(pod)):
             config_map = self.config_maps.get((namespace, name))
             if config_map is not None:
                 out.append(config_map)
+        drivers: set[str] = set()
         for volume in (pod.get("spec") or {}).get("volumes") or []:
+            drivers.add(str((volume.get("csi") or {}).get("driver") or ""))
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
             if not claim:
                 continue
@@ -79,11 +89,13 @@ class Manifests:
                 pv = self.pv_for_claim(pvc, namespace, claim)
                 if pv is not None:
                     out.append(pv)
+                    drivers.add(str(((pv.get("spec") or {}).get("csi") or {}).get("driver") or ""))
+        out += [self.csi_drivers[d] for d in sorted(drivers) if d in self.csi_drivers]
         return out
 
     def pv_for_claim(
         self, pvc: Mapping[str, Any], namespace: str, claim: str
-    ) -> dict[str, Any] | None:
+    ) -> ApiDict | None:
         """The PersistentVolume bound to claim ``namespace/claim`` (its ``spec.volumeName``,
         else the PV whose ``claimRef`` names it), None when the manifests have none."""
         name = (pvc.get("spec") or {}).get("volumeName")
@@ -147,11 +159,12 @@ def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
     """Pods, PVs and PVCs among objects already loaded (``kind: List`` expanded), checked as
     :func:`parse_manifests` checks them; raises :class:`~kubevol.errors.SpecError` naming
     ``where`` likewise."""
-    pods: list[dict[str, Any]] = []
-    pvs: dict[str, dict[str, Any]] = {}
-    pvcs: dict[tuple[str, str], dict[str, Any]] = {}
-    config_maps: dict[tuple[str, str], dict[str, Any]] = {}
-    secrets: dict[tuple[str, str], dict[str, Any]] = {}
+    pods: list[ApiDict] = []
+    pvs: dict[str, ApiDict] = {}
+    pvcs: dict[tuple[str, str], ApiDict] = {}
+    config_maps: dict[tuple[str, str], ApiDict] = {}
+    secrets: dict[tuple[str, str], ApiDict] = {}
+    csi_drivers: dict[str, ApiDict] = {}
     queue = list(objects)
     while queue:
         doc = queue.pop(0)
@@ -177,13 +190,19 @@ def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
             (config_map_from_dict if kind == "ConfigMap" else secret_from_dict)(doc, where)
             found = config_maps if kind == "ConfigMap" else secrets
             found[(namespace_of(doc), name_of(doc, where))] = doc
+        elif kind == "CSIDriver":
+            try:
+                checked = check_csidriver(doc)
+            except CSIDriverInfoError as exc:
+                raise SpecError(f"{where}: {exc}") from exc
+            csi_drivers[name_of(doc, where)] = checked
         else:
             raise SpecError(
                 f"{where}: kind {kind!r} is not supported; expected Pod, PersistentVolume, "
-                "PersistentVolumeClaim, ConfigMap, Secret or List"
+                "PersistentVolumeClaim, ConfigMap, Secret, CSIDriver or List"
             )
     return Manifests(pods=tuple(pods), pvs=pvs, pvcs=pvcs, config_maps=config_maps,
-                     secrets=secrets)
+                     secrets=secrets, csi_drivers=csi_drivers)
 
 
 def load_manifest_files(paths: Iterable[str]) -> Manifests:

@@ -25,6 +25,8 @@ from typing import Any
 
 import attrs
 
+from kubevol.csi.endpoint import parse_endpoint
+from kubevol.csi.errors import CSIEndpointError
 from kubevol.errors import KubevolError, PluginValidationError
 from kubevol.k8s.objects import APIObjectSource, ChainedObjects, KubeAPIObjects, ManifestObjects
 from kubevol.k8s.tokens import TokenManager
@@ -40,7 +42,7 @@ from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodRecord, PodRecords, PodState, RecordWatcher
 from kubevol.node.rootlock import RootLock
 from kubevol.plugins.csi import CSIPlugin
-from kubevol.plugins.csi.driverinfo import KubernetesCSIDrivers
+from kubevol.plugins.csi.driverinfo import KubernetesCSIDrivers, LocalCSIDrivers
 from kubevol.plugins.csi.registration import DriverRegistry
 from kubevol.util.deadline import Deadline
 from kubevol.util.lifecycle import ClosesOnExit
@@ -59,11 +61,15 @@ REGISTRATION_TIMEOUT = 5.0
 REGISTRATION_RETRY = 1.0
 
 
+#: The CSI drivers remembered on a root, in kubevol's own directory under it.
+DRIVERS_FILE = "csi-drivers.json"
+
+
 class DriverEndpoints:
     """The CSI drivers known on a root (name → endpoint), in one JSON file written atomically."""
 
-    def __init__(self, host: NodeVolumeHost) -> None:
-        self.path = os.path.join(host.root_dir, STATE_DIR, "csi-drivers.json")
+    def __init__(self, root_dir: str) -> None:
+        self.path = os.path.join(root_dir, STATE_DIR, DRIVERS_FILE)
 
     def load(self) -> dict[str, str]:
         """The known drivers; ``{}`` when none. Raises KubevolError for a corrupt file."""
@@ -77,10 +83,30 @@ class DriverEndpoints:
             raise KubevolError(f"{self.path} must hold a JSON object of name: endpoint")
         return {str(k): str(v) for k, v in data.items()}
 
+    def forget(self, name: str) -> str:
+        """Remove driver ``name``; its endpoint. Raises KubevolError when it is not known."""
+        known = self.load()
+        if name not in known:
+            raise KubevolError(
+                f"CSI driver {name!r} is not remembered under this root "
+                f"(known: {', '.join(sorted(known)) or 'none'})")
+        endpoint = known.pop(name)
+        self.save(known)
+        return endpoint
+
     def save(self, drivers: Mapping[str, str]) -> None:
         """Replace the known drivers."""
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         write_json_atomically(self.path, dict(drivers))
+
+
+def check_driver_endpoint(name: str, endpoint: str) -> None:
+    """Raise KubevolError when ``endpoint`` (of driver ``name``) is not a CSI endpoint
+    (``unix:///abs/path.sock`` or ``tcp://HOST:PORT``)."""
+    try:
+        parse_endpoint(endpoint)
+    except CSIEndpointError as exc:
+        raise KubevolError(f"--csi-driver {name}={endpoint}: {exc}") from exc
 
 
 def parse_driver_flag(value: str) -> tuple[str, str]:
@@ -115,6 +141,7 @@ class NodeRuntime(ClosesOnExit):
         entry_points: bool | Sequence[str] = True,
         deadline: Deadline | None = None,
         lock: RootLock | None = None,
+        drivers_must_answer: bool = False,
     ) -> None:
         #: The command's deadline (see :mod:`kubevol.util.deadline`): every CSI call and
         #: registration probe gets at most what is left of it.
@@ -128,6 +155,10 @@ class NodeRuntime(ClosesOnExit):
             #: ConfigMaps and Secrets of the manifests given (:meth:`learn`) and of the records;
             #: then the API server's, when ``kube_client`` is given.
             self.objects = ManifestObjects()
+            #: CSIDriver objects of the manifests and records (:meth:`learn`): what says how
+            #: to treat a driver on a node without an API server.
+            self.local_csi_drivers = LocalCSIDrivers()
+            self.kube_client = kube_client
             source: APIObjectSource = self.objects
             if kube_client is not None:
                 source = ChainedObjects([self.objects, KubeAPIObjects(kube_client)])
@@ -135,8 +166,10 @@ class NodeRuntime(ClosesOnExit):
                 root_dir=root_dir, node_name=node_name or socket.gethostname().split(".")[0],
                 kube_client=kube_client, objects=source, tokens=tokens,
                 # With an API server its CSIDriver objects say how to treat a driver
-                # (attachRequired, podInfoOnMount, fsGroupPolicy), as the kubelet reads them.
-                csi_drivers=KubernetesCSIDrivers(kube_client) if kube_client is not None else None,
+                # (attachRequired, podInfoOnMount, fsGroupPolicy), as the kubelet reads them;
+                # without one, the CSIDriver objects of the manifests and records do.
+                csi_drivers=(KubernetesCSIDrivers(kube_client) if kube_client is not None
+                             else self.local_csi_drivers),
                 node_labels=dict(node_labels or {}),
             )
             #: What the API server says about this node's pods (``kube_client`` given): pods
@@ -157,7 +190,7 @@ class NodeRuntime(ClosesOnExit):
             #: Why third-party plugins were not loaded (the built-in ones always are).
             self.plugin_problems = self._add_entry_point_plugins(entry_points)
             self.records = PodRecords(self.host)
-            self.endpoints = DriverEndpoints(self.host)
+            self.endpoints = DriverEndpoints(self.host.root_dir)
             self._wanted: dict[str, str] = {}
             self._last_try = 0.0
             self._lock = threading.Lock()
@@ -165,10 +198,19 @@ class NodeRuntime(ClosesOnExit):
             self.unregistered: dict[str, str] = {}
             known = self.endpoints.load()
             given = dict(csi_drivers or {})
-            if given and {**known, **given} != known:
-                self.endpoints.save({**known, **given})
+            for name, endpoint in given.items():
+                check_driver_endpoint(name, endpoint)
+            #: Drivers given that are not remembered yet: remembered once they answer.
+            self._unsaved = {n: e for n, e in given.items() if known.get(n) != e}
             self._wanted = {**known, **given}
-            self.ensure_drivers(force=True)
+            missing = self.ensure_drivers(force=True)
+            refused = {n: why for n, why in missing.items() if n in self._unsaved}
+            if refused and drivers_must_answer:
+                name, why = sorted(refused.items())[0]
+                raise KubevolError(
+                    f"--csi-driver {name}={given[name]}: the driver does not answer, so it is "
+                    f"not remembered ({why}); start the driver or correct the endpoint, and "
+                    "give --csi-driver again")
         except BaseException:
             self.close()
             raise
@@ -210,12 +252,27 @@ class NodeRuntime(ClosesOnExit):
                 problems[name] = f"{endpoint}: {exc}"
         with self._lock:
             self.unregistered = problems
+            answered = {n: e for n, e in self._unsaved.items() if n not in problems}
+            for name in answered:
+                del self._unsaved[name]
+        if answered:
+            # Only a driver that answered is remembered: a typo in an endpoint never
+            # reaches the root's list (nor warns on every later command).
+            self.endpoints.save({**self.endpoints.load(), **answered})
         return dict(problems)
 
     def learn(self, manifests: Manifests) -> None:
-        """Make the ConfigMaps and Secrets of ``manifests`` readable by the volumes."""
+        """Make the ConfigMaps and Secrets of ``manifests`` readable by the volumes, and
+        their CSIDriver objects the drivers' description (without an API server: with one,
+        its own objects are the truth, as for the kubelet, and these are left out)."""
         for obj in manifests.api_objects():
             self.objects.add(obj)
+        if manifests.csi_drivers and self.kube_client is not None:
+            log.warning("CSIDriver objects of the manifests (%s) are ignored: the API "
+                        "server's are used", ", ".join(sorted(manifests.csi_drivers)))
+            return
+        for obj in manifests.csi_drivers.values():
+            self.local_csi_drivers.add(obj)
 
     def volume_manager(self, *, adding: Sequence[NewPod] = (), **kwargs: Any) -> RecordedPods:
         """A volume manager on this root that runs the recorded pods and, recorded first,

@@ -83,6 +83,12 @@ class CSIDriverInfo:
                 f"{[p.value for p in FSGroupPolicy]}"
             ) from None
         modes = spec.get("volumeLifecycleModes")
+        unknown = sorted(set(modes or ()) - {LIFECYCLE_PERSISTENT, LIFECYCLE_EPHEMERAL})
+        if unknown:
+            raise CSIDriverInfoError(
+                f"CSIDriver {name!r} has volumeLifecycleModes {unknown}; expected "
+                f"{LIFECYCLE_PERSISTENT!r} or {LIFECYCLE_EPHEMERAL!r}"
+            )
         return cls(
             name=name,
             attach_required=_flag(spec.get("attachRequired"), True),
@@ -121,6 +127,23 @@ def lookup_driver_info(lookup: CSIDriverLookup, name: str) -> CSIDriverInfo | No
 
 
 # --- sources ------------------------------------------------------------------------
+
+
+def check_csidriver(obj: Mapping[str, object]) -> dict[str, Any]:
+    """A CSIDriver object (dict form) with the API server's defaults, checked as the
+    kubelet will read it (its policy and lifecycle modes), so that a typo fails when the
+    object is loaded rather than at mount time. Raises :class:`CSIDriverInfoError`."""
+    kind = obj.get("kind", "CSIDriver")
+    if kind != "CSIDriver":
+        raise CSIDriverInfoError(f"expected a CSIDriver object, got kind {kind!r}")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or not metadata.get("name"):
+        raise CSIDriverInfoError("a CSIDriver object needs metadata.name")
+    if not isinstance(obj.get("spec") or {}, Mapping):
+        raise CSIDriverInfoError("a CSIDriver's spec must be a mapping")
+    data = _default_csidriver(dict(obj))
+    CSIDriverInfo.from_object(data)
+    return data
 
 
 def _default_csidriver(data: dict[str, Any]) -> dict[str, Any]:
@@ -186,18 +209,11 @@ class LocalCSIDrivers:
 
     def add(self, obj: Mapping[str, Any]) -> None:
         """Add or replace one CSIDriver object (dict form)."""
-        kind = obj.get("kind", "CSIDriver")
-        if kind != "CSIDriver":
-            raise CSIDriverInfoError(f"expected a CSIDriver object, got kind {kind!r}")
-        name = (obj.get("metadata") or {}).get("name")
-        if not name:
-            raise CSIDriverInfoError("a CSIDriver object needs metadata.name")
+        data = check_csidriver(obj)
         from kubevol.spec import deserialize
 
-        data = _default_csidriver(dict(obj))
-        # Validate the policy now, so a typo fails at load time rather than at mount time.
-        CSIDriverInfo.from_object(data)
         model = deserialize(data, "V1CSIDriver")
+        name = data["metadata"]["name"]
         with self._lock:
             self._objects[name] = model
 
