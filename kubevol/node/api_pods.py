@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubevol.errors import KubevolError, SpecError
-from kubevol.node.manifests import Manifests, manifest_pod_uid, namespace_of
+from kubevol.node.manifests import Manifests, claim_name, manifest_pod_uid, namespace_of
 from kubevol.node.owners import PodBindings
 from kubevol.node.owners import is_running as may_run
 from kubevol.node.validation import validate_pod
@@ -325,7 +325,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
         pvs: dict[str, dict[str, Any]] = {}
         core = self._core()
         for volume in (pod.get("spec") or {}).get("volumes") or []:
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = claim_name(pod, volume)
             if not claim:
                 continue
             try:

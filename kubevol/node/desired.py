@@ -11,7 +11,15 @@ import attrs
 
 from kubevol.errors import SpecError
 from kubevol.manager import VolumePluginMgr
-from kubevol.node.manifests import Manifests, manifest_pod_uid, name_of, namespace_of, pod_object
+from kubevol.node.manifests import (
+    Manifests,
+    check_ephemeral_claim,
+    claim_name,
+    manifest_pod_uid,
+    name_of,
+    namespace_of,
+    pod_object,
+)
 from kubevol.node.records import PodRecord, PodState, Writer
 from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, volume_identity
 from kubevol.spec import Spec, quantity_bytes
@@ -37,7 +45,6 @@ def desired_pod(
     uid = manifest_pod_uid(pod)
     v1pod = pod_object(pod)
     where = f"pod {namespace_of(pod)}/{name_of(pod, 'the manifests')}"
-    namespace = namespace_of(pod)
     block_names = _block_volume_names(pod)
     context = (pod.get("spec") or {}).get("securityContext") or {}
     fs_group = context.get("fsGroup")
@@ -46,7 +53,7 @@ def desired_pod(
         outer = volume.get("name")
         if not outer:
             raise SpecError(f"{where} has a volume without a name")
-        spec, mode, size = _spec_for(volume, namespace, manifests, where)
+        spec, mode, size = _spec_for(pod, volume, manifests, where)
         if (outer in block_names) != (mode is VolumeMode.BLOCK):
             raise SpecError(
                 f"{where}: volume {outer!r} is used as "
@@ -62,17 +69,24 @@ def desired_pod(
 
 
 def _spec_for(
-    volume: Mapping[str, Any], namespace: str, manifests: Manifests, where: str
+    pod: Mapping[str, Any], volume: Mapping[str, Any], manifests: Manifests, where: str
 ) -> tuple[Spec, VolumeMode, int | None]:
-    source = volume.get("persistentVolumeClaim")
-    if not source:
+    claim = claim_name(pod, volume)
+    if not claim:
         return Spec.from_manifest(dict(volume)), VolumeMode.FILESYSTEM, None
-    claim = source.get("claimName")
+    namespace = namespace_of(pod)
     pvc = manifests.pvcs.get((namespace, claim))
+    ephemeral = volume.get("ephemeral") is not None
     if pvc is None:
+        made_by = (" (a generic ephemeral volume's claim, <pod>-<volume>, made by the "
+                   "ephemeral volume controller or given with the pod)" if ephemeral else "")
         raise SpecError(
             f"{where}: PersistentVolumeClaim {namespace}/{claim} is not in the manifests"
+            f"{made_by}"
         )
+    if ephemeral:
+        check_ephemeral_claim(pod, pvc)
+    source = volume.get("persistentVolumeClaim") or {}
     pv = manifests.pv_for_claim(pvc, namespace, claim)
     if pv is None:
         raise SpecError(

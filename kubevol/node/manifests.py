@@ -80,7 +80,7 @@ class Manifests:
         drivers: set[str] = set()
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             drivers.add(str((volume.get("csi") or {}).get("driver") or ""))
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = claim_name(pod, volume)
             if not claim:
                 continue
             pvc = self.pvcs.get((namespace, claim))
@@ -106,6 +106,32 @@ class Manifests:
             if ref.get("name") == claim and (ref.get("namespace") or "default") == namespace:
                 return pv
         return None
+
+
+def claim_name(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str | None:
+    """The PersistentVolumeClaim a pod volume uses: ``persistentVolumeClaim.claimName``, or
+    for a generic ephemeral volume (``ephemeral.volumeClaimTemplate``) the claim the
+    ephemeral volume controller made for the pod, ``<pod name>-<volume name>``
+    (``k8s.io/component-helpers/storage/ephemeral``'s ``VolumeClaimName``); None for other
+    volumes."""
+    if volume.get("ephemeral") is not None:
+        return f"{(pod.get('metadata') or {}).get('name', '')}-{volume.get('name', '')}"
+    claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+    return str(claim) if claim else None
+
+
+def check_ephemeral_claim(pod: Mapping[str, Any], pvc: Mapping[str, Any]) -> None:
+    """Refuse a generic ephemeral volume's claim that was not made for ``pod``, as the
+    kubelet does (``VolumeIsForPod``): same namespace, and the pod (by UID) its controlling
+    owner. Raises :class:`~kubevol.errors.SpecError` with the kubelet's words."""
+    owners = (pvc.get("metadata") or {}).get("ownerReferences") or []
+    controller = next((o for o in owners if isinstance(o, Mapping) and o.get("controller")),
+                      None)
+    if namespace_of(pvc) != namespace_of(pod) or controller is None or (
+            controller.get("uid") != manifest_pod_uid(pod)):
+        raise SpecError(
+            f"PVC {namespace_of(pvc)}/{name_of(pvc, 'the manifests')} was not created for pod "
+            f"{namespace_of(pod)}/{name_of(pod, 'the manifests')} (pod is not owner)")
 
 
 def referenced_config_maps(pod: Mapping[str, Any]) -> set[str]:
