@@ -30,12 +30,15 @@ import threading
 import time
 from typing import Any
 
+import attrs
+
 from kubevol.errors import KubevolError
 from kubevol.layout import write_json_atomically
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
+from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
 from kubevol.node.manifests import Manifests, manifest_pod_uid
 from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
@@ -98,7 +101,8 @@ class Agent(ClosesOnExit):
     through sockets in ``plugins_registry`` (the kubelet's pluginregistration protocol;
     None: only the drivers the runtime was given); ``metrics_address``
     ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served); ``max_backoff``
-    caps the retry backoff (default: the kubelet's 2 min 2 s).
+    caps the retry backoff (default: the kubelet's 2 min 2 s); ``remount_period`` is how
+    often volumes whose plugin asks for it are set up again (default: the kubelet's 1 min).
     """
 
     def __init__(
@@ -116,8 +120,10 @@ class Agent(ClosesOnExit):
         workers: int = 8,
         max_backoff: float | None = None,
         notifier: SystemdNotifier | None = None,
+        remount_period: float = DEFAULT_REMOUNT_PERIOD,
     ) -> None:
         self.runtime = runtime
+        self.remount_period = remount_period
         self.period = period
         self.idle_period = idle_period
         self.stats_period = stats_period
@@ -192,6 +198,9 @@ class Agent(ClosesOnExit):
             # A pod whose claims could not be read is still wanted; before the first list
             # nothing is known to be gone.
             keep = self.api.unresolved() if self.api.synced.is_set() else set(self._owned)
+        # The manifests' ConfigMaps, Secrets and CSIDriver objects, readable by the volumes
+        # (a record keeps the ConfigMaps and CSIDriver objects its pod uses, never a Secret).
+        self.runtime.learn(manifests)
         wanted: dict[str, NewPod] = {}
         for pod in manifests.pods:
             try:
@@ -202,7 +211,7 @@ class Agent(ClosesOnExit):
                 if other is not None and other.runs_for(Writer.UP) and uid not in self._owned:
                     raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
                                        "not taken over")
-                one = Manifests(pods=(pod,), pvs=manifests.pvs, pvcs=manifests.pvcs)
+                one = attrs.evolve(manifests, pods=(pod,))
                 wanted[uid] = new_pods(self.runtime.mgr, one, writer=Writer.AGENT)[0]
             except KubevolError as exc:
                 name = (pod.get("metadata") or {}).get("name", "?")
@@ -254,6 +263,10 @@ class Agent(ClosesOnExit):
             self.pods.reconstruct()
             self.apply_sources()
             stats.start()
+            # ConfigMap, Secret, downwardAPI and projected volumes (service-account tokens
+            # among them) are set up again this often, as the kubelet's pod sync does: a
+            # changed object reaches running pods, a token is renewed before it expires.
+            self.pods.manager.reconciler.remount_period = self.remount_period
             self._loop(stop)
         finally:
             self._running = False
