@@ -137,7 +137,7 @@ def test_group_commands(mock_cli: CLI) -> None:
     flags = [x for m in members for x in ("--snapshot-id", m)]
     assert run("csi", "group", "get-snapshot", gid, *flags)["group_snapshot_id"] == gid
     run("csi", "group", "delete-snapshot", gid, *flags)
-    code, _, err = mock_cli.run("csi", "group", "get-snapshot", gid)
+    code, _, err = mock_cli.run("csi", "group", "get-snapshot", gid, *flags)
     assert code == 5 and "NOT_FOUND" in err
 
 

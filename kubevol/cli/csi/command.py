@@ -21,7 +21,7 @@ from typing import Any
 
 from kubevol._version import __version__
 from kubevol.cli import exits
-from kubevol.cli.csi.common import Command, Output, write_stream
+from kubevol.cli.csi.common import Command, Output, plain_data, write_stream
 from kubevol.cli.csi.controller import CONTROLLER
 from kubevol.cli.csi.group import GROUP
 from kubevol.cli.csi.identity import IDENTITY
@@ -179,7 +179,7 @@ def run(command: Command, args: argparse.Namespace) -> int:
     finally:
         client.close()
     if isinstance(output, Output):
-        emit(output.data, output.tables, args, sys.stdout)
+        emit(plain_data(output.data), output.tables_for(args.output), args, sys.stdout)
     return 0
 
 

@@ -9,6 +9,7 @@ message by message as the messages arrive (:func:`write_stream`).
 from __future__ import annotations
 
 import argparse
+import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -38,10 +39,41 @@ if TYPE_CHECKING:
 
 @attrs.frozen(kw_only=True)
 class Output:
-    """What a command prints: ``data`` in every format, and how its tables read it."""
+    """What a command prints: ``data`` in every format, and how its tables read it.
+    ``names`` are the tables ``-o name`` reads, when they are not ``tables`` (a group
+    snapshot shown one row per member is one object: its name is printed once)."""
 
     data: Any
     tables: Sequence[Table]
+    names: Sequence[Table] | None = None
+
+    def tables_for(self, fmt: OutputFormat) -> Sequence[Table]:
+        """The tables that format ``fmt`` reads."""
+        return self.names if fmt.kind == "name" and self.names is not None else self.tables
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def plain_data(value: object) -> object:
+    """``value`` as JSON/YAML values (see :func:`~kubevol.cli.output.to_plain`), every enum
+    by its name as protobuf's JSON mapping writes it (``"BYTES"``, never ``1``), so that
+    ``-o json``, ``-o yaml`` and ``-o jsonpath`` say what the table says."""
+    cls = type(value)
+    if cls in _PLAIN:  # most values: exact types first, as to_plain does
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if attrs.has(cls):
+        return {a.name: plain_data(getattr(value, a.name)) for a in attrs.fields(cls)}
+    if isinstance(value, Mapping):
+        return {(k.name if isinstance(k, enum.Enum) else str(k)): plain_data(v)
+                for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        return [plain_data(v) for v in sorted(value)]
+    if isinstance(value, list | tuple):
+        return [plain_data(v) for v in value]
+    return to_plain(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -187,7 +219,7 @@ def write_stream(stream: Stream, fmt: OutputFormat, out: TextIO, *, no_headers: 
     shown = [c for c in stream.table.columns if fmt.kind == "wide" or not c.wide]
     header = [c.title for c in shown]
     for message in stream.messages:
-        plain = to_plain(message)
+        plain = plain_data(message)
         if fmt.kind == "json":
             text = jsontext.dumps(plain) + "\n"
         elif fmt.kind == "yaml":
@@ -202,7 +234,7 @@ def write_stream(stream: Stream, fmt: OutputFormat, out: TextIO, *, no_headers: 
         else:
             rows = [[_stream_cell(r, c) for c in shown] for r in _stream_rows(plain, stream)]
             if not widths:
-                widest = [_stream_cell(to_plain(stream.widest(plain)), c) for c in shown]
+                widest = [_stream_cell(plain_data(stream.widest(plain)), c) for c in shown]
                 widths = [max(len(h), len(w)) for h, w in zip(header, widest, strict=True)]
                 if not no_headers:
                     rows.insert(0, header)

@@ -18,11 +18,12 @@ from kubevol.cli.csi.common import (
     done,
     map_of,
     pages,
+    plain_data,
     range_of,
     table,
     volume_columns,
 )
-from kubevol.cli.output import Column, to_plain
+from kubevol.cli.output import Column
 from kubevol.csi import types as t
 from kubevol.csidriver.sanity.inputs import Secrets
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def _volumes_output(vols: list[t.Volume]) -> Output:
-    return Output(data=to_plain(vols), tables=table(*volume_columns()))
+    return Output(data=plain_data(vols), tables=table(*volume_columns()))
 
 
 #: A ListVolumes / ControllerGetVolume entry: the volume, then its status.
@@ -140,7 +141,7 @@ def validate(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> O
         secrets=secrets.for_rpc("ValidateVolumeCapabilities"),
     )
     confirmed = Column("confirmed", show=lambda c: "false" if c is None else "true")
-    return Output(data=to_plain(result), tables=table(confirmed, "message"))
+    return Output(data=plain_data(result), tables=table(confirmed, "message"))
 
 
 def _validate_args(p: argparse.ArgumentParser) -> None:
@@ -157,7 +158,7 @@ def list_volumes(client: CSIClient, args: argparse.Namespace, secrets: Secrets) 
             args,
         )
     )
-    return Output(data=to_plain(entries), tables=table(*ENTRY_COLUMNS, name="volume.volume_id"))
+    return Output(data=plain_data(entries), tables=table(*ENTRY_COLUMNS, name="volume.volume_id"))
 
 
 def get_capacity(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
@@ -165,7 +166,7 @@ def get_capacity(client: CSIClient, args: argparse.Namespace, secrets: Secrets) 
         capabilities=args.caps or (), parameters=map_of(args.params, "parameter")
     )
     sizes = ("available_capacity", "maximum_volume_size", "minimum_volume_size")
-    return Output(data=to_plain(cap), tables=table(*(Column(k, size=True) for k in sizes)))
+    return Output(data=plain_data(cap), tables=table(*(Column(k, size=True) for k in sizes)))
 
 
 def _capacity_args(p: argparse.ArgumentParser) -> None:
@@ -178,7 +179,7 @@ def get_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Secre
 
 
 def _snapshots_output(snaps: list[t.Snapshot]) -> Output:
-    return Output(data=to_plain(snaps), tables=table(*SNAPSHOT_COLUMNS))
+    return Output(data=plain_data(snaps), tables=table(*SNAPSHOT_COLUMNS))
 
 
 def create_snapshot(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
@@ -267,7 +268,7 @@ def _expand_args(p: argparse.ArgumentParser) -> None:
 
 def get_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
     entry = client.controller_get_volume(args.volume_id)
-    return Output(data=to_plain(entry), tables=table(*ENTRY_COLUMNS, name="volume.volume_id"))
+    return Output(data=plain_data(entry), tables=table(*ENTRY_COLUMNS, name="volume.volume_id"))
 
 
 def modify_volume(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:

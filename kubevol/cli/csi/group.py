@@ -13,8 +13,10 @@ from kubevol.cli.csi.common import (
     caps_output,
     done,
     map_of,
+    plain_data,
+    table,
 )
-from kubevol.cli.output import Column, Table, to_plain
+from kubevol.cli.output import Column, Table
 from kubevol.csi import types as t
 from kubevol.csidriver.sanity.inputs import Secrets
 
@@ -27,9 +29,14 @@ def group_capabilities(client: CSIClient, args: argparse.Namespace, secrets: Sec
 
 
 def _group_output(group: t.VolumeGroupSnapshot) -> Output:
-    """The group, one row per member snapshot (each names its group)."""
+    """The group, one row per member snapshot (each names its group); ``-o name`` prints
+    the group's id once."""
     columns = (Column("group_snapshot_id"), *SNAPSHOT_COLUMNS)
-    return Output(data=to_plain(group), tables=(Table(columns=columns, at="snapshots"),))
+    return Output(
+        data=plain_data(group),
+        tables=(Table(columns=columns, at="snapshots"),),
+        names=table("group_snapshot_id"),
+    )
 
 
 def create_group(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
@@ -79,9 +86,9 @@ def _group_id_args(p: argparse.ArgumentParser) -> None:
         "--snapshot-id",
         dest="snapshot_ids",
         action="append",
-        default=[],
+        required=True,
         metavar="SNAPSHOT_ID",
-        help="a member snapshot (repeatable)",
+        help="a member snapshot (required, as the CSI spec requires the list; repeatable)",
     )
 
 

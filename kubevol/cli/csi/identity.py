@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from kubevol.cli.csi.common import Command, Output, done, table
-from kubevol.cli.output import to_plain
+from kubevol.cli.csi.common import Command, Output, done, plain_data, table
 from kubevol.csidriver.sanity.inputs import Secrets
 
 if TYPE_CHECKING:
@@ -14,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def plugin_info(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    info = to_plain(client.get_plugin_info())
+    info = plain_data(client.get_plugin_info())
     return Output(data=info, tables=table("name", "vendor_version", "manifest"))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from kubevol.cli.csi.common import (
     Command,
     Output,
@@ -15,10 +17,11 @@ from kubevol.cli.csi.common import (
     caps_output,
     done,
     map_of,
+    plain_data,
     range_of,
     table,
 )
-from kubevol.cli.output import Column, Table, cell, human_bytes, to_plain
+from kubevol.cli.output import Column, Table, cell, human_bytes
 from kubevol.csi import types as t
 from kubevol.csidriver.sanity.inputs import Secrets
 
@@ -100,10 +103,6 @@ def _volume_spec(text: str) -> tuple[str, str, str]:
     return vid, path, staging
 
 
-def _usage_unit(value: int | None) -> str:
-    return "-" if value is None else t.UsageUnit(value).name
-
-
 def _usage_figure(field: str) -> Column:
     """A figure of the usage entry a row shows: bytes for the BYTES unit, counts else."""
 
@@ -111,7 +110,7 @@ def _usage_figure(field: str) -> Column:
         if usage is None:
             return "-"
         value = usage.get(field)
-        bytes_ = usage.get("unit") == t.UsageUnit.BYTES.value
+        bytes_ = usage.get("unit") == t.UsageUnit.BYTES.name
         return human_bytes(value) if bytes_ else cell(value)
 
     return Column("usage", header=field.upper(), show=show)
@@ -122,7 +121,7 @@ STATS = Table(
     columns=(
         Column("volume_id"),
         Column("volume_path"),
-        Column("usage.unit", header="UNIT", show=_usage_unit),
+        Column("usage.unit", header="UNIT"),
         _usage_figure("total"),
         _usage_figure("used"),
         _usage_figure("available"),
@@ -137,7 +136,8 @@ def stats(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Outp
     data = []
     for vid, path, staging in args.volumes:
         result = client.node_get_volume_stats(vid, path, staging_target_path=staging)
-        data.append({"volume_id": vid, "volume_path": path, **to_plain(result)})
+        fields = attrs.asdict(result, recurse=False)
+        data.append(plain_data({"volume_id": vid, "volume_path": path, **fields}))
     return Output(data=data, tables=(STATS,))
 
 
@@ -172,7 +172,7 @@ def _expand_args(p: argparse.ArgumentParser) -> None:
 
 
 def get_info(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    info = to_plain(client.node_get_info())
+    info = plain_data(client.node_get_info())
     topology = Column("accessible_topology.segments", header="TOPOLOGY")
     return Output(data=info, tables=table("node_id", "max_volumes_per_node", topology))
 
