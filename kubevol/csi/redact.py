@@ -1,4 +1,5 @@
-"""Copies of CSI messages that are safe to log: every ``csi_secret`` field is stripped.
+"""Copies of CSI messages that are safe to log: every ``csi_secret`` field is stripped, and
+the volume context's service-account tokens.
 
 Which fields are secret is read from the ``(csi.v1.csi_secret)`` field option of the
 descriptors, recursively: a secret nested in any sub-message, repeated message or map of
@@ -16,6 +17,9 @@ from kubevol.csi._pb import csi_pb2
 
 #: What a secret value is replaced with.
 STRIPPED = "***stripped***"
+#: Volume-context keys whose values are credentials though the spec does not mark them
+#: (the pod's service-account tokens the kubelet hands drivers with ``tokenRequests``).
+SECRET_CONTEXT_KEYS = frozenset({"csi.storage.k8s.io/serviceAccount.tokens"})
 
 Message = Any
 
@@ -55,7 +59,7 @@ class Redactor:
             return cached
         found = False
         for field in descriptor.fields:
-            if _is_secret(field) or (self.drop_volume_context and field.name == "volume_context"):
+            if _is_secret(field) or field.name == "volume_context":
                 found = True
                 break
             sub = field.message_type
@@ -85,8 +89,12 @@ class Redactor:
 
     def _strip(self, message: Message) -> None:
         for field, value in message.ListFields():
-            if self.drop_volume_context and field.name == "volume_context":
-                message.ClearField(field.name)
+            if field.name == "volume_context":
+                if self.drop_volume_context:
+                    message.ClearField(field.name)
+                else:
+                    for key in SECRET_CONTEXT_KEYS & set(value):
+                        value[key] = STRIPPED
             elif _is_secret(field):
                 _strip_field(message, field, value)
             elif field.message_type is not None and self._has_sensitive(field.message_type):

@@ -198,6 +198,8 @@ class Agent(ClosesOnExit):
             # A pod whose claims could not be read is still wanted; before the first list
             # nothing is known to be gone.
             keep = self.api.unresolved() if self.api.synced.is_set() else set(self._owned)
+        if self.source is not None and not self.source.present:
+            keep |= self._owned  # a static pod directory not there yet says nothing is gone
         # The manifests' ConfigMaps, Secrets and CSIDriver objects, readable by the volumes
         # (a record keeps the ConfigMaps and CSIDriver objects its pod uses, never a Secret).
         self.runtime.learn(manifests)
@@ -288,7 +290,8 @@ class Agent(ClosesOnExit):
             # A pass only when something may have changed: a source, an operation that
             # ended, work in flight, or the periodic resync. An idle agent wakes only to
             # look at its sources.
-            if busy or self._changed.is_set() or now - self._last_pass >= RESYNC_PERIOD:
+            resync = min(RESYNC_PERIOD, self.remount_period)
+            if busy or self._changed.is_set() or now - self._last_pass >= resync:
                 self._changed.clear()
                 started = self.pods.manager.reconcile()
                 self.pods.forget_terminated()

@@ -47,6 +47,33 @@ class CSIDriverInfoError(KubevolError, ValueError):
 
 
 @attrs.frozen(kw_only=True)
+class DriverTokenRequest:
+    """One of a CSIDriver's ``spec.tokenRequests``: a token of the pod's service account
+    for ``audience`` ("" for the API server's own), valid ``expiration_seconds`` (None: the
+    TokenRequest API's default)."""
+
+    audience: str = ""
+    expiration_seconds: int | None = None
+
+
+def _token_requests(name: str, raw: object) -> tuple[DriverTokenRequest, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(r, Mapping) for r in raw):
+        raise CSIDriverInfoError(f"CSIDriver {name!r}: tokenRequests must be a list of mappings")
+    out = []
+    for r in raw:
+        seconds = r.get("expirationSeconds")
+        if seconds is not None and (not isinstance(seconds, int) or seconds < 600):
+            raise CSIDriverInfoError(
+                f"CSIDriver {name!r}: tokenRequests expirationSeconds {seconds!r} must be an "
+                "integer of at least 600 (10 minutes)")
+        out.append(DriverTokenRequest(audience=str(r.get("audience") or ""),
+                                      expiration_seconds=seconds))
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
 class CSIDriverInfo:
     """The fields of a ``CSIDriver`` object the node uses.
 
@@ -61,6 +88,8 @@ class CSIDriverInfo:
     requires_republish: bool = False
     selinux_mount: bool = False
     volume_lifecycle_modes: tuple[str, ...] = (LIFECYCLE_PERSISTENT,)
+    #: ``spec.tokenRequests``: the service-account tokens the driver receives at publish.
+    token_requests: tuple[DriverTokenRequest, ...] = ()
 
     @classmethod
     def from_object(cls, obj: Any) -> CSIDriverInfo:
@@ -90,6 +119,7 @@ class CSIDriverInfo:
                 f"{LIFECYCLE_PERSISTENT!r} or {LIFECYCLE_EPHEMERAL!r}"
             )
         return cls(
+            token_requests=_token_requests(name, spec.get("tokenRequests")),
             name=name,
             attach_required=_flag(spec.get("attachRequired"), True),
             pod_info_on_mount=_flag(spec.get("podInfoOnMount"), False),

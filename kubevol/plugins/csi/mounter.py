@@ -22,11 +22,13 @@ from kubevol.plugins.csi.context import CSIContext
 from kubevol.plugins.csi.driverinfo import CSIDriverInfo, FSGroupPolicy
 from kubevol.plugins.csi.metrics import CSIMetrics
 from kubevol.plugins.csi.rules import (
+    SERVICE_ACCOUNT_TOKENS_KEY,
     fs_group_policy,
     kubelet_applies_fs_group,
     lifecycle_mode_problem,
     pod_info_attributes,
     remove_mount_dir,
+    service_account_tokens,
 )
 from kubevol.plugins.csi.source import CSIVolumeSource, volume_capability
 from kubevol.plugins.csi.voldata import (
@@ -231,6 +233,9 @@ class CSIMounter(Mounter, Unmounter):
         volume_context = dict(source.volume_attributes)
         if info is not None and info.pod_info_on_mount:
             volume_context.update(pod_info_attributes(self.pod, self.lifecycle_mode))
+        if info is not None and info.token_requests:
+            volume_context[SERVICE_ACCOUNT_TOKENS_KEY] = service_account_tokens(
+                self.pod, info.token_requests, self.ctx.host.get_service_account_token_func())
         return secrets, volume_context
 
     def _record(self, directory: str, selinux: str) -> None:

@@ -4,18 +4,22 @@ lifecycle modes, fsGroup, attach-limit names, and the cleanup of a mount directo
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import hashlib
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubevol.host import VolumeHost
+from kubevol.k8s.tokens import DEFAULT_EXPIRATION_SECONDS, IssuedToken, TokenRequest
 from kubevol.layout import CSI_VOL_DATA_FILE, CSI_VOL_DATA_TEMP_PREFIX, is_below
 from kubevol.plugins.csi.driverinfo import (
     LIFECYCLE_EPHEMERAL,
     LIFECYCLE_PERSISTENT,
     CSIDriverInfo,
+    DriverTokenRequest,
     FSGroupPolicy,
 )
 from kubevol.plugins.csi.source import READ_WRITE_ONCE, CSIVolumeSource, SecretRef
@@ -31,6 +35,8 @@ POD_NAMESPACE_KEY = "csi.storage.k8s.io/pod.namespace"
 POD_UID_KEY = "csi.storage.k8s.io/pod.uid"
 SERVICE_ACCOUNT_KEY = "csi.storage.k8s.io/serviceAccount.name"
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
+#: The key of the pod's service-account tokens for a driver with ``tokenRequests``.
+SERVICE_ACCOUNT_TOKENS_KEY = "csi.storage.k8s.io/serviceAccount.tokens"
 
 
 def attach_limit_key(driver: str) -> str:
@@ -53,6 +59,34 @@ def pod_info_attributes(pod: Any, lifecycle_mode: str) -> dict[str, str]:
         SERVICE_ACCOUNT_KEY: str(getattr(spec, "service_account_name", "") or ""),
         EPHEMERAL_KEY: "true" if lifecycle_mode == LIFECYCLE_EPHEMERAL else "false",
     }
+
+
+def service_account_tokens(
+    pod: Any, requests: Sequence[DriverTokenRequest],
+    get_token: Callable[[TokenRequest], IssuedToken],
+) -> str:
+    """The value of :data:`SERVICE_ACCOUNT_TOKENS_KEY`: for each of the driver's token
+    requests, a token of the pod's service account bound to the pod, as JSON by audience
+    (each a TokenRequest status: ``token`` and ``expirationTimestamp``), as the kubelet's
+    ``podServiceAccountTokenAttrs`` writes it. ``get_token`` is the host's (cached) issuer."""
+    meta = getattr(pod, "metadata", None)
+    namespace = str(getattr(meta, "namespace", "") or "default")
+    account = str(getattr(getattr(pod, "spec", None), "service_account_name", "") or "default")
+    out: dict[str, dict[str, str]] = {}
+    for wanted in requests:
+        issued = get_token(TokenRequest(
+            namespace=namespace, service_account=account,
+            audiences=(wanted.audience,) if wanted.audience else (),
+            expiration_seconds=wanted.expiration_seconds or DEFAULT_EXPIRATION_SECONDS,
+            pod_name=str(getattr(meta, "name", "") or ""),
+            pod_uid=str(getattr(meta, "uid", "") or ""),
+        ))
+        out[wanted.audience] = {
+            "token": issued.token,
+            "expirationTimestamp": issued.expiration.astimezone(datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"),
+        }
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 
 def lifecycle_mode_problem(info: CSIDriverInfo | None, mode: str, driver: str) -> str | None:
