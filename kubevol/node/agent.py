@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from kubevol.errors import KubevolError
+from kubevol.k8s.events import EventRecorder, KubeEventSink
 from kubevol.layout import write_json_atomically
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.desired import NewPod, new_pods
@@ -40,6 +41,7 @@ from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
 from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
 from kubevol.node.manifests import Manifests, manifest_pod_uid
+from kubevol.node.podevents import PodVolumeEvents
 from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
@@ -58,6 +60,8 @@ IDLE_PERIOD = 1.0
 VOLUME_STATS_PERIOD = 60.0
 #: How often an idle agent reconciles anyway (seconds).
 RESYNC_PERIOD = 10.0
+#: The source of the agent's Events (what ``kubectl describe`` shows under "From").
+EVENT_SOURCE = "kubevol"
 #: How long stopping waits for running operations: one stuck below a dead mount (its thread
 #: cannot be stopped) is left to end with the process, so SIGTERM stops the agent in seconds.
 STOP_TIMEOUT = 10.0
@@ -144,6 +148,13 @@ class Agent(ClosesOnExit):
             workers=workers, observer=self._observe, bindings=api_pods, **backoff
         )
         self.metrics = AgentMetrics(self.pods.manager)
+        #: Events about pods' volumes, on the API server's pods (None without one).
+        self.events = (
+            PodVolumeEvents(EventRecorder(KubeEventSink(runtime.kube_client),
+                                          component=EVENT_SOURCE, host=runtime.host.node_name),
+                            self.pods.manager.desired)
+            if runtime.kube_client is not None else None
+        )
         self.server = (
             MetricsServer(metrics_address, self.metrics, self.health) if metrics_address else None
         )
@@ -169,6 +180,8 @@ class Agent(ClosesOnExit):
     ) -> None:
         # The executor is built before the metrics (they read the manager it belongs to).
         self.metrics.observe(key, kind, seconds, error)
+        if self.events is not None:
+            self.events.observe(key, kind, error)
         self._changed.set()
 
     # -- health -----------------------------------------------------------------------------
@@ -281,6 +294,8 @@ class Agent(ClosesOnExit):
                 self.watcher.stop()
             if self.api is not None:
                 self.api.close()
+            if self.events is not None:
+                self.events.recorder.close()
 
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0

@@ -67,7 +67,7 @@ from kubevol.util.lifecycle import RunsWhileEntered
 _STORAGE = "/apis/storage.k8s.io/v1"
 _CLUSTER = "csidrivers|volumeattachments|csinodes"
 _CORE_CLUSTER = "persistentvolumes|nodes"
-_NAMESPACED = "secrets|configmaps|pods|persistentvolumeclaims"
+_NAMESPACED = "secrets|configmaps|pods|persistentvolumeclaims|events"
 _ROUTES = [
     (re.compile(rf"^{_STORAGE}/({_CLUSTER})$"), "collection"),
     (re.compile(rf"^{_STORAGE}/({_CLUSTER})/([^/]+)$"), "object"),
@@ -91,6 +91,7 @@ _KINDS = {
     "persistentvolumeclaims": ("v1", "PersistentVolumeClaim", ""),
     "persistentvolumes": ("v1", "PersistentVolume", ""),
     "nodes": ("v1", "Node", ""),
+    "events": ("v1", "Event", ""),
 }
 #: The fields a fieldSelector may name, by resource (what the API server's field label
 #: conversion accepts for them; every resource takes metadata.name/namespace).
