@@ -21,7 +21,7 @@ it and leave the volume as it is.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from kubevol.errors import KubevolError
@@ -122,6 +122,32 @@ class PathProbe:
         if failure:
             raise failure[0]
         return outcome[0]
+
+    def call_each(
+        self, calls: Sequence[tuple[str, str, str, Callable[[], _T]]],
+        timeout: float | None = None,
+    ) -> list[_T | BaseException]:
+        """:meth:`call` of each ``(mount_point, path, what, fn)``, all at once: mounts that
+        do not answer cost one deadline together, not one each (a dead server usually
+        takes many volumes with it). Each result, or the exception its call raised, in
+        order."""
+        results: list[_T | BaseException] = [
+            UnresponsiveError(c[1], c[0], f"{c[1]}: {c[2]} not tried") for c in calls]
+
+        def one(i: int) -> None:
+            mount_point, path, what, fn = calls[i]
+            try:
+                results[i] = self.call(mount_point, path, what, fn, timeout)
+            except BaseException as exc:  # handed to the caller
+                results[i] = exc
+
+        waiters = [threading.Thread(target=one, args=(i,), daemon=True)
+                   for i in range(len(calls))]
+        for waiter in waiters:
+            waiter.start()
+        for waiter in waiters:
+            waiter.join()  # each call returns within its deadline
+        return results
 
     def _forget_finished(self) -> None:
         for mount_point, (thread, _) in list(self._stuck.items()):

@@ -4,6 +4,7 @@ against a snapshot of the mount table (what a whole scan uses: one moment, one r
 from __future__ import annotations
 
 import enum
+import functools
 import os
 
 from kubevol import layout
@@ -86,6 +87,14 @@ class MountSnapshot:
         self._root = os.path.abspath(root_dir)
         self._real_root = os.path.realpath(root_dir)
         self.probe = probe if probe is not None else PathProbe()
+        # The suspect mount points under the root are asked all at once, now: a dead
+        # server's volumes cost one deadline together, not one each, as the scan goes.
+        suspects = [p for p, fs_type in self.points.items()
+                    if is_suspect(fs_type) and layout.is_within(p, self._real_root)]
+        answers = self.probe.call_each([
+            (p, p, "stat", functools.partial(stat_problem, p)) for p in suspects])
+        self._answers: dict[str, MountCheck | BaseException | None] = dict(
+            zip(suspects, answers, strict=True))
 
     def real(self, path: str) -> str:
         """``path`` with symbolic links resolved (cheaply for paths under the root)."""
@@ -100,7 +109,12 @@ class MountSnapshot:
         real = self.real(path)
         fs_type = self.points.get(real)
         try:
-            if fs_type is not None and is_suspect(fs_type):
+            if real in self._answers:
+                answer = self._answers[real]
+                if isinstance(answer, BaseException):
+                    raise answer
+                problem = answer
+            elif fs_type is not None and is_suspect(fs_type):
                 problem = self.probe.call(real, path, "stat", lambda: stat_problem(path))
             else:
                 problem = stat_problem(path)

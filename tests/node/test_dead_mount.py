@@ -232,3 +232,39 @@ spec:
     assert agent.returncode == 0, err
     assert "left running" in err, err
     assert mounted_at(scratch(node, HUNG))
+
+
+@pytest.mark.root
+def test_many_hung_volumes_cost_one_deadline_together(tmp_path: Path) -> None:
+    """A dead server usually takes many volumes with it: six pods whose emptyDirs are each
+    under a frozen FUSE daemon. status --timeout 6s asks them all at once (one probe
+    deadline of 2 s together, not 2 s each: 12 s one after another) and names all six."""
+    root = tmp_path / "root"
+    uids = [f"{i}{i}{i}{i}{i}{i}{i}{i}-2222-3333-4444-555555555555" for i in range(3, 9)]
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text("".join(pod(f"p{i}", uid) for i, uid in enumerate(uids)))
+    up, _ = kubevol("up", "--root", str(root), "--node-name", "n1", str(manifest))
+    assert up.returncode == 0, up.stderr
+    daemons = []
+    try:
+        for i, uid in enumerate(uids):
+            src = tmp_path / f"src{i}"
+            src.mkdir()
+            daemons.append(subprocess.Popen(["bindfs", "-f", str(src), str(scratch(root, uid))]))
+            deadline = time.monotonic() + 10
+            while not mounted_at(scratch(root, uid)):
+                assert time.monotonic() < deadline, "bindfs did not mount"
+                time.sleep(0.02)
+            daemons[-1].send_signal(signal.SIGSTOP)
+        done, took = kubevol("status", "--scan", "--root", str(root), "--node-name", "n1",
+                             "--timeout", f"{TIMEOUT}s", "--no-metrics", "-o", "json")
+        assert took < TIMEOUT + SLACK, took
+        assert done.returncode == exits.UNRESPONSIVE, done.stderr
+        assert done.stderr.count("unresponsive: ") == len(uids), done.stderr
+    finally:
+        for daemon in daemons:
+            daemon.kill()
+            daemon.wait()
+        for uid in uids:
+            if mounted_at(scratch(root, uid)):
+                subprocess.run(["umount", "-l", str(scratch(root, uid))], check=False)
