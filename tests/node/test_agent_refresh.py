@@ -49,7 +49,8 @@ def read(path: str) -> str | None:
 
 def test_the_kubelets_sync_period_is_the_default() -> None:
     assert DEFAULT_REMOUNT_PERIOD == 60.0
-    assert Agent.__init__.__kwdefaults__["remount_period"] == DEFAULT_REMOUNT_PERIOD
+    defaults = Agent.__init__.__kwdefaults__
+    assert defaults is not None and defaults["remount_period"] == DEFAULT_REMOUNT_PERIOD
 
 
 def test_static_configmaps_and_secrets_reach_the_pod_and_changes_follow(
