@@ -2,7 +2,9 @@
 
 - ``kubelet_volume_stats_{capacity,available,used}_bytes`` and
   ``kubelet_volume_stats_inodes{,_free,_used}`` with ``namespace`` and
-  ``persistentvolumeclaim`` labels, one series per claim a running pod mounted, and
+  ``persistentvolumeclaim`` labels, one series per claim a running pod mounted or mapped
+  (a claim shared by several pods once, as the kubelet's ``volume_stats.go`` collector
+  does; block claims through their mapper's NodeGetVolumeStats, kubernetes#97972), and
   ``kubelet_volume_stats_health_status_abnormal``. As in the kubelet, they come from a
   cache that :class:`VolumeStats` refreshes on a period (``--volume-stats-agg-period``), so a
   scrape never walks a volume.
@@ -17,6 +19,7 @@ process-wide metric objects.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -36,8 +39,9 @@ from kubevol.mount.probe import UnresponsiveError
 from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer, ConnectionLimits
 from kubevol.node.manager import NodeVolumeManager
-from kubevol.node.state import MountState
+from kubevol.node.state import MountState, VolumeMode
 from kubevol.util.lifecycle import RunsWhileEntered
+from kubevol.volume import MetricsProvider
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +99,28 @@ class VolumeStats:
         self.refreshed: float | None = None
 
     def refresh(self) -> None:
-        """Measure every mounted claim now (slow: may walk volumes or call drivers)."""
+        """Measure every mounted claim now (slow: may walk volumes or call drivers).
+
+        A claim several pods use is measured once, through the first of them that gives
+        figures (the kubelet's collector keeps the first pod's and skips the claim after)."""
         out: list[ClaimStats] = []
+        collected: set[tuple[str, str]] = set()
         for pod in self.manager.desired.pods():
             for volume in pod.volumes:
                 claim = _claim_of(pod.pod, volume.outer_name)
-                if claim is None or not self._mounted(volume.unique_name, pod.uid):
+                if (
+                    claim is None
+                    or claim in collected
+                    or not self._mounted(volume.unique_name, pod.uid)
+                ):
                     continue
-                stats = self._measure(volume.plugin_name, volume.spec.name(), pod.uid, claim)
+                stats = self._measure(
+                    volume.plugin_name, volume.spec.name(), pod.uid, claim,
+                    block=volume.mode is VolumeMode.BLOCK,
+                )
                 if stats is not None:
                     out.append(stats)
+                    collected.add(claim)
         with self._lock:
             self._stats = tuple(out)
             self.refreshed = time.monotonic()
@@ -116,18 +132,41 @@ class VolumeStats:
             if m.unique_name == unique_name
         )
 
+    def _provider(
+        self, plugin_name: str, spec_name: str, pod_uid: str, *, block: bool
+    ) -> tuple[str, MetricsProvider] | None:
+        """What measures the pod's volume and the path it measures at: the unmounter for a
+        filesystem volume; for a block volume the unmapper when it reports metrics (the
+        kubelet's ``ListBlockVolumesForPod`` keeps the mappers that are MetricsProviders),
+        None otherwise."""
+        if not block:
+            unmounter = self.manager.mgr.find_plugin_by_name(plugin_name).new_unmounter(
+                spec_name, pod_uid
+            )
+            return unmounter.get_path(), unmounter
+        plugin = self.manager.mgr.find_mapper_plugin_by_name(plugin_name)
+        if plugin is None:
+            return None
+        unmapper = plugin.new_block_volume_unmapper(spec_name, pod_uid)
+        if not isinstance(unmapper, MetricsProvider):
+            return None
+        map_dir, link = unmapper.get_pod_device_map_path()
+        return os.path.join(map_dir, link), unmapper
+
     def _measure(
-        self, plugin_name: str, spec_name: str, pod_uid: str, claim: tuple[str, str]
+        self, plugin_name: str, spec_name: str, pod_uid: str, claim: tuple[str, str],
+        *, block: bool = False,
     ) -> ClaimStats | None:
         try:
-            plugin = self.manager.mgr.find_plugin_by_name(plugin_name)
-            unmounter = plugin.new_unmounter(spec_name, pod_uid)
-            # Measuring walks below the mount point: through the host's probe, so a dead
-            # server costs this claim only. While one measurement of it is stuck, it is not
-            # tried again, and the claim is reported abnormal, as the kubelet reports an
-            # abnormal CSI volume condition.
-            path = unmounter.get_path()
-            m = self.manager.host.probe.call(path, path, "measuring usage", unmounter.get_metrics)
+            found = self._provider(plugin_name, spec_name, pod_uid, block=block)
+            if found is None:
+                return None
+            path, provider = found
+            # Measuring walks below the mount point (or opens a device): through the host's
+            # probe, so a dead server costs this claim only. While one measurement of it is
+            # stuck, it is not tried again, and the claim is reported abnormal, as the
+            # kubelet reports an abnormal CSI volume condition.
+            m = self.manager.host.probe.call(path, path, "measuring usage", provider.get_metrics)
         except UnresponsiveError as exc:
             log.warning("claim %s/%s: %s", *claim, exc)
             return ClaimStats(namespace=claim[0], claim=claim[1], capacity=None, available=None,

@@ -63,11 +63,13 @@ from kubevol.node.host import NodeVolumeHost
 from kubevol.node.mountcheck import STILL_MOUNTED, check_mount
 from kubevol.node.orphans import OrphanDeviceMount
 from kubevol.node.poddirs import only_leftovers, remove_volume_dir_leftovers
+from kubevol.node.sizes import VolumeSizes
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,
     MountedVolume,
     MountState,
+    VolumeMode,
     VolumeToMount,
 )
 from kubevol.node.subpaths import set_up_subpaths, tear_down_subpaths, wanted_subpaths
@@ -149,6 +151,8 @@ class OperationGenerator:
         self.actual = actual
         self.usage = usage
         self.wait_for_attach_timeout = wait_for_attach_timeout
+        #: The size each volume has on the node, kept across restarts.
+        self.sizes = VolumeSizes(host.root_dir)
 
     @property
     def node_name(self) -> str:
@@ -229,6 +233,7 @@ class OperationGenerator:
             detacher.detach(av.volume_name, self.node_name)
             self.actual.set_attach_state(av.unique_name, MountState.UNMOUNTED)
             self.actual.remove_volume(av.unique_name)
+            self.sizes.forget(av.unique_name)
 
         return run
 
@@ -378,11 +383,23 @@ class OperationGenerator:
                 outer_name=v.outer_name,
                 path=path,
             )
-            volume = self.actual.volume(v.unique_name)
-            if volume is not None and volume.size is None and v.size is not None:
-                self.actual.set_size(v.unique_name, v.size)
+            self._learn_size(v)
 
         return run
+
+    def _learn_size(self, v: VolumeToMount) -> None:
+        """Once the volume is set up or mapped, the size it has on the node when not known
+        yet (the kubelet's ``InitializeClaimSize``): the size recorded under the root (it
+        was on the node before this process, perhaps smaller than asked now: then the
+        reconciler expands it), else the size asked for, recorded."""
+        volume = self.actual.volume(v.unique_name)
+        if volume is None or volume.size is not None or v.size is None:
+            return
+        size = self.sizes.get(v.unique_name)
+        if size is None:
+            size = v.size
+            self.sizes.set(v.unique_name, size)
+        self.actual.set_size(v.unique_name, size)
 
     def holders_once(self) -> HoldersOnce:
         """What holds paths under the pods directory, for one batch of operations (one
@@ -514,7 +531,14 @@ class OperationGenerator:
             self.actual.set_device_state(v.unique_name, MountState.MOUNTED, global_map_path)
             try:
                 if isinstance(mapper, CustomBlockVolumeMapper):
-                    device_path = mapper.map_pod_device() or device_path
+                    published = mapper.map_pod_device()
+                    if published and published != device_path:
+                        # As the kubelet (MarkDeviceAsMounted again with the path MapPodDevice
+                        # returned): what a node expansion of the block volume is given.
+                        self.actual.set_attach_state(
+                            v.unique_name, MountState.MOUNTED, published
+                        )
+                    device_path = published or device_path
                 if not device_path:
                     raise MountError(f"block volume {v.unique_name!r} has no device path to map")
                 map_block_device(
@@ -535,6 +559,7 @@ class OperationGenerator:
                 v.unique_name, v.pod_uid, MountState.MOUNTED,
                 spec_name=v.spec_name, outer_name=v.outer_name, path=pod_link,
             )
+            self._learn_size(v)
 
         return run
 
@@ -589,7 +614,10 @@ class OperationGenerator:
     # -- expand ------------------------------------------------------------------------------
 
     def expand(self, v: VolumeToMount, new_size: int) -> Operation:
-        """Grow the volume on the node to ``new_size`` bytes."""
+        """Grow the volume on the node to ``new_size`` bytes, with the kubelet's resize
+        options (its ``GenerateExpandInUseVolumeFunc``): for a filesystem volume, the pod's
+        mount path and the device's mount (staging) path; for a block volume, the device
+        path the map step published and, when the mapper stages, its staging path."""
 
         def run() -> None:
             plugin = self.mgr.find_node_expandable_plugin_by_name(v.plugin_name)
@@ -599,13 +627,18 @@ class OperationGenerator:
             if current is None:
                 raise KubevolError(f"volume {v.unique_name!r} is not on the node")
             if plugin.requires_fs_resize():
-                pod = self.actual.pod_volume(v.unique_name, v.pod_uid)
+                if v.mode is VolumeMode.BLOCK:
+                    mount_path, stage_path = "", self._block_staging_path(v)
+                else:
+                    pod = self.actual.pod_volume(v.unique_name, v.pod_uid)
+                    mount_path = pod.path if pod is not None else ""
+                    stage_path = current.device_mount_path
                 done = plugin.node_expand(
                     NodeResizeOptions(
                         volume_spec=v.spec,
                         device_path=current.device_path,
-                        device_mount_path=pod.path if pod is not None else "",
-                        device_stage_path=current.device_mount_path,
+                        device_mount_path=mount_path,
+                        device_stage_path=stage_path,
                         new_size=new_size,
                         old_size=current.size or 0,
                         csi_volume_phase=CSIVolumePhase.PUBLISHED,
@@ -616,5 +649,13 @@ class OperationGenerator:
                         f"expansion of {v.unique_name!r} to {new_size} bytes is not complete yet"
                     )
             self.actual.set_size(v.unique_name, new_size)
+            self.sizes.set(v.unique_name, new_size)
 
         return run
+
+    def _block_staging_path(self, v: VolumeToMount) -> str:
+        """Where a custom block mapper staged the device ("" for other mappers)."""
+        mapper = self._mapper_plugin(v.plugin_name).new_block_volume_mapper(
+            v.spec, v.pod, volume_options(v.spec)
+        )
+        return mapper.get_staging_path() if isinstance(mapper, CustomBlockVolumeMapper) else ""

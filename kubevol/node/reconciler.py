@@ -3,7 +3,8 @@ desired state (the kubelet's volume manager reconciler), in the kubelet's order:
 
 1. tear down (or unmap) every pod volume that is no longer desired;
 2. for every desired pod volume: attach (or wait for attachment), mount the device, then
-   set the volume up for the pod (or map it); grow it when a larger size is desired;
+   set the volume up for the pod (or map it); grow it on the node when a larger size is
+   desired (filesystem and block volumes, as the kubelet's ``volumeNeedsExpansion``);
 3. for every volume no pod wants and no pod uses any more: unmount the device (or unmap
    it), then detach it, then forget it;
 4. remove the directories of pods that are gone once nothing of theirs is left (an
@@ -219,7 +220,7 @@ class Reconciler:
                     OperationKind.MAP, v.unique_name, pod_key, self.generator.map(v),
                     pod=v.pod_uid,
                 )
-            return 0
+            return self._expand_if_grown(v, av)
         if v.device_mountable and av.device_state is not MountState.MOUNTED:
             return self._start(
                 OperationKind.MOUNT_DEVICE, v.unique_name, "", self.generator.mount_device(v)
@@ -229,13 +230,23 @@ class Reconciler:
                 OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v),
                 pod=v.pod_uid,
             )
-        grown = v.size is not None and av.size is not None and v.size > av.size
-        if grown and self.generator.mgr.find_node_expandable_plugin_by_name(v.plugin_name):
-            assert v.size is not None
-            return self._start(
-                OperationKind.EXPAND, v.unique_name, "", self.generator.expand(v, v.size)
-            )
-        return 0
+        return self._expand_if_grown(v, av)
+
+    def _grown(self, v: VolumeToMount, av: AttachedVolume) -> int | None:
+        """The size to expand the mounted (or mapped) volume to on the node, or None: the
+        kubelet's ``volumeNeedsExpansion`` (a larger size desired than the volume has, the
+        volume not read-only, a plugin that expands on nodes), filesystem and block alike."""
+        if v.size is None or av.size is None or v.size <= av.size or v.spec.read_only:
+            return None
+        if self.generator.mgr.find_node_expandable_plugin_by_name(v.plugin_name) is None:
+            return None
+        return v.size
+
+    def _expand_if_grown(self, v: VolumeToMount, av: AttachedVolume) -> int:
+        size = self._grown(v, av)
+        if size is None:
+            return 0
+        return self._start(OperationKind.EXPAND, v.unique_name, "", self.generator.expand(v, size))
 
     def _remount_due(self, v: VolumeToMount) -> bool:
         """Whether a mounted volume is due for its periodic set-up (the kubelet's remount
@@ -280,6 +291,7 @@ class Reconciler:
             )
         if not self.executor.is_pending(OperationKey(volume=av.unique_name)):
             self.actual.remove_volume(av.unique_name)
+            self.generator.sizes.forget(av.unique_name)
         return 0
 
     # 4 ------------------------------------------------------------------------------------
@@ -342,6 +354,14 @@ class Reconciler:
             if pod is None or pod.state is not MountState.MOUNTED:
                 state = pod.state.value if pod is not None else "not set up"
                 work.append(f"pod {v.pod_uid} volume {v.outer_name!r}: {state}")
+                continue
+            av = self.actual.volume(v.unique_name)
+            size = None if av is None else self._grown(v, av)
+            if size is not None:
+                work.append(
+                    f"pod {v.pod_uid} volume {v.outer_name!r}: not expanded to {size} bytes "
+                    f"on the node yet"
+                )
         for av in self.actual.volumes():
             for m in av.pods:
                 if self.managed(m.pod_uid) and not self.desired.is_desired(

@@ -125,13 +125,18 @@ class RunningAgent:
         return f"http://{self.agent.server.address}{path}"
 
     def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """``/metrics`` as Prometheus' text parser reads it, by series; a series given twice
+        (which Prometheus would silently take one of) fails the test."""
         with urllib.request.urlopen(self.url("/metrics"), timeout=10) as resp:
             text = resp.read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
+        samples = [
+            ((s.name, tuple(sorted(s.labels.items()))), s.value)
             for family in text_string_to_metric_families(text)
             for s in family.samples
-        }
+        ]
+        out = dict(samples)
+        assert len(out) == len(samples), f"duplicate series in /metrics:\n{text}"
+        return out
 
 
 class AgentThreads:
@@ -276,7 +281,7 @@ def test_metrics_match_kubevol_metrics(
     assert main(["csi", "node", "stats", "-e", env.driver.endpoint, "-o", "json",
                  f"{handle}:{mount}"]) == 0
     (stats,) = json.loads(capsys.readouterr().out)
-    by_unit = {u["unit"]: u for u in stats["usage"]}
+    by_unit = {t.UsageUnit[u["unit"]]: u for u in stats["usage"]}  # enums by name
     # A CSI volume's figures are its driver's NodeGetVolumeStats, as in the kubelet; the
     # hostpath driver measures used bytes and inodes with du, as `kubevol metrics` does.
     expected = {

@@ -22,6 +22,7 @@ from kubevol.errors import (
     TransientOperationError,
     is_operation_finished,
 )
+from kubevol.layout import validate_path_segment
 from kubevol.mount.helpers import remove_tree_on_one_device
 from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.attach import attachment_name
@@ -45,7 +46,12 @@ from kubevol.plugins.csi.voldata import (
     with_context,
 )
 from kubevol.spec import Spec, pod_uid
-from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
+from kubevol.volume import (
+    CustomBlockVolumeMapper,
+    CustomBlockVolumeUnmapper,
+    Metrics,
+    MetricsProvider,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +104,9 @@ def new_block_unmapper(ctx: CSIContext, volume_name: str, pod_uid: str) -> CSIBl
     )
 
 
-class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
-    """Stages and publishes (and undoes both for) one block volume of one pod."""
+class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, MetricsProvider):
+    """Stages and publishes (and undoes both for) one block volume of one pod, and
+    measures it."""
 
     def __init__(
         self,
@@ -143,11 +150,21 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper):
         down concerns no pod, and the kubelet then passes an empty pod UID."""
         return paths.block_publish_path(self.ctx.host, self.spec_name, self.pod_uid)
 
+    def get_metrics_path(self) -> str:
+        """``volumeDevices/<spec>/dev/<podUID>``: the pod's bind of the device under the
+        global map path, where the kubelet asks for a block volume's stats (its
+        ``NewMetricsCsi(handle, blockPath+"/"+podUID, driver)``, kubernetes#97972)."""
+        return os.path.join(
+            paths.block_global_map_path(self.ctx.host, self.spec_name),
+            validate_path_segment(self.pod_uid, "pod UID"),
+        )
+
     def get_metrics(self) -> Metrics:
-        """NodeGetVolumeStats on the publish path."""
+        """NodeGetVolumeStats on :meth:`get_metrics_path` (the driver reports the device's
+        capacity there; used and inodes may be left out, and then read 0)."""
         return CSIMetrics(
             ctx=self.ctx, driver=self.driver, volume_id=self.volume_handle,
-            target_path=self.get_publish_path(),
+            target_path=self.get_metrics_path(),
         ).get_metrics()
 
     # --- set up ---------------------------------------------------------------------

@@ -376,3 +376,35 @@ def test_shared_filesystem_has_lustres_mount_shape(
         c.node_unstage_volume(vid, staging)
     assert loops_under(tmp_path) == []
     assert code_of(lambda: c.create_volume("blk", [BLOCK])) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_block_stats_at_a_bind_of_the_published_device(
+    hostpath: Served, tmp_path: Path, staging_dir: StagingDir
+) -> None:
+    """NodeGetVolumeStats answers at a bind of a block volume's published device elsewhere
+    (where the kubelet asks: its own bind under the global map path) with the device's
+    size, and NOT_FOUND at a bind of another volume's device."""
+    c = hostpath.client
+    stagings = [staging_dir("stats-a"), staging_dir("stats-b")]
+    vid, target = stage_and_publish(hostpath, tmp_path, stagings[0], BLOCK)
+    other, other_target = stage_and_publish(hostpath, tmp_path, stagings[1], BLOCK, name="other")
+    binds = []
+    for name, source in (("mine", target), ("theirs", other_target)):
+        bind = tmp_path / "map" / name
+        bind.parent.mkdir(exist_ok=True)
+        bind.touch()
+        subprocess.run(["mount", "--bind", source, str(bind)], check=True)
+        binds.append(str(bind))
+    try:
+        (usage,) = c.node_get_volume_stats(vid, binds[0]).usage
+        assert (usage.unit, usage.total) == (t.UsageUnit.BYTES, 64 * MiB)
+        assert code_of(lambda: c.node_get_volume_stats(vid, binds[1])) == (
+            grpc.StatusCode.NOT_FOUND
+        )
+    finally:
+        for path in binds:
+            subprocess.run(["umount", path], check=True)
+    published = ((vid, target, stagings[0]), (other, other_target, stagings[1]))
+    for volume_id, path, staging in published:
+        c.node_unpublish_volume(volume_id, path)
+        c.node_unstage_volume(volume_id, staging)

@@ -10,6 +10,7 @@ publishing needs the volume staged at ``staging_target_path``.
 from __future__ import annotations
 
 import os
+import stat
 
 import attrs
 
@@ -18,7 +19,12 @@ from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csidriver.drivers.engine import checks
 from kubevol.csidriver.drivers.engine.core import Engine
-from kubevol.csidriver.drivers.engine.records import Publication, Staging, VolumeRecord
+from kubevol.csidriver.drivers.engine.records import (
+    AccessKind,
+    Publication,
+    Staging,
+    VolumeRecord,
+)
 from kubevol.csidriver.drivers.engine.rpc import Code, absolute_path, capability, fail, require
 from kubevol.csidriver.drivers.engine.settings import MULTI_TARGET_MODES, READ_ONLY_MODES
 from kubevol.csidriver.server.services import Context, Message, NodeService
@@ -189,9 +195,15 @@ class EngineNode(NodeService):
             self.engine.put_volume(attrs.evolve(vol, publications=remaining))
         return csi_pb2.NodeUnpublishVolumeResponse()
 
-    def _known_path(self, vol: VolumeRecord, raw: str) -> str:
+    def _known_path(self, vol: VolumeRecord, raw: str, *, device_binds: bool = False) -> str:
+        """``raw`` normalised when the volume is staged or published there; with
+        ``device_binds``, also a bind of a block volume's published device node elsewhere
+        (the kubelet measures block volumes at its own bind under the global map path).
+        NOT_FOUND otherwise."""
         path = os.path.normpath(raw) if raw.startswith("/") else ""
         if path and (path in vol.publications or (vol.staging and vol.staging.path == path)):
+            return path
+        if path and device_binds and _binds_published_device(vol, path):
             return path
         fail(Code.NOT_FOUND, f"volume {vol.volume_id} is not staged or published at {raw!r}")
 
@@ -201,7 +213,7 @@ class EngineNode(NodeService):
         require(request.volume_id, "volume_id")
         require(request.volume_path, "volume_path")
         vol = self._volume(request.volume_id)
-        path = self._known_path(vol, request.volume_path)
+        path = self._known_path(vol, request.volume_path, device_binds=True)
         stats = self.engine.backend.volume_stats(vol, path)
         if not self.settings.has_node(Cap.VOLUME_CONDITION):
             stats = attrs.evolve(stats, volume_condition=None)
@@ -239,3 +251,23 @@ class EngineNode(NodeService):
                 max_volumes_per_node=self.settings.max_volumes_per_node,
             )
         )
+
+
+def _binds_published_device(vol: VolumeRecord, path: str) -> bool:
+    """Whether ``path`` is a block device node that is the very device published at one of
+    a block volume's targets (the same device number)."""
+    if vol.kind is not AccessKind.BLOCK or not vol.publications:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISBLK(st.st_mode):
+        return False
+    for target in vol.publications:
+        try:
+            if os.stat(target).st_rdev == st.st_rdev:
+                return True
+        except OSError:
+            continue
+    return False
