@@ -191,3 +191,4 @@ _.kubelet_errors  # node/host.py: the reading side of VolumeHost.set_kubelet_err
 _.pod_mounts  # node/mountcheck.py: public, one pod of mounts_by_pod
 _.records_for  # node/records.py: public, records built from manifests
 _.open_node  # node/runtime.py: the library's documented entry point
+_.NORMAL  # k8s/events.py: public, the event type besides WARNING

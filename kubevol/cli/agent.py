@@ -4,27 +4,46 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 from types import FrameType
 
+from kubevol.cli.exits import UsageError
 from kubevol.cli.node_common import add_root_flags, open_runtime
 from kubevol.cli.parser import DURATION
 from kubevol.node.privileges import require_privileges
 
-#: The default metrics address (the kubelet's read-only port, on loopback only).
-DEFAULT_METRICS_ADDRESS = "127.0.0.1:10255"
+#: The default metrics address, on loopback only. Not the kubelet's read-only port 10255
+#: (nor any port of the kubelet: 10248 healthz, 10250 API; of kube-proxy: 10249, 10256; of
+#: the control plane: 10257-10259; of the CSI sidecars: 9808-9809), so that an agent and a
+#: kubelet can share a node.
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:10264"
+#: Ports the agent's metrics must not default to: the kubelet's and kube-proxy's.
+KUBELET_PORTS = frozenset({10248, 10249, 10250, 10255, 10256})
+
+
+def metrics_address(text: str) -> str:
+    """``--metrics-address``: ``HOST:PORT`` with a port from 0 to 65535 (empty: off);
+    anything else is a usage error."""
+    if not text:
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected HOST:PORT with a port from 0 to 65535")
+    if not host:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT (e.g. 127.0.0.1:{port})")
+    return text
+
+
+metrics_address.__name__ = "HOST:PORT"
 
 
 def run(args: argparse.Namespace) -> int:
     require_privileges("kubevol agent")
-    from kubevol.cli.status import agent_rows
-    from kubevol.node.agent import Agent
-    from kubevol.node.agent_status import StatusServer
-    from kubevol.node.api_pods import APIServerPods
-    from kubevol.node.sdnotify import SystemdNotifier
-    from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
+    from kubevol.node.rootlock import RootWaitStopped
 
     stop = threading.Event()
 
@@ -34,10 +53,34 @@ def run(args: argparse.Namespace) -> int:
         )
         stop.set()
 
+    port = args.metrics_address.rpartition(":")[2]
+    if port.isdigit() and int(port) in KUBELET_PORTS:
+        print(f"warning: --metrics-address {args.metrics_address}: port {port} is one a "
+              "kubelet or kube-proxy on this node listens on", file=sys.stderr)
+    if args.manifests and os.path.exists(args.manifests) and not os.path.isdir(args.manifests):
+        raise UsageError(f"--manifests {args.manifests}: not a directory (the static pod "
+                         "directory; one that does not exist yet is waited for)")
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    # The agent holds the root for its lifetime: a one-shot command waits for it to stop.
-    with open_runtime(args, exclusive=True) as runtime, Agent(
+    try:
+        return _serve(args, stop)
+    except RootWaitStopped as exc:
+        # Stopped before it held the root: nothing was started, nothing to undo.
+        logging.getLogger("kubevol.agent").info("%s", exc)
+        return 0
+
+
+def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
+    from kubevol.cli.status import agent_rows
+    from kubevol.node.agent import Agent
+    from kubevol.node.agent_status import StatusServer
+    from kubevol.node.api_pods import APIServerPods
+    from kubevol.node.sdnotify import SystemdNotifier
+    from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
+
+    # The agent holds the root for its lifetime: a one-shot command waits for it to stop;
+    # a signal while the agent waits for another holder ends the wait (RootWaitStopped).
+    with open_runtime(args, exclusive=True, stop=stop) as runtime, Agent(
         runtime,
         manifest_dir=args.manifests,
         api_pods=(
@@ -85,8 +128,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_root_flags(parser)
     parser.add_argument(
         "--manifests", metavar="DIR", default=None,
-        help="static pod directory: YAML files of Pods with the PersistentVolumes and "
-        "Claims they use (the kubelet's --pod-manifest-path)",
+        help="static pod directory: files of Pods with the PersistentVolumes, Claims, "
+        "ConfigMaps and Secrets they use, as kubevol up takes them (the kubelet's "
+        "--pod-manifest-path; *.yaml, *.yml, *.json). One that does not exist yet is "
+        "waited for, as the kubelet waits",
     )
     parser.add_argument(
         "--plugins-registry", metavar="DIR", default=None,
@@ -95,8 +140,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metrics-address", metavar="HOST:PORT", default=DEFAULT_METRICS_ADDRESS,
-        help=f"where to serve /metrics and /healthz; empty: not served "
-        f"(default: {DEFAULT_METRICS_ADDRESS})",
+        type=metrics_address,
+        help=f"where to serve /metrics and /healthz; empty: not served (default: "
+        f"{DEFAULT_METRICS_ADDRESS}, a port no kubelet uses: its read-only 10255 stays free)",
     )
     # For tests that kill the agent: retry failed operations sooner than the kubelet's 2m2s.
     parser.add_argument("--max-backoff", type=DURATION, default=None, help=argparse.SUPPRESS)

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kubevol.cli.node_common import add_root_flags, open_runtime, report_sync
+from kubevol.cli.exits import UsageError
+from kubevol.cli.node_common import (
+    Progress,
+    add_root_flags,
+    load_manifests,
+    not_done,
+    open_runtime,
+    report_sync,
+    require_root,
+)
+from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
 from kubevol.cli.parser import DURATION
 from kubevol.errors import KubevolError
 from kubevol.mount.mountread import read_mountinfo_bytes
 from kubevol.mount.table import MountTable
-from kubevol.node.manifests import load_manifest_files, manifest_pod_uid
+from kubevol.node.manifests import manifest_pod_uid
 from kubevol.node.mountcheck import mounts_by_pod
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import PodRecord, PodState, RecordError
@@ -23,19 +34,37 @@ from kubevol.util.deadline import Deadline
 if TYPE_CHECKING:
     from kubevol.node.runtime import NodeRuntime  # brings grpc: loaded by open_runtime
 
+#: ``-o`` tables: one row per pod asked for, then what the tear-down left not done.
+TABLES = (
+    Table(columns=columns("pod_uid", "state", Column("mounts_left", header="MOUNTS LEFT"),
+                          Column("example", wide=True)),
+          at="pods", name="pod_uid"),
+    Table(columns=columns("kind", "key", "error"), at="not_done.failures",
+          title="not done"),
+)
+
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
     require_privileges("kubevol down")
     if bool(args.manifests) == bool(args.pod_uid):
-        raise KubevolError("give either POD_MANIFEST files or --pod-uid, not both or neither")
-    if args.manifests:
-        uids = [manifest_pod_uid(p) for p in load_manifest_files(args.manifests).pods]
-    else:
-        uids = [validate_pod_uid(u) for u in args.pod_uid]
+        raise UsageError("give either POD_MANIFEST files or --pod-uid, not both or neither")
+    require_root(args)
+    try:
+        if args.manifests:
+            uids = [manifest_pod_uid(p) for p in load_manifests(args.manifests).pods]
+        else:
+            uids = [validate_pod_uid(u) for u in args.pod_uid]
+    except KubevolError as exc:
+        raise UsageError(str(exc)) from exc
     with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
+        before = mounts_by_pod(runtime.host.root_dir, MountTable(read_mountinfo_bytes()))
+        # A pod kubevol has no trace of (no record, no directory, nothing mounted) is not
+        # found, as kubectl delete says NotFound: a typo in a UID is not "gone".
+        missing = [u for u in uids if not _known(runtime, u, before)]
+        asked = [u for u in uids if u not in missing]
         terminating = []
-        for uid in uids:
+        for uid in asked:
             try:
                 old = runtime.records.read(uid)
             except RecordError as exc:
@@ -51,25 +80,74 @@ def run(args: argparse.Namespace) -> int:
         pods = runtime.volume_manager(workers=args.workers)
         try:
             pods.reconstruct()
-            result = pods.sync(timeout=args.timeout)
+            # The volumes of the pods asked for: their failures (an unstage refused) are
+            # this command's; another pod stuck on the root is reported, not counted.
+            ours = {m.unique_name for av in pods.manager.actual.volumes() for m in av.pods
+                    if m.pod_uid in asked}
+            with Progress(pods.manager, deadline, "tearing down"):
+                result = pods.sync(timeout=args.timeout)
         finally:
             pods.close()
         # Never "gone" while anything of the pod is mounted, whatever the records say.
-        table = MountTable(read_mountinfo_bytes())
-        by_pod = mounts_by_pod(runtime.host.root_dir, table)
-        mounted = {u: by_pod.get(u, []) for u in uids}
-        left = [u for u in uids if mounted[u] or _recorded(runtime, u)]
-        for uid in uids:
-            if uid not in left:
-                print(f"{uid}: gone")
-            elif mounted[uid]:
-                print(f"{uid}: still being torn down ({len(mounted[uid])} mounts left, "
-                      f"e.g. {mounted[uid][0]})")
-            else:
-                print(f"{uid}: still being torn down")
-        report_sync(result, sys.stderr)
-        # The pods asked for decide: another pod stuck on the root is reported, not ours.
-        return 0 if not left else 1
+        by_pod = mounts_by_pod(runtime.host.root_dir, MountTable(read_mountinfo_bytes()))
+        failed = [f for f in result.failures
+                  if f.key.volume in ours or f.key.pod in asked]
+        rows = [_row(runtime, uid, by_pod.get(uid, []), uid in missing) for uid in uids]
+        ours_done = attrs.evolve(result, failures=tuple(failed),
+                                 converged=result.converged or not failed)
+        left = [r for r in rows if r["state"] != "gone"]
+        why = None
+        if left or not ours_done.converged:
+            why = not_done(ours_done) or {"reason": "pods left", "pending": [], "failures": []}
+            why["pods"] = [f"{r['pod_uid']}: {r['state']}" for r in left]
+        _print({"pods": rows, "not_done": why}, args)
+        if not ours_done.converged:
+            report_sync(ours_done, sys.stderr)
+        for r in left:
+            if r["state"] == NOT_FOUND:
+                print(f"kubevol down: pod {r['pod_uid']} not found under "
+                      f"{runtime.host.root_dir} (no record, no directory, nothing mounted)",
+                      file=sys.stderr)
+        if args.ignore_not_found:
+            left = [r for r in left if r["state"] != NOT_FOUND]
+        return 0 if not left and ours_done.converged else 1
+
+
+#: A pod asked for of which kubevol found no trace.
+NOT_FOUND = "not found"
+
+
+def _known(runtime: NodeRuntime, uid: str, mounts: dict[str, list[str]]) -> bool:
+    return (runtime.records.has(uid) or os.path.lexists(runtime.host.get_pod_dir(uid))
+            or bool(mounts.get(uid)))
+
+
+def _row(runtime: NodeRuntime, uid: str, mounted: list[str], missing: bool) -> dict[str, object]:
+    if missing:
+        state = NOT_FOUND
+    elif mounted or _recorded(runtime, uid):
+        state = "terminating"
+    else:
+        state = "gone"
+    return {"pod_uid": uid, "state": state, "mounts_left": len(mounted),
+            "example": mounted[0] if mounted else None}
+
+
+def _print(data: dict[str, Any], args: argparse.Namespace) -> None:
+    """``-o``'s format; without ``-o``, one line a pod (``UID: gone``)."""
+    if "output" in args:
+        emit(data, TABLES, args, sys.stdout)
+        return
+    for row in data["pods"]:
+        if row["state"] == "gone":
+            print(f"{row['pod_uid']}: gone")
+        elif row["state"] == NOT_FOUND:
+            print(f"{row['pod_uid']}: not found")
+        elif row["mounts_left"]:
+            print(f"{row['pod_uid']}: still being torn down ({row['mounts_left']} mounts "
+                  f"left, e.g. {row['example']})")
+        else:
+            print(f"{row['pod_uid']}: still being torn down")
 
 
 def _recorded(runtime: NodeRuntime, uid: str) -> bool:
@@ -83,14 +161,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Unmount the volumes of the pods named by POD_MANIFEST files (or by --pod-uid), "
         "unstage and detach devices no other pod uses, and remove the pods' directories. "
-        "Works after a crash: what is mounted is found on disk."
+        "Works after a crash: what is mounted is found on disk. Exits 0 only when every "
+        "pod asked for is gone and each of its volumes torn down (unstaged, detached); "
+        "else 1, naming what is not done and why (on stderr, and under not_done in -o "
+        "json). A pod of which nothing is found under --root is 'not found' (exit 1, as "
+        "kubectl delete says NotFound) unless --ignore-not-found. Without -o: one line a "
+        "pod, 'UID: gone'."
     )
     parser.add_argument("manifests", nargs="*", metavar="POD_MANIFEST")
     parser.add_argument("--pod-uid", action="append", default=[], metavar="UID",
                         help="a pod to tear down by UID (repeatable)")
+    parser.add_argument("--ignore-not-found", action="store_true",
+                        help="a pod of which nothing is found is not an error (as kubectl's)")
     add_root_flags(parser)
     parser.add_argument("--timeout", type=DURATION, default=120.0,
                         help="how long to keep retrying: a Go duration (2m, 90s) or seconds "
                         "(default: 2m)")
     parser.add_argument("--workers", type=int, default=8, help=argparse.SUPPRESS)
+    add_output_flags(parser, suppress=True)
     parser.set_defaults(func=run)
+

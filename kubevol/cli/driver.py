@@ -4,7 +4,8 @@ version information.
 ``kubevol driver serve mock|hostpath`` serves until SIGTERM/SIGINT, on ``--endpoint`` (or
 ``$CSI_ENDPOINT``); the framework's ``X_CSI_*`` variables apply (``-v`` turns request and
 response logging on, secrets redacted). ``kubevol driver version`` prints the driver name
-and version, git commit, build date, Python version and platform as YAML.
+and version, git commit, build date, Python version and platform as YAML. ``kubevol driver
+e2e`` plays the kubelet against a driver (:mod:`kubevol.testing.e2e`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from kubevol.cli import exits
 from kubevol.cli.logs import verbosity_level
 from kubevol.cli.output import Table, add_output_flags, columns, emit
-from kubevol.cli.parser import SIZE, plain_text
+from kubevol.cli.parser import DURATION, SIZE, plain_text
 from kubevol.csi import types as t
 from kubevol.csidriver.drivers import mock
 from kubevol.csidriver.drivers.common import DEFAULT_NODE_ID, version_info, version_yaml
@@ -26,6 +27,7 @@ from kubevol.csidriver.drivers.hostpath import DRIVER_NAME as HOSTPATH_NAME
 from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csidriver.drivers.sharedfs import DRIVER_NAME as SHAREDFS_NAME
 from kubevol.csidriver.drivers.sharedfs import OnDelete, SharedFSConfig, SharedFSDriver
+from kubevol.csidriver.sanity.inputs import Secrets, load_parameters, load_secrets
 from kubevol.csidriver.server import StoragePlugin, serve
 from kubevol.csidriver.server.bootstrap import (
     DEFAULT_MAX_VOLUME_BYTES,
@@ -36,6 +38,18 @@ from kubevol.csidriver.server.bootstrap import __doc__ as bootstrap_doc
 from kubevol.csidriver.server.config import describe_environment
 
 DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
+E2E_HELP = """Play the kubelet against the CSI driver at --endpoint: kubevol's node volume
+manager and kubernetes.io/csi plugin, on a private kubelet-style root, run the node-side
+patterns of Kubernetes' storage e2e suites (volumes, volume_io, multivolume, volumemode,
+volume_expand, subpath, disruptive) that apply to what the driver advertises. Each check
+names the upstream test it mirrors; a failure shows what the kubelet sent, what the driver
+answered, what was expected and why.
+
+Needs root, and the driver's mount namespace: with --driver-command the suite starts the
+driver itself, both in a private mount namespace (it re-executes itself under
+unshare -m --propagation private); otherwise run both in one namespace.
+
+Exit status: 0 every applicable check passed, 1 one failed, 64 usage error."""
 DEFAULT_SHAREDFS_STATE_DIR = "/var/lib/kubevol/csi-sharedfs"
 DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME, "sharedfs": SHAREDFS_NAME}
 
@@ -154,6 +168,89 @@ def new_project(args: argparse.Namespace) -> int:
     return exits.OK
 
 
+#: Set in the environment of ``kubevol driver e2e`` re-executed in a mount namespace of its
+#: own, so that it does not do it again.
+E2E_NAMESPACE_ENV = "KUBEVOL_E2E_OWN_NAMESPACE"
+
+
+def e2e(args: argparse.Namespace) -> int:
+    """``kubevol driver e2e``: the kubelet-in-a-box suite against the driver at --endpoint."""
+    from kubevol.testing.e2e import (
+        CHECKS,
+        DriverProcess,
+        E2EConfig,
+        E2EError,
+        Status,
+        run_checks,
+        selected,
+    )
+    from kubevol.testing.e2e.runner import mount_namespace, private_mounts, server_pid
+
+    def usage(message: str) -> int:
+        print(f"kubevol driver e2e: {message}", file=sys.stderr)
+        return exits.USAGE
+
+    try:
+        chosen = selected(CHECKS, args.select)
+    except ValueError as exc:
+        return usage(str(exc))
+    if args.list:
+        for check in chosen:
+            print(f"{check.name}\t{check.mirrors}")
+        return exits.OK
+    endpoint = args.endpoint or os.environ.get("CSI_ENDPOINT", "")
+    if not endpoint:
+        return usage("no endpoint: use --endpoint unix:///path/to/csi.sock")
+    if os.geteuid() != 0:
+        return usage("needs root: it mounts volumes as the kubelet does")
+    try:
+        config = E2EConfig(
+            endpoint=endpoint, volume_size=args.volume_size,
+            parameters=load_parameters(args.parameters) if args.parameters else {},
+            secrets=load_secrets(args.secrets) if args.secrets else Secrets(),
+            mount_options=tuple(o for o in args.mount_options.split(",") if o),
+            timeout=args.timeout, work_dir=os.path.abspath(args.work_dir) if args.work_dir
+            else "", select=args.select,
+        )
+    except ValueError as exc:
+        return usage(str(exc))
+    driver = None
+    if args.restart_command:
+        own = os.environ.get(E2E_NAMESPACE_ENV) == "1"
+        if not own and not private_mounts():
+            # The driver is ours to start: both run in a private mount namespace, so that
+            # nothing either mounts is seen (or left) outside.
+            os.environ[E2E_NAMESPACE_ENV] = "1"
+            argv = ["unshare", "-m", "--propagation", "private", sys.executable, "-m",
+                    "kubevol.cli.main", *sys.argv[1:]]
+            os.execvp(argv[0], argv)
+        driver = DriverProcess(args.restart_command, endpoint)
+    else:
+        pid = server_pid(endpoint)
+        try:
+            theirs = mount_namespace(pid) if pid else ""
+        except OSError:
+            theirs = ""  # another PID namespace: nothing to compare
+        if theirs and theirs != mount_namespace():
+            return usage(
+                f"the driver (pid {pid}) runs in another mount namespace: its mounts are not "
+                "visible here. Run both in one, e.g. unshare -m --propagation private sh -c "
+                "'kubevol driver serve hostpath --endpoint ... & kubevol driver e2e ...', or "
+                "give --driver-command")
+    try:
+        if driver is not None:
+            driver.start()
+        outcomes = run_checks(config, out=sys.stdout,
+                              restart=driver.restart if driver is not None else None)
+    except E2EError as exc:
+        print(f"kubevol driver e2e: {exc}", file=sys.stderr)
+        return exits.FAILED
+    finally:
+        if driver is not None:
+            driver.stop()
+    return exits.FAILED if any(o.status is Status.FAILED for o in outcomes) else exits.OK
+
+
 def version(args: argparse.Namespace) -> int:
     name = DRIVERS.get(args.driver, args.driver)
     if args.output.kind == "yaml":
@@ -187,6 +284,49 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-v", "--debug", action="store_true", help="debug logging of every request and response"
     )
+
+
+def _configure_e2e(verbs: Any) -> None:
+    """``kubevol driver e2e``'s options (csi-sanity's names where they mean the same)."""
+    e2e_parser = verbs.add_parser(
+        "e2e",
+        help="play the kubelet against a driver: the node side of Kubernetes' storage e2e "
+        "suites, without a cluster",
+        description=plain_text(E2E_HELP),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e2e_parser.add_argument("--endpoint", default=None,
+                            help="the driver's endpoint (default: $CSI_ENDPOINT)")
+    e2e_parser.add_argument(
+        "--csi.testvolumesize", dest="volume_size", type=SIZE, default=64 << 20, metavar="SIZE",
+        help="size of the test volumes, bytes or a quantity like 16Mi (default: 64Mi)")
+    e2e_parser.add_argument("--csi.testvolumeparameters", dest="parameters", default="",
+                            metavar="FILE", help="CreateVolume parameters (YAML)")
+    e2e_parser.add_argument(
+        "--csi.secrets", dest="secrets", default="", metavar="FILE",
+        help="secrets (csi-sanity's YAML: CreateVolumeSecret, NodeStageVolumeSecret, ...; "
+        "the node ones reach the driver through the PV's secret references)")
+    e2e_parser.add_argument("-k", dest="select", default="", metavar="EXPRESSION",
+                            help="run the checks whose names match, e.g. 'subpath or "
+                            "disruptive and not block'")
+    e2e_parser.add_argument(
+        "--driver-command", dest="restart_command", default="", metavar="COMMAND",
+        help="a shell command that serves the driver at --endpoint: the suite starts it (in "
+        "its own mount namespace) and restarts it for the checks that need it; without it "
+        "those are skipped")
+    e2e_parser.add_argument(
+        "--mount-options", default="nodev,noexec", metavar="OPT[,OPT]",
+        help="mountOptions of the PV in the mount options check (default: nodev,noexec; "
+        "empty: skipped)")
+    e2e_parser.add_argument("--timeout", type=DURATION, default=60.0,
+                            help="how long the node side may take to converge per step "
+                            "(default: 60s)")
+    e2e_parser.add_argument("--work-dir", default="", metavar="DIR",
+                            help="where the kubelet roots go (default: a temporary directory, "
+                            "removed afterwards)")
+    e2e_parser.add_argument("--list", action="store_true",
+                            help="list the checks (and the upstream tests they mirror)")
+    e2e_parser.set_defaults(func=e2e)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -333,6 +473,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "suite for (default: 1Gi)",
     )  # fmt: skip
     new_parser.set_defaults(func=new_project)
+
+    _configure_e2e(verbs)
 
     version_parser = verbs.add_parser("version", help="print version information as YAML")
     version_parser.add_argument(

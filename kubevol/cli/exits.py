@@ -10,9 +10,13 @@ import argparse
 import sys
 from collections.abc import Iterable
 
+from kubevol.errors import KubevolError
+
 #: The command did what was asked.
 OK = 0
-#: The command ran and failed, or (``status``, ``up``, ``down``, ``demo``) found a problem.
+#: The command ran and failed, or did not do everything it was asked (``up``, ``down``,
+#: ``reconstruct --repair``: a volume not mounted or not torn down, a pod not found), or
+#: (``status``, ``demo``) found a problem; the reason is on stderr and in ``-o json``.
 FAILED = 1
 #: ``kubevol mount-refs``: the unmount is blocked.
 BLOCKED = 3
@@ -36,7 +40,8 @@ DEBUG_ENV = "KUBEVOL_DEBUG"
 EPILOG = f"""\
 exit status:
   {OK:<4} success
-  {FAILED:<4} the command failed (the reason is on stderr)
+  {FAILED:<4} the command failed or did not do all it was asked (up, down, reconstruct
+       --repair: what is not done, and why, is on stderr and in -o json)
   1-16 kubevol csi: the gRPC status code the driver answered (1 CANCELLED ... 16
        UNAUTHENTICATED)
   {BLOCKED:<4} kubevol mount-refs: the unmount is blocked
@@ -52,6 +57,11 @@ environment:
   CSI_ENDPOINT   the driver kubevol csi calls (default of --endpoint)
   X_CSI_SECRETS  K=V,K=V secrets kubevol csi sends (unless --secrets-file)
   KUBEVOL_DEBUG  set to show the traceback of an internal error"""
+
+
+class UsageError(KubevolError, ValueError):
+    """A flag's value or an input file is wrong (a missing manifest, ``--node-label foo``,
+    a flag that goes with another): nothing was done. ``kubevol`` exits :data:`USAGE`."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

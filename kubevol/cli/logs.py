@@ -47,17 +47,26 @@ def _verbosity(text: str) -> int:
     return value
 
 
-def add_logging_flags(parser: argparse.ArgumentParser) -> None:
-    """``-v/--v N`` and ``--log-format`` (on the main parser: before the command)."""
-    parser.add_argument(
-        "-v", "--v", dest="verbosity", type=_verbosity, default=None, metavar="N",
-        help="log verbosity, klog's 0-10: 0 warnings and errors, 1-3 information, "
-        "4+ debug (default: 0; 2 for agent and driver serve)",
-    )
-    parser.add_argument(
-        "--log-format", choices=("text", "json"), default="text",
-        help="log lines as text or as one JSON object each (default: text)",
-    )
+def add_logging_flags(parser: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    """``-v/--v N`` and ``--log-format`` on the main parser (before the command); with
+    ``after_command``, on a command's parser too (``kubevol status -v 3``), defaulting to
+    what the main parser took, and without ``-v`` where the command has a ``-v`` of its own
+    (``driver serve``'s ``--debug``): ``--v N`` works there."""
+    taken = parser._option_string_actions
+    default: object = argparse.SUPPRESS if after_command else None
+    names = [n for n in ("-v", "--v") if n not in taken]
+    if names:
+        parser.add_argument(
+            *names, dest="verbosity", type=_verbosity, default=default, metavar="N",
+            help="log verbosity, klog's 0-10: 0 warnings and errors, 1-3 information, "
+            "4+ debug (default: 0; 2 for agent and driver serve)",
+        )
+    if "--log-format" not in taken:
+        parser.add_argument(
+            "--log-format", choices=("text", "json"),
+            default=argparse.SUPPRESS if after_command else "text",
+            help="log lines as text or as one JSON object each (default: text)",
+        )
 
 
 class _TextFormatter(logging.Formatter):

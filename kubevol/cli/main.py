@@ -12,6 +12,7 @@ Exit codes are listed in :mod:`kubevol.cli.exits`.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import gc
 import importlib
@@ -19,11 +20,11 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kubevol.cli import exits
 from kubevol.cli.logs import add_logging_flags, setup_logging
-from kubevol.cli.parser import ArgumentParser, plain_text
+from kubevol.cli.parser import ArgumentParser, all_parsers, plain_text
 from kubevol.errors import KubevolError
 
 
@@ -64,6 +65,11 @@ COMMANDS: tuple[CommandInfo, ...] = (
         "rebuild from disk what is mounted under a kubelet-style root",
     ),
     CommandInfo(
+        "csi-drivers",
+        "kubevol.cli.csi_drivers",
+        "list or forget the CSI drivers remembered under a kubelet-style root",
+    ),
+    CommandInfo(
         "agent",
         "kubevol.cli.agent",
         "run as a node agent: keep the volumes of static pods mounted, serve metrics",
@@ -72,6 +78,11 @@ COMMANDS: tuple[CommandInfo, ...] = (
         "demo",
         "kubevol.cli.demo",
         "the whole story on a throw-away root: mount, crash, reconstruct, tear down",
+    ),
+    CommandInfo(
+        "completion",
+        "kubevol.cli.completion",
+        "print the shell completion script for bash, zsh or tcsh",
     ),
 )
 
@@ -108,6 +119,8 @@ def build_parser(argv: Sequence[str] | None = None) -> ArgumentParser:
         formatter_class=exits.HelpFormatter,
     )
     add_logging_flags(parser)
+    parser.add_argument("--version", action=VersionAction,
+                        help="print kubevol's version and git commit, and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = None if argv is None else chosen_command(argv)
     for info in COMMANDS:
@@ -115,7 +128,31 @@ def build_parser(argv: Sequence[str] | None = None) -> ArgumentParser:
         if argv is None or info.name == wanted:
             importlib.import_module(info.module).configure(sub)
             sub.description = plain_text(sub.description or info.summary)
+            # -v and --log-format after the command too, as kubectl takes its global flags.
+            for below in all_parsers(sub):
+                add_logging_flags(below, after_command=True)
     return parser
+
+
+def version_text() -> str:
+    """``kubevol VERSION (git commit SHA)``: the commit of the checkout, or the one the
+    wheel recorded when it was built (:mod:`kubevol.util.buildinfo`)."""
+    from kubevol._version import __version__
+    from kubevol.util.buildinfo import git_commit
+
+    return f"kubevol {__version__} (git commit {git_commit() or 'unknown'})"
+
+
+class VersionAction(argparse.Action):
+    """``--version``: print :func:`version_text` and exit 0 (computed only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, _option_string: str | None = None) -> None:
+        print(version_text())
+        parser.exit(exits.OK)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,6 +184,9 @@ def _run(argv: Sequence[str] | None) -> int:
             code: int = args.func(args)
         except BrokenPipeError:
             raise  # the reader went away: handled below, quietly
+        except exits.UsageError as exc:
+            print(f"kubevol {args.command}: {one_line(exc)}", file=sys.stderr)
+            return exits.USAGE
         except (KubevolError, OSError) as exc:
             # Expected failures (bad input, a full disk, a state dir that is a file, a
             # driver that went away): the reason, in one line.

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kubevol.cli.exits import UsageError
 from kubevol.cli.output import Column
 from kubevol.cli.parser import DEFAULT_ROOT, ROOT_ENV, default_root
-from kubevol.errors import KubevolError, MetricsError
+from kubevol.errors import KubevolError, MetricsError, SpecError
 from kubevol.mount.probe import PathProbe, UnresponsiveError
-from kubevol.node.manager import SyncResult
+from kubevol.node.manager import NodeVolumeManager, SyncResult
+from kubevol.node.manifests import Manifests
 from kubevol.node.mountcheck import MountCheck, MountSnapshot
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
-from kubevol.node.state import ActualState, DesiredPod
+from kubevol.node.state import ActualState, DesiredPod, MountState
 from kubevol.plugins import HOST_PATH_PLUGIN_NAME
 from kubevol.util.deadline import Deadline
 
@@ -76,23 +81,67 @@ def add_root_flags(parser: argparse.ArgumentParser, *, drivers: bool = True) -> 
     )
 
 
+#: What a kubelet-style root holds (any one of them): the kubelet's directories, or
+#: kubevol's own.
+ROOT_MARKS = ("pods", "plugins", "plugins_registry", "kubevol")
+
+
+def require_root(args: argparse.Namespace) -> str:
+    """``--root`` as an absolute path, for a command that reads a root or tears down on it:
+    raises UsageError when it does not exist, is not a directory, or holds files but none
+    of a kubelet's (``/tmp`` given by mistake), so that a wrong root never looks like an
+    empty node. (``up`` and ``agent`` make a root that does not exist yet.)"""
+    root = os.path.abspath(str(args.root))
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        raise UsageError(f"--root {root}: no such directory (give the kubelet-style root, "
+                         f"e.g. {DEFAULT_ROOT}, or set ${ROOT_ENV})") from None
+    except NotADirectoryError:
+        raise UsageError(f"--root {root}: not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"--root {root}: {exc.strerror}") from exc
+    if names and not set(names) & set(ROOT_MARKS):
+        raise UsageError(f"--root {root}: not a kubelet-style root (it has none of "
+                         f"{', '.join(n + '/' for n in ROOT_MARKS)})")
+    return root
+
+
+def load_manifests(paths: Sequence[str]) -> Manifests:
+    """The manifest files a command was given; a file that cannot be read or is not valid
+    is a usage error (nothing was done)."""
+    from kubevol.node.manifests import load_manifest_files
+
+    try:
+        return load_manifest_files(paths)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def open_runtime(
-    args: argparse.Namespace, *, deadline: Deadline | None = None, exclusive: bool = False
+    args: argparse.Namespace, *, deadline: Deadline | None = None, exclusive: bool = False,
+    stop: threading.Event | None = None,
 ) -> NodeRuntime:
     """The node runtime the flags describe. Raises KubevolError for a bad ``--csi-driver``.
 
     ``deadline`` (the command's ``--timeout``, from its start) bounds every CSI call and
     wait. ``exclusive`` (commands that change the root) holds the root's lock until the
-    runtime closes, waiting for another holder with a message, until the deadline.
+    runtime closes, waiting for another holder with a message, until the deadline or until
+    ``stop`` is set (the agent's signal handler sets it).
     """
-    from kubevol.node.runtime import NodeRuntime, parse_driver_flag  # brings grpc: load late
+    from kubevol.node.runtime import (  # brings grpc: load late
+        NodeRuntime,
+        check_driver_endpoint,
+        parse_driver_flag,
+    )
 
     drivers: dict[str, str] = {}
     for value in getattr(args, "csi_driver", []) or []:
         try:
             name, endpoint = parse_driver_flag(value)
-        except ValueError as exc:
-            raise KubevolError(f"--csi-driver: {exc}") from exc
+            check_driver_endpoint(name, endpoint)
+        except (ValueError, KubevolError) as exc:
+            raise UsageError(f"--csi-driver: {exc}") from exc
         drivers[name] = endpoint
     root = os.path.abspath(args.root)
     # Which tree a command reads or changes is never left to guess.
@@ -100,11 +149,14 @@ def open_runtime(
     entry_points: bool | list[str] = (
         False if args.no_entry_points else (args.plugins or True)
     )
-    lock = root_lock(args, deadline) if exclusive else None
+    lock = root_lock(args, deadline, stop) if exclusive else None
     runtime = NodeRuntime(
         root, node_name=args.node_name, csi_drivers=drivers,
         guard_policy=args.guard_policy, **api_options(args), entry_points=entry_points,
         deadline=deadline, lock=lock,
+        # A one-shot command refuses a driver given that does not answer (the agent keeps
+        # trying it); either way only a driver that answered is remembered.
+        drivers_must_answer=not getattr(args, "daemon", False),
     )
     if deadline is not None:
         # A volume that does not answer costs a third of the command's --timeout at most,
@@ -116,14 +168,17 @@ def open_runtime(
     return runtime
 
 
-def root_lock(args: argparse.Namespace, deadline: Deadline | None = None) -> RootLock:
+def root_lock(args: argparse.Namespace, deadline: Deadline | None = None,
+              stop: threading.Event | None = None) -> RootLock:
     """The lock on ``--root`` (not taken yet) that a command changing the root holds: it
-    waits for another holder with a message, until ``deadline``."""
+    waits for another holder with a message, until ``deadline`` or ``stop``. (A one-shot
+    command's SIGINT ends the wait as KeyboardInterrupt, its SIGTERM ends the process.)"""
     from kubevol.node.rootlock import RootLock
 
     return RootLock(
         os.path.abspath(args.root), timeout=(deadline or Deadline.never()).remaining(),
         on_wait=lambda message: print(f"kubevol {args.command}: {message}", file=sys.stderr),
+        stop=stop,
     )
 
 
@@ -143,7 +198,7 @@ def api_options(args: argparse.Namespace) -> dict[str, Any]:
                 config_file=args.kubeconfig
             )
         except Exception as exc:  # the client raises its own ConfigException and OSErrors
-            raise KubevolError(
+            raise UsageError(
                 f"--kubeconfig {args.kubeconfig}: cannot load it: {type(exc).__name__}"
             ) from exc
     if getattr(args, "token_provider", None):
@@ -151,12 +206,12 @@ def api_options(args: argparse.Namespace) -> dict[str, Any]:
             argv = beside_kubevol(shlex.split(args.token_provider))
             options["tokens"] = TokenManager(CommandTokenProvider(argv))
         except ValueError as exc:
-            raise KubevolError(f"--token-provider: {exc}") from exc
+            raise UsageError(f"--token-provider: {exc}") from exc
     labels: dict[str, str] = {}
     for value in getattr(args, "node_label", None) or []:
         key, sep, label = value.partition("=")
         if not sep or not key:
-            raise KubevolError(f"--node-label: expected KEY=VALUE, got {value!r}")
+            raise UsageError(f"--node-label: expected KEY=VALUE, got {value!r}")
         labels[key] = label
     if labels:
         options["node_labels"] = labels
@@ -177,6 +232,42 @@ def beside_kubevol(argv: list[str]) -> list[str]:
         if found:
             return [found, *argv[1:]]
     return argv
+
+
+#: The one vocabulary of a volume's state, the same in ``up``, ``status`` (scanned or
+#: answered by the agent) and ``reconstruct`` (its MOUNT column): each word and what it
+#: means. The README's "Volume states" lists the same words (a test checks it).
+VOLUME_STATES: dict[str, str] = {
+    "mounted": "a mount (or a block volume's device link) is in place",
+    "present": "set up as a plain directory, which has nothing to mount (an emptyDir on "
+    "the node's disk)",
+    "host path": "a hostPath volume: the node's own path, which exists",
+    "missing": "the volume's path (or a hostPath's node path) does not exist",
+    "not-mounted": "its plugin mounts it and nothing is mounted at its path",
+    "uncertain": "an operation on it ended without a known outcome; it is retried",
+    "corrupted": "a mount is there but cannot be read (a dead filesystem)",
+    "unresponsive": "a network or FUSE mount that did not answer in time (left as it is)",
+    "not set up": "a volume of a pod kubevol runs that is not set up yet (or failed)",
+    "unreadable": "its directory or vol_data.json could not be read back",
+    "unknown plugin": "a volume of a plugin kubevol does not have (left alone)",
+}
+
+
+def settle_states(rows: Iterable[dict[str, Any]], mounts: MountSnapshot) -> None:
+    """Turn the actual state's words in ``rows`` (``up``, the agent's answer) into those
+    a scan of the disk gives (:data:`VOLUME_STATES`): a volume set up is looked at to say
+    whether it is a mount or a plain directory, a hostPath is its node path."""
+    for row in rows:
+        if row["state"] == MountState.MOUNTED:
+            if row["plugin"] == HOST_PATH_PLUGIN_NAME:
+                row["state"] = _host_path_state(row["path"], mounts.probe)
+            else:
+                row["state"] = state_of_path(mounts, row["path"],
+                                             device=row["device"] is not None)
+        elif row["state"] == MountState.UNMOUNTED:
+            row["state"] = MountCheck.NOT_MOUNTED.value
+        if row["device"] == MountState.UNMOUNTED:
+            row["device"] = MountCheck.NOT_MOUNTED.value
 
 
 def state_of_path(mounts: MountSnapshot, path: str, *, device: bool) -> str:
@@ -320,9 +411,62 @@ USAGE_COLUMNS = (
 )
 
 
+#: The kubelet's words for a CSI driver that is not registered.
+_DRIVER_MISSING = "not found in the list of registered CSI drivers"
+
+
+def hint_for(error: BaseException | str) -> str:
+    """What to do about ``error``, as a sentence to append; "" when there is nothing to say."""
+    if _DRIVER_MISSING in str(error):
+        return ("start the driver and give it once with --csi-driver NAME=ENDPOINT (then "
+                "remembered under the root; kubevol csi-drivers list shows those known)")
+    return ""
+
+
+def with_hint(error: BaseException | str) -> str:
+    """``error``'s text, then what to do about it when :func:`hint_for` knows."""
+    hint = hint_for(error)
+    return f"{error}: {hint}" if hint else str(error)
+
+
+def not_done(result: SyncResult) -> dict[str, Any] | None:
+    """Why a sync did not do everything (None when it did), as ``-o json`` shows it:
+    ``reason``, ``pending`` work and ``failures`` (``kind``, ``key``, ``error``)."""
+    if result.converged:
+        return None
+    return {
+        "reason": "only final errors are left" if result.stuck else "the time ran out",
+        "pending": list(result.pending),
+        "failures": [{"kind": str(f.kind), "key": str(f.key), "error": with_hint(f.error)}
+                     for f in result.failures],
+    }
+
+
+def add_errors(rows: Sequence[dict[str, Any]], desired: Sequence[DesiredPod],
+               result: SyncResult) -> None:
+    """Give each row of a volume the sync did not set up an ``error``: its operation's last
+    failure (with what to do), else why the sync stopped."""
+    if result.converged:
+        return
+    failed: dict[tuple[str, str], str] = {}
+    for pod in desired:
+        for v in pod.volumes:
+            for f in result.failures:
+                if f.key.volume == v.unique_name and f.key.pod in ("", v.pod_uid):
+                    failed[(v.pod_uid, v.spec_name)] = f"{f.kind}: {with_hint(f.error)}"
+    stopped = "not done: " + ("only final errors are left" if result.stuck
+                              else "the time ran out")
+    for row in rows:
+        error = failed.get((row["pod_uid"], row["spec_name"]))
+        if error is None and row["state"] in ("mounted", "present", "host path"):
+            continue
+        row["error"] = error or stopped
+
+
 def report_sync(result: SyncResult, out: TextIO | None = None) -> None:
     """Say what is left and why, when a sync did not converge (on ``out``, else the
-    current standard error: looked up when called, not when this module was loaded)."""
+    current standard error: looked up when called, not when this module was loaded),
+    with what to do where that is known."""
     if result.converged:
         return
     out = out if out is not None else sys.stderr
@@ -331,4 +475,53 @@ def report_sync(result: SyncResult, out: TextIO | None = None) -> None:
     for item in result.pending:
         print(f"  pending: {item}", file=out)
     for failure in result.failures:
-        print(f"  {failure.kind} {failure.key}: {failure.error}", file=out)
+        print(f"  {failure.kind} {failure.key}: {with_hint(failure.error)}", file=out)
+
+
+#: How often a long wait says, on a terminal, what it waits for (seconds).
+PROGRESS_PERIOD = 5.0
+
+
+class Progress:
+    """While a sync runs (a context manager), say every ``period`` seconds on ``stream``
+    (stderr) what is being waited for and why: the operations running, the first failure
+    with what to do. Only on a terminal: a script's stderr gets the final report alone."""
+
+    def __init__(self, manager: NodeVolumeManager, deadline: Deadline, doing: str, *,
+                 stream: TextIO | None = None, period: float = PROGRESS_PERIOD) -> None:
+        self.manager = manager
+        self.deadline = deadline
+        self.doing = doing
+        self.stream = stream if stream is not None else sys.stderr
+        self.period = period
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        if self.stream.isatty():
+            self._thread = threading.Thread(target=self._loop, name="kubevol-progress",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            running = self.manager.executor.pending()
+            failures = self.manager.executor.failures()
+            if not running and not failures:
+                continue
+            left = self.deadline.remaining()
+            line = (f"still {self.doing} after {time.monotonic() - self._started:.0f}s"
+                    + (f" ({left:.0f}s left of --timeout)" if math.isfinite(left) else "")
+                    + f": {len(running)} operations running")
+            if failures:
+                f = failures[0]
+                line += (f", {len(failures)} failing and retried, e.g. {f.kind} {f.key}: "
+                         f"{with_hint(f.error)}")
+            print(line, file=self.stream, flush=True)

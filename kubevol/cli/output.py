@@ -11,8 +11,10 @@ formats (``-o``):
 - ``json`` and ``yaml``: the data itself, exact (bytes as integers), written in one call
   (libyaml's ``CSafeDumper`` when PyYAML has it).
 - ``name``: the name of each record, one per line.
-- ``jsonpath=EXPR``: the values EXPR selects in the JSON (kubectl's ``{.a[*].b}`` or
-  ``$.a[*].b``), one per line.
+- ``jsonpath=TEMPLATE``: kubectl's template language over the JSON
+  (:mod:`kubevol.cli.jsonpath`: ``{.a[*].b}`` space-joined, literal text,
+  ``{range .items[*]}{.x}{"\\t"}{end}``; a bare ``$.a[*].b`` is one expression), ended by
+  a newline when the template's text does not end with one (kubectl adds none).
 
 When the reader of the output goes away (``| head``) the command stops quietly: see
 :func:`kubevol.cli.main.main`.
@@ -29,6 +31,8 @@ from typing import Any, TextIO
 
 import attrs
 
+from kubevol.cli.jsonpath import Template, TemplateError, compile_template
+from kubevol.errors import KubevolError
 from kubevol.util import jsontext
 
 #: The ``-o`` values (``jsonpath=EXPR`` besides).
@@ -137,7 +141,7 @@ def render(data: Any, tables: Sequence[Table], fmt: OutputFormat, out: TextIO, *
     elif fmt.kind == "yaml":
         text = yaml_text(plain)
     elif fmt.kind == JSONPATH:
-        text = "".join(f"{_scalar(v)}\n" for v in _compile_jsonpath(fmt.expression)(plain))
+        text = _jsonpath_text(fmt.expression, plain)
     elif fmt.kind == "name":
         text = "".join(
             f"{_scalar(lookup(record, table.name or table.columns[0].path))}\n"
@@ -299,19 +303,18 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def _compile_jsonpath(expression: str) -> Callable[[Any], list[Any]]:
-    """kubectl's ``{.items[*].name}`` or JSONPath's ``$.items[*].name``, as a function
-    from data to the values it selects. Raises ``ArgumentTypeError`` for a bad one."""
-    from jsonpath_ng.exceptions import JSONPathError
-    from jsonpath_ng.ext.parser import parse
-
-    text = expression.strip()
-    if text.startswith("{") and text.endswith("}"):
-        text = text[1:-1].strip()
-    if text.startswith("."):
-        text = "$" + text
+def _compile_jsonpath(expression: str) -> Template:
+    """kubectl's template ``expression``, compiled; raises ``ArgumentTypeError`` for a bad
+    one (a usage error, before the command does anything)."""
     try:
-        compiled = parse(text or "$")
-    except (JSONPathError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"bad JSONPath {expression!r}: {exc}") from None
-    return lambda data: [match.value for match in compiled.find(data)]
+        return compile_template(expression)
+    except TemplateError as exc:
+        raise argparse.ArgumentTypeError(f"bad JSONPath template {expression!r}: {exc}") from None
+
+
+def _jsonpath_text(expression: str, plain: Any) -> str:
+    try:
+        text = _compile_jsonpath(expression).execute(plain)
+    except TemplateError as exc:
+        raise KubevolError(f"-o jsonpath={expression}: {exc}") from exc
+    return text if not text or text.endswith("\n") else text + "\n"

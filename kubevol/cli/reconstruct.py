@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kubevol.cli import exits
+from kubevol.cli.exits import UsageError
 from kubevol.cli.node_common import (
+    VOLUME_STATES,
     add_root_flags,
+    not_done,
     open_runtime,
     report_sync,
+    require_root,
     root_lock,
+    state_of,
 )
 from kubevol.cli.output import (
     Column,
@@ -23,7 +28,6 @@ from kubevol.cli.output import (
     render,
 )
 from kubevol.cli.parser import DURATION
-from kubevol.errors import KubevolError
 from kubevol.layout import validate_path_segment
 from kubevol.node.cleanup import CleanupKind
 from kubevol.node.mountcheck import MountCheck
@@ -39,7 +43,8 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
     if (args.pod_gone or args.pods_gone_file or args.dry_run) and not args.repair:
-        raise KubevolError("--pod-gone, --pods-gone-file and --dry-run go with --repair")
+        raise UsageError("--pod-gone, --pods-gone-file and --dry-run go with --repair")
+    require_root(args)
     gone = gone_pods(args)
     if args.repair and not args.dry_run:
         require_privileges("kubevol reconstruct --repair")
@@ -81,12 +86,19 @@ def run(args: argparse.Namespace) -> int:
             sync = pods.sync(timeout=args.timeout)
         finally:
             pods.close()
-        show(result, args, plan)
-        report_sync(sync)
         outcomes = [f.cleanup for f in result.failures] + [o.cleanup for o in result.orphans]
         outcomes += [o.cleanup for o in result.orphan_subpaths]
-        failed = any(c.kind is CleanupKind.FAILED for c in outcomes)
-        return 0 if sync.converged and not failed else 1
+        cleanups = [str(c) for c in outcomes if c.kind is CleanupKind.FAILED]
+        left = not_done(sync)
+        if cleanups:
+            left = left or {"reason": "clean-ups failed", "pending": [], "failures": []}
+            left["cleanups"] = cleanups
+        show(result, args, plan, left)
+        report_sync(sync)
+        for cleanup in cleanups:
+            print(f"  clean-up failed: {cleanup}", file=sys.stderr)
+        # Exit 1 when anything planned or asked was not done, as up and down do.
+        return 0 if left is None else 1
 
 
 def survey(
@@ -129,9 +141,9 @@ def gone_pods(args: argparse.Namespace) -> list[str]:
             with open(path, encoding="utf-8") as f:
                 text = f.read(MAX_GONE_FILE + 1)
         except (OSError, UnicodeDecodeError) as exc:
-            raise KubevolError(f"--pods-gone-file {path}: {exc}") from exc
+            raise UsageError(f"--pods-gone-file {path}: {exc}") from exc
         if len(text) > MAX_GONE_FILE:
-            raise KubevolError(f"--pods-gone-file {path}: larger than {MAX_GONE_FILE} bytes")
+            raise UsageError(f"--pods-gone-file {path}: larger than {MAX_GONE_FILE} bytes")
         for line in text.splitlines():
             uid = line.split("#", 1)[0].strip()
             if uid:
@@ -139,7 +151,7 @@ def gone_pods(args: argparse.Namespace) -> list[str]:
     try:
         return [validate_path_segment(u, "pod UID") for u in uids]
     except ValueError as exc:
-        raise KubevolError(f"--pod-gone: {exc}") from exc
+        raise UsageError(f"--pod-gone: {exc}") from exc
 
 
 #: The reconstruction's lists, each a table (all but the first only when not empty).
@@ -182,10 +194,15 @@ TABLES = (
 
 
 def show(result: Reconstruction, args: argparse.Namespace,
-         plan: RepairPlan | None = None) -> None:
+         plan: RepairPlan | None = None, left: dict[str, Any] | None = None) -> None:
+    """The reconstruction (with a repair's plan and what it left not done, under
+    ``not_done``); each volume's MOUNT in the words of :data:`VOLUME_STATES`."""
     data = result.to_dict()
+    for row, found in zip(data["volumes"], result.volumes, strict=True):
+        row["mount"] = state_of(found)
     if plan is not None:
         data["plan"] = plan.to_dict()
+        data["not_done"] = left
     emit(data, TABLES, args, sys.stdout)
 
 
@@ -208,7 +225,8 @@ PLAN_TABLES = (
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Walk pods/<uid>/volumes and volumeDevices under --root, rebuild each volume "
-        "with its plugin, check its mount, and report volumes that cannot be rebuilt and "
+        "with its plugin, check its mount (MOUNT: the state words of up and status: "
+        f"{', '.join(VOLUME_STATES)}), and report volumes that cannot be rebuilt and "
         "device mounts no pod leads to. Changes nothing unless --repair, and even then "
         "only what is kubevol's: pods it runs (its pod records) are brought up to date; "
         "pods named gone (--pod-gone, --pods-gone-file) are torn down, their volumes that "

@@ -14,10 +14,12 @@ from kubevol.cli import exits
 from kubevol.cli.node_common import (
     USAGE_COLUMNS,
     VOLUME_COLUMNS,
+    VOLUME_STATES,
     add_metrics,
     add_root_flags,
     open_runtime,
-    state_of_path,
+    require_root,
+    settle_states,
     volume_rows,
 )
 from kubevol.cli.output import Column, Table, add_output_flags, emit
@@ -28,7 +30,7 @@ from kubevol.node.desired import desired_pod
 from kubevol.node.mountcheck import MountCheck, MountSnapshot
 from kubevol.node.reconstruct import scan
 from kubevol.node.records import PodState
-from kubevol.node.state import DesiredPod, MountState
+from kubevol.node.state import DesiredPod
 from kubevol.util.deadline import Deadline
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ TABLE = Table(columns=(*VOLUME_COLUMNS, Column("desired"), *USAGE_COLUMNS), name
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
-    warn_wide_root(os.path.abspath(args.root))
+    warn_wide_root(require_root(args))
     if not args.scan:
         root = os.path.abspath(args.root)
         started = time.monotonic()
@@ -115,14 +117,8 @@ def agent_rows(agent: Agent) -> list[dict[str, Any]]:
     host = agent.runtime.host
     rows = volume_rows(manager.desired.pods(), manager.actual, None,
                        {uid: r.name for uid, r in records.items()}, host.probe)
-    mounts = MountSnapshot(manager.usage.table(), host.root_dir, host.probe)
+    settle_states(rows, MountSnapshot(manager.usage.table(), host.root_dir, host.probe))
     for row in rows:
-        if row["state"] == MountState.MOUNTED:
-            row["state"] = state_of_path(mounts, row["path"], device=row["device"] is not None)
-        elif row["state"] == MountState.UNMOUNTED:
-            row["state"] = "not-mounted"
-        if row["device"] == MountState.UNMOUNTED:
-            row["device"] = "not-mounted"
         record = records.get(row["pod_uid"])
         row["desired"] = record.state.value if record is not None else "unknown"
     return rows
@@ -131,8 +127,8 @@ def agent_rows(agent: Agent) -> list[dict[str, Any]]:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "List every pod volume found under --root and every volume of the pods kubevol "
-        "runs there, with its state on disk (mounted, present, not-mounted, corrupted, "
-        "unreadable, not set up), what kubevol was asked (running, terminating, or "
+        "runs there, with its state on disk (the words up and reconstruct use too: "
+        f"{', '.join(VOLUME_STATES)}), what kubevol was asked (running, terminating, or "
         "unknown for pods it did not mount) and its usage. Changes nothing. When a "
         "kubevol agent runs on the root, it answers (what it mounted, from its own state) "
         "and the root is not scanned; --scan scans anyway."

@@ -5,34 +5,43 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kubevol.cli.exits import UsageError
 from kubevol.cli.node_common import (
     VOLUME_COLUMNS,
+    Progress,
+    add_errors,
     add_root_flags,
+    load_manifests,
     open_runtime,
     report_sync,
+    settle_states,
     volume_rows,
 )
-from kubevol.cli.output import Table, add_output_flags, emit
+from kubevol.cli.output import Column, Table, add_output_flags, emit
 from kubevol.cli.parser import DURATION
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, SpecError
 from kubevol.node.desired import new_pods
-from kubevol.node.manifests import load_manifest_files
+from kubevol.node.mountcheck import MountSnapshot
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import RecordError, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.util.deadline import Deadline
 
-TABLE = Table(columns=VOLUME_COLUMNS, name="path")
+TABLE = Table(columns=(*VOLUME_COLUMNS, Column("error", header="WHY NOT", wide=True)),
+              name="path")
 
 
 def run(args: argparse.Namespace) -> int:
     deadline = Deadline.after(args.timeout)
     require_privileges("kubevol up")
-    manifests = load_manifest_files(args.manifests)
+    manifests = load_manifests(args.manifests)
     with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
         runtime.learn(manifests)
         # Check every pod before recording any: bad input changes nothing.
-        adding = new_pods(runtime.mgr, manifests)
+        try:
+            adding = new_pods(runtime.mgr, manifests)
+        except SpecError as exc:
+            raise UsageError(str(exc)) from exc
         refuse_agent_pods(runtime, [p.record.uid for p in adding])
         wanted = [p.desired for p in adding]
         # up tears down nothing it was not asked about: the API server (--kubeconfig)
@@ -41,17 +50,22 @@ def run(args: argparse.Namespace) -> int:
                                       ask_api_server=False)
         try:
             pods.reconstruct()
-            result = pods.sync(timeout=args.timeout)
+            with Progress(pods.manager, deadline, "mounting"):
+                result = pods.sync(timeout=args.timeout)
             names = {p.uid: p.name for p in wanted}
             rows = [
                 r for r in volume_rows(wanted, pods.manager.actual, None, names,
                                      runtime.host.probe)
                 if not wanted or r["pod_uid"] in names
             ]
+            manager = pods.manager
+            settle_states(rows, MountSnapshot(manager.usage.table(), runtime.host.root_dir,
+                                              runtime.host.probe))
         finally:
             pods.close()
         for uid, why in sorted(pods.invalid.items()):
             print(f"warning: recorded pod {uid} cannot be run: {why}", file=sys.stderr)
+        add_errors(rows, wanted, result)
         emit(rows, TABLE, args, sys.stdout)
         report_sync(result)
         return 0 if result.converged else 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Self
@@ -37,6 +38,11 @@ class RootBusyError(KubevolError, TimeoutError):
     """The root stayed locked by another process for longer than the caller would wait."""
 
 
+class RootWaitStopped(KubevolError, InterruptedError):
+    """The wait for the root was given up because the holder's ``stop`` was set (the
+    agent's SIGTERM or SIGINT): nothing was done."""
+
+
 def lock_path(root_dir: str) -> str:
     """``<root>/kubevol/lock``."""
     return os.path.join(root_dir, STATE_DIR, LOCK_FILE)
@@ -47,7 +53,8 @@ class RootLock:
 
     ``timeout`` is how long :meth:`acquire` waits for another holder (None: as long as it
     takes, 0: not at all); ``on_wait`` is told once, in one line, who holds it when waiting
-    starts. Not re-entrant; one object per holder.
+    starts; setting ``stop`` (a signal handler does) ends the wait at once with
+    :class:`RootWaitStopped`. Not re-entrant; one object per holder.
     """
 
     def __init__(
@@ -56,8 +63,10 @@ class RootLock:
         *,
         timeout: float | None = None,
         on_wait: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.root_dir = root_dir
+        self.stop = stop
         self.path = lock_path(root_dir)
         self.timeout = timeout
         self.on_wait = on_wait
@@ -70,7 +79,8 @@ class RootLock:
 
     def acquire(self) -> Self:
         """Take the lock, waiting up to ``timeout``. Raises :class:`RootBusyError` when it
-        stays held, :class:`~kubevol.errors.KubevolError` when the lock file cannot be made
+        stays held, :class:`RootWaitStopped` when ``stop`` is set while waiting,
+        :class:`~kubevol.errors.KubevolError` when the lock file cannot be made
         (a root that is not a directory, a read-only file system...)."""
         if self.held:
             raise KubevolError(f"the lock on {self.root_dir} is already held by this object")
@@ -141,7 +151,11 @@ class RootLock:
             pause = POLL_INTERVAL
             if deadline is not None:
                 pause = max(0.0, min(pause, deadline - time.monotonic()))
-            time.sleep(pause)
+            if self.stop is None:
+                time.sleep(pause)
+            elif self.stop.wait(pause):
+                raise RootWaitStopped(
+                    f"stopped while waiting for root {self.root_dir} (in use by {holder})")
 
 
 def _holder(fd: int) -> str:

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import attrs
@@ -203,7 +203,9 @@ class NodeRuntime(ClosesOnExit):
             #: Drivers given that are not remembered yet: remembered once they answer.
             self._unsaved = {n: e for n, e in given.items() if known.get(n) != e}
             self._wanted = {**known, **given}
-            missing = self.ensure_drivers(force=True)
+            # A one-shot command's driver that does not answer is its error, said once.
+            missing = self.ensure_drivers(
+                force=True, quiet=set(self._unsaved) if drivers_must_answer else set())
             refused = {n: why for n, why in missing.items() if n in self._unsaved}
             if refused and drivers_must_answer:
                 name, why = sorted(refused.items())[0]
@@ -233,9 +235,12 @@ class NodeRuntime(ClosesOnExit):
             problems += list(exc.problems)
         return problems
 
-    def ensure_drivers(self, *, force: bool = False) -> dict[str, str]:
+    def ensure_drivers(
+        self, *, force: bool = False, quiet: Set[str] = frozenset()
+    ) -> dict[str, str]:
         """Register the known drivers that are not registered yet (at most once per
-        :data:`REGISTRATION_RETRY` seconds unless ``force``); returns those still missing."""
+        :data:`REGISTRATION_RETRY` seconds unless ``force``); returns those still missing,
+        each logged as a warning unless named in ``quiet``."""
         with self._lock:
             now = time.monotonic()
             if not force and now - self._last_try < REGISTRATION_RETRY:
@@ -248,7 +253,8 @@ class NodeRuntime(ClosesOnExit):
             try:
                 self.registry.register_driver(name, endpoint, ASSUMED_CSI_VERSIONS)
             except KubevolError as exc:
-                log.warning("CSI driver %s at %s is not available: %s", name, endpoint, exc)
+                if name not in quiet:
+                    log.warning("CSI driver %s at %s is not available: %s", name, endpoint, exc)
                 problems[name] = f"{endpoint}: {exc}"
         with self._lock:
             self.unregistered = problems

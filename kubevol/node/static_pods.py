@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import time
 
 import inotify_simple
 
@@ -45,22 +46,40 @@ def is_manifest_name(name: str) -> bool:
 class ManifestDirectory(ClosesOnExit):
     """The pods of a static-pod directory, kept current by :meth:`wait`. Not thread-safe.
 
-    Raises :class:`~kubevol.errors.KubevolError` when ``path`` is not a directory.
+    A directory that does not exist yet is waited for, as the kubelet waits for its
+    ``--pod-manifest-path`` (:attr:`present` is False until then: no pods, and none known to
+    be gone). Raises :class:`~kubevol.errors.KubevolError` when ``path`` exists and is not a
+    directory.
     """
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
-        if not os.path.isdir(self.path):
+        if os.path.lexists(self.path) and not os.path.isdir(self.path):
             raise KubevolError(f"static pod directory {self.path!r} is not a directory")
         self._inotify = inotify_simple.INotify()
-        self._inotify.add_watch(self.path, _CHANGED | _GONE | _DIR_GONE)
         #: Parsed content by file name.
         self.files: dict[str, Manifests] = {}
         #: Why a file could not be read, by file name (its previous pods are kept).
         self.errors: dict[str, str] = {}
+        #: Whether the directory exists (was found and is watched).
+        self.present = False
+        if not self._start():
+            log.warning("static pod directory %s does not exist yet: waiting for it",
+                        self.path)
+
+    def _start(self) -> bool:
+        """Watch and read the directory if it is there now; whether it is."""
+        try:
+            self._inotify.add_watch(self.path, _CHANGED | _GONE | _DIR_GONE)
+        except FileNotFoundError:
+            return False
+        except NotADirectoryError as exc:
+            raise KubevolError(f"static pod directory {self.path!r} is not a directory") from exc
+        self.present = True
         for name in sorted(os.listdir(self.path)):
             if is_manifest_name(name):
                 self._read(name)
+        return True
 
     def fileno(self) -> int:
         """The inotify descriptor (readable when something happened)."""
@@ -85,7 +104,15 @@ class ManifestDirectory(ClosesOnExit):
 
     def wait(self, timeout: float) -> bool:
         """Apply what happened in the directory, waiting up to ``timeout`` seconds for a
-        first event; returns whether the set of files or their content changed."""
+        first event; returns whether the set of files or their content changed. Until the
+        directory exists, looks for it once per call (after ``timeout``)."""
+        if not self.present:
+            time.sleep(max(0.0, timeout))
+            if not self._start():
+                return False
+            log.info("static pod directory %s appeared: %d files read", self.path,
+                     len(self.files) + len(self.errors))
+            return True
         ready, _, _ = select.select([self._inotify], [], [], max(0.0, timeout))
         if not ready:
             return False

@@ -24,6 +24,7 @@ Each check raises :class:`~kubevol.errors.SpecError` naming the object and the f
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -167,10 +168,26 @@ def validate_pod(pod: Mapping[str, Any], where: str) -> None:
         _volume_source(volume, f"{where} volume {name}")
 
 
+#: The fields of a pod's volume besides ``name``: its sources (core/v1 ``Volume``).
+VOLUME_SOURCES = frozenset({
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi",
+    "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker",
+    "gcePersistentDisk", "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs",
+    "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "projected",
+    "quobyte", "rbd", "scaleIO", "secret", "storageos", "vsphereVolume",
+})
+
+
 def _volume_source(volume: Mapping[str, Any], where: str) -> None:
     for key in volume:
-        if key != "name":  # every other field is a source: an object in the API
-            _get(volume, key, dict, where)
+        if key == "name":
+            continue
+        if key not in VOLUME_SOURCES:
+            # The API server's strict decoding refuses it likewise (kubectl: unknown field).
+            close = difflib.get_close_matches(str(key), VOLUME_SOURCES, n=1)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            raise SpecError(f'{where}: unknown field "{key}" in a volume{hint}')
+        _get(volume, key, dict, where)  # every source is an object in the API
     claim = _get(volume, "persistentVolumeClaim", dict, where)
     if claim is not None and not isinstance(claim.get("claimName"), str):
         raise SpecError(f"{where}: persistentVolumeClaim.claimName must be a string")

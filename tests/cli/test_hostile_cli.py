@@ -58,7 +58,7 @@ def test_up_refuses_an_alias_bomb_in_bounded_memory(tmp_path: Path) -> None:
     )
     root = tmp_path / "root"
     proc = run_kubevol("up", "--root", str(root), "--node-name", "n1", str(manifest))
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 64, proc.stderr  # a bad input file
     assert "excessive aliasing" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 2  # the --root notice and the error
     assert "Traceback" not in proc.stderr
@@ -318,7 +318,7 @@ def test_up_validates_every_pod_before_recording_any(
         "name: scratch", "name: Scratch_1"
     ).replace("spec:\n", "spec:\n  securityContext: {fsGroup: -1}\n")
     manifest.write_text(EMPTYDIR_POD.format(name="good", uid=GOOD_UID) + "---\n" + bad)
-    assert main(["up", *flags, str(manifest)]) == 1
+    assert main(["up", *flags, str(manifest)]) == 64  # a bad input file
     assert "pod default/bad: " in capsys.readouterr().err
     assert not (root / "pods").exists()
     assert not (root / "kubevol" / "pods").exists() or os.listdir(root / "kubevol" / "pods") == []
@@ -337,9 +337,9 @@ def test_a_hidden_pod_uid_is_refused_by_up_and_down(
     flags = ["--root", str(root), "--node-name", "n1"]
     manifest = tmp_path / "hidden.yaml"
     manifest.write_text(EMPTYDIR_POD.format(name="hidden", uid=".hidden"))
-    assert main(["up", *flags, str(manifest)]) == 1
+    assert main(["up", *flags, str(manifest)]) == 64
     assert "must not start with '.'" in capsys.readouterr().err
-    assert main(["down", *flags, "--pod-uid", ".hidden"]) == 1
+    assert main(["down", *flags, "--pod-uid", ".hidden"]) == 64
     assert not (root / "pods").exists()
 
 

@@ -86,7 +86,8 @@ def test_every_kind_up_reconstructed_and_down(
         "local": "kubernetes.io/local-volume", "scratch": "kubernetes.io/empty-dir",
         "shared": "kubernetes.io/csi",
     }
-    assert {r["state"] for r in rows} == {"mounted"}
+    # Set up: a mount, or a plain directory on disk with nothing to mount (one vocabulary).
+    assert {r["state"] for r in rows} <= {"mounted", "present"}
     projected = Path(by_volume["kube-api-access"]["path"])
     assert (projected / "token").read_text().startswith(CANARY_TOKEN)
     # fsGroup 3000: written 0600, made group-readable by the fsGroup rules.

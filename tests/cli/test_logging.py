@@ -29,20 +29,27 @@ def test_global_flags_do_not_hide_the_command() -> None:
 def test_an_unavailable_driver_is_reported_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A CSI driver that cannot be reached is one warning line, not two."""
-    code = main(["status", "--root", str(tmp_path / "root"), "--no-metrics",
+    """A CSI driver given that cannot be reached is one line (the command's error, saying
+    what to do), not a warning and an error; and it is not remembered."""
+    root = tmp_path / "root"
+    (root / "pods").mkdir(parents=True)
+    code = main(["status", "--root", str(root), "--no-metrics",
                  "--csi-driver", f"x.example.com=unix://{tmp_path}/absent.sock"])
-    assert code == 0
+    assert code == 1
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "x.example.com" in line]
     assert len(lines) == 1, err
-    assert lines[0].startswith("warning: CSI driver x.example.com")
+    assert "does not answer" in lines[0] and "start the driver" in lines[0]
+    assert not (root / "kubevol" / "csi-drivers.json").exists()
 
 
 def test_json_log_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--log-format json: every log line is one JSON object with klog's ts, v and msg."""
-    main(["--log-format", "json", "status", "--root", str(tmp_path / "root"), "--no-metrics",
-          "--csi-driver", f"x.example.com=unix://{tmp_path}/absent.sock"])
+    state = tmp_path / "root" / "kubevol"
+    state.mkdir(parents=True)
+    (state / "csi-drivers.json").write_text(
+        json.dumps({"x.example.com": f"unix://{tmp_path}/absent.sock"}))
+    main(["--log-format", "json", "status", "--root", str(tmp_path / "root"), "--no-metrics"])
     logged = [json.loads(line) for line in capsys.readouterr().err.splitlines()
               if line.startswith("{")]
     assert logged, "no JSON log line"

@@ -104,7 +104,7 @@ def test_up_status_reconstruct_down(
     assert {(r["volume"], r["plugin"], r["state"]) for r in rows} == {
         ("data", "kubernetes.io/csi", "mounted"),
         ("cache", "kubernetes.io/empty-dir", "mounted"),
-        ("logs", "kubernetes.io/host-path", "mounted"),
+        ("logs", "kubernetes.io/host-path", "host path"),
     }
     csi_mount = f"{root}/pods/{UID}/volumes/kubernetes.io~csi/pv1/mount"
     assert csi_mount in mounts_under(tmp_path)
@@ -124,6 +124,11 @@ def test_up_status_reconstruct_down(
         ("kubernetes.io/csi", "mounted"), ("kubernetes.io/empty-dir", "mounted"),
     }
     assert found["failures"] == [] and found["orphan_device_mounts"] == []
+    # One vocabulary: each volume is in the same state in up, status and reconstruct.
+    in_up = {r["volume"]: r["state"] for r in rows}
+    assert in_up == {r["volume"]: r["state"] for r in status}
+    assert {v["volume"]: v["mount"] for v in found["volumes"]} == {
+        "pv1": in_up["data"], "cache": in_up["cache"]}
 
     assert main(["down", *flags, str(manifest)]) == 0
     assert f"{UID}: gone" in capsys.readouterr().out
@@ -167,11 +172,12 @@ def test_up_builds_each_volume_once_and_does_not_read_its_records_back(
 def test_up_refuses_bad_manifest_and_changes_nothing(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A claim bound to no PersistentVolume: exit 1, a message naming it, nothing recorded."""
+    """A claim bound to no PersistentVolume: a usage error (64, a bad input file), a message
+    naming it, nothing recorded."""
     manifest = write_manifest(tmp_path, "h", claim_volume="pv-missing")
     root = tmp_path / "root"
     code = main(["up", "--root", str(root), "--node-name", "n1", str(manifest)])
-    assert code == 1
+    assert code == 64
     assert "PersistentVolumeClaim shop/data is not bound" in capsys.readouterr().err
     assert not (root / "pods").exists()
     assert not (root / "kubevol" / "pods").exists() or not os.listdir(root / "kubevol" / "pods")
@@ -254,13 +260,15 @@ def test_reconstruct_repair_cleans_an_unreadable_volume_only_of_a_pod_named_gone
 def test_pod_gone_needs_repair_and_valid_uids(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--pod-gone without --repair, or a UID that is not a path segment, is refused."""
+    """--pod-gone without --repair, or a UID that is not a path segment, is refused as a
+    usage error (64)."""
+    (tmp_path / "root" / "pods").mkdir(parents=True)
     flags = ["--root", str(tmp_path / "root")]
-    assert main(["reconstruct", *flags, "--pod-gone", "u1"]) == 1
+    assert main(["reconstruct", *flags, "--pod-gone", "u1"]) == 64
     assert "--pods-gone-file and --dry-run go with --repair" in capsys.readouterr().err
     gone = tmp_path / "gone.txt"
     gone.write_text("# pods drained\nu1\n\n../etc\n")
-    assert main(["reconstruct", *flags, "--repair", "--pods-gone-file", str(gone)]) == 1
+    assert main(["reconstruct", *flags, "--repair", "--pods-gone-file", str(gone)]) == 64
     assert "'../etc'" in capsys.readouterr().err
 
 

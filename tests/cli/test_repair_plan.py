@@ -125,6 +125,7 @@ def driver_volume(plan: dict[str, Any]) -> str:
 
 
 def test_dry_run_needs_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--dry-run alone is refused (a plain reconstruct already changes nothing)."""
-    assert main(["reconstruct", "--root", str(tmp_path / "r"), "--dry-run"]) == 1
+    """--dry-run alone is refused as a usage error (a plain reconstruct already changes
+    nothing)."""
+    assert main(["reconstruct", "--root", str(tmp_path / "r"), "--dry-run"]) == 64
     assert "go with --repair" in capsys.readouterr().err

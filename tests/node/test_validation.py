@@ -274,7 +274,7 @@ UP_BAD = {
 def test_up_refuses_an_invalid_pod_and_records_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, mounts: str, field: str
 ) -> None:
-    """``kubevol up`` of a manifest whose pod the API server would refuse: exit 1 naming the
+    """``kubevol up`` of a manifest whose pod the API server would refuse: exit 64 naming the
     field, no pod record and no pod directory (before, the setuid mode was written and the
     bad path recorded, to fail at every later ``up``)."""
     manifest = tmp_path / "pod.yaml"
@@ -282,7 +282,7 @@ def test_up_refuses_an_invalid_pod_and_records_nothing(
                         + volume_pod(source, mounts) + "\n")
     root = tmp_path / "root"
     code = main(["up", "--root", str(root), "--node-name", "n1", str(manifest)])
-    assert code == 1
+    assert code == 64
     err = capsys.readouterr().err
     assert field in err, err
     assert not (root / "pods").exists()

@@ -5,15 +5,12 @@ driver in the background on a temporary socket."""
 from __future__ import annotations
 
 import contextlib
-import datetime
-import os
 import platform
 import shutil
 import socket
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -22,13 +19,7 @@ import yaml
 
 from kubevol._version import __version__
 from kubevol.csidriver.server import DEFAULT_GRACE, ServerHandle, StoragePlugin, serve_in_background
-
-#: Set to override the git commit reported by :func:`version_info`.
-GIT_COMMIT_ENV = "KUBEVOL_GIT_COMMIT"
-#: Set to override the build date reported by :func:`version_info`.
-BUILD_DATE_ENV = "KUBEVOL_BUILD_DATE"
-
-_PACKAGE_DIR = Path(__file__).resolve().parents[2]
+from kubevol.util.buildinfo import build_date, git_commit
 
 
 def default_node_id() -> str:
@@ -43,43 +34,6 @@ DEFAULT_NODE_ID = default_node_id()
 def kubevol_version() -> str:
     """The running kubevol's version."""
     return __version__
-
-
-def git_commit(source_dir: Path = _PACKAGE_DIR) -> str:
-    """The commit kubevol runs from: ``$KUBEVOL_GIT_COMMIT``, else the HEAD of the git
-    checkout holding the package, else "" (an installed wheel knows none)."""
-    from_env = os.environ.get(GIT_COMMIT_ENV, "").strip()
-    if from_env:
-        return from_env
-    git_dir = source_dir.parent / ".git"
-    try:
-        head = (git_dir / "HEAD").read_text().strip()
-        if not head.startswith("ref: "):
-            return head
-        ref = head[len("ref: ") :]
-        ref_file = git_dir / ref
-        if ref_file.exists():
-            return ref_file.read_text().strip()
-        for line in (git_dir / "packed-refs").read_text().splitlines():
-            sha, _, name = line.partition(" ")
-            if name == ref:
-                return sha
-    except OSError:
-        return ""
-    return ""
-
-
-def build_date(source_dir: Path = _PACKAGE_DIR) -> str:
-    """``$KUBEVOL_BUILD_DATE``, else when the package's files were written (UTC, ISO 8601)."""
-    from_env = os.environ.get(BUILD_DATE_ENV, "").strip()
-    if from_env:
-        return from_env
-    try:
-        stamp = (source_dir / "__init__.py").stat().st_mtime
-    except OSError:
-        return ""
-    when = datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC).replace(microsecond=0)
-    return when.isoformat().replace("+00:00", "Z")
 
 
 def version_info(driver_name: str, driver_version: str | None = None) -> dict[str, str]:
