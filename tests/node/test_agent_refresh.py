@@ -1,17 +1,23 @@
 """The agent sets volumes up again as the kubelet's pod sync does (issue 31, points 5 and 6):
-ConfigMaps and Secrets given in its static manifests reach their volumes, and a changed
-ConfigMap reaches a running pod within the remount period (the kubelet's one minute by
-default; shortened here)."""
+ConfigMaps and Secrets given in its static manifests reach their volumes, a changed ConfigMap
+reaches a running pod within the remount period (the kubelet's one minute by default;
+shortened here), and a short-lived projected token is renewed before it expires."""
 
 from __future__ import annotations
 
+import datetime
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kubevol.k8s.tokens import IssuedToken, TokenManager, TokenProvider, TokenRequest
 from kubevol.node.agent import Agent
 from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
+from kubevol.node.runtime import NodeRuntime
 from kubevol.testing.waiting import wait_until
 from tests.node.test_agent import (  # noqa: F401  (fixtures)
+    UIDS,
     AgentEnv,
     RunningAgent,
     env,
@@ -65,3 +71,47 @@ def test_static_configmaps_and_secrets_reach_the_pod_and_changes_follow(
     wait_until(lambda: read(token) == "s3cret", 10, "the Secret's key in the volume")
     write_atomically(manifest, objects("debug") + pod("web", VOLUMES))
     wait_until(lambda: read(level) == "debug", 10, "the changed ConfigMap in the volume")
+
+
+class ShortLivedTokens(TokenProvider):
+    """Grants 5-second tokens whatever is asked (an issuer may shorten the lifetime)."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+
+    def request_token(self, request: TokenRequest) -> IssuedToken:
+        self.issued += 1
+        now = datetime.datetime.now(datetime.UTC)
+        return IssuedToken(token=f"token-{self.issued}", expiration_seconds=5,
+                           expiration=now + datetime.timedelta(seconds=5))
+
+
+def test_a_projected_token_is_renewed_before_it_expires(tmp_path: Path) -> None:
+    """The kubelet's token manager renews a token once 80% of its life has passed; the
+    agent's periodic set-up writes the renewed token into the running pod's volume before
+    the old one expires."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.yaml").write_text(pod("web", """\
+  - name: token
+    projected:
+      sources: [{serviceAccountToken: {path: token, audience: vault, expirationSeconds: 600}}]
+"""))
+    provider = ShortLivedTokens()
+    stop = threading.Event()
+    root = tmp_path / "root"
+    with NodeRuntime(str(root), node_name="n1", entry_points=False,
+                     tokens=TokenManager(provider, jitter=lambda: 0.0)) as runtime:
+        agent = Agent(runtime, manifest_dir=str(manifests), remount_period=0.5)
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            token = root / "pods" / UIDS["web"] / "volumes/kubernetes.io~projected/token/token"
+            wait_until(lambda: read(str(token)) == "token-1", 30, "the first token")
+            first_seen = time.monotonic()
+            wait_until(lambda: read(str(token)) == "token-2", 10, "the renewed token")
+            assert time.monotonic() - first_seen < 5, "renewed only after the token expired"
+        finally:
+            stop.set()
+            thread.join(30)
+            agent.close()
