@@ -14,6 +14,7 @@ from kubevol.cli.exits import UsageError
 from kubevol.cli.node_common import add_root_flags, open_runtime
 from kubevol.cli.parser import DURATION
 from kubevol.node.privileges import require_privileges
+from kubevol.util.deadline import Deadline
 
 #: The default metrics address, on loopback only. Not the kubelet's read-only port 10255
 #: (nor any port of the kubelet: 10248 healthz, 10250 API; of kube-proxy: 10249, 10256; of
@@ -80,7 +81,8 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
 
     # The agent holds the root for its lifetime: a one-shot command waits for it to stop;
     # a signal while the agent waits for another holder ends the wait (RootWaitStopped).
-    with open_runtime(args, exclusive=True, stop=stop) as runtime, Agent(
+    with open_runtime(args, exclusive=True, stop=stop,
+                      lock_deadline=Deadline.after(args.timeout)) as runtime, Agent(
         runtime,
         manifest_dir=args.manifests,
         api_pods=(
@@ -149,5 +151,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--volume-stats-agg-period", type=DURATION, default=60.0, metavar="DURATION",
         help="how often volume usage is measured for /metrics: a Go duration (default: 1m)",
+    )
+    parser.add_argument(
+        "--timeout", type=DURATION, default=120.0, metavar="DURATION",
+        help="how long start-up may wait for the root (held by a one-shot command or "
+        "another agent) before it gives up; once running, a volume that does not answer "
+        "costs its own deadline only: a Go duration (default: 2m)",
     )
     parser.set_defaults(func=run, daemon=True)

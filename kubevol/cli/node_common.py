@@ -120,14 +120,15 @@ def load_manifests(paths: Sequence[str]) -> Manifests:
 
 def open_runtime(
     args: argparse.Namespace, *, deadline: Deadline | None = None, exclusive: bool = False,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, lock_deadline: Deadline | None = None,
 ) -> NodeRuntime:
     """The node runtime the flags describe. Raises KubevolError for a bad ``--csi-driver``.
 
     ``deadline`` (the command's ``--timeout``, from its start) bounds every CSI call and
     wait. ``exclusive`` (commands that change the root) holds the root's lock until the
-    runtime closes, waiting for another holder with a message, until the deadline or until
-    ``stop`` is set (the agent's signal handler sets it).
+    runtime closes, waiting for another holder with a message, until ``lock_deadline``
+    (default: ``deadline``; the agent's start-up bound) or until ``stop`` is set (the
+    agent's signal handler sets it).
     """
     from kubevol.node.runtime import (  # brings grpc: load late
         NodeRuntime,
@@ -149,7 +150,7 @@ def open_runtime(
     entry_points: bool | list[str] = (
         False if args.no_entry_points else (args.plugins or True)
     )
-    lock = root_lock(args, deadline, stop) if exclusive else None
+    lock = root_lock(args, lock_deadline or deadline, stop) if exclusive else None
     runtime = NodeRuntime(
         root, node_name=args.node_name, csi_drivers=drivers,
         guard_policy=args.guard_policy, **api_options(args), entry_points=entry_points,

@@ -248,3 +248,17 @@ def test_a_signal_ends_the_wait_for_the_root(
     assert code == expected, err.read_text()
 
 
+
+
+def test_the_agent_gives_up_waiting_for_the_root_at_its_timeout(
+    held_root: Path, tmp_path: Path
+) -> None:
+    """The agent's start-up is bounded too (issue 29): with the root held by another
+    process, `agent --timeout 2s` gives up after about two seconds, exit 1, saying why."""
+    started = time.monotonic()
+    done = subprocess.run([*KUBEVOL, "agent", "--metrics-address", "", "--plugins-registry", "",
+                           "--timeout", "2s", "--root", str(held_root)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert time.monotonic() - started < 2 + 4, done.stderr
+    assert done.returncode == exits.FAILED, done.stderr
+    assert "kubevol agent:" in done.stderr and "root" in done.stderr, done.stderr
