@@ -1,8 +1,10 @@
 """``kubevol demo``: the whole story on a throw-away root, with nothing to set up.
 
-It serves the bundled hostpath CSI driver in-process on a temporary socket (twice: once
-plain, once in shared-filesystem mode), registers both, mounts the volumes of the example
-pods in ``kubevol/examples/`` (a CSI volume staged once and published into two pods, a CSI block
+It serves the bundled hostpath CSI driver in-process on a temporary socket, and a driver of
+one shared filesystem (the sharedfs driver on a private GlusterFS server where GlusterFS is
+installed, else hostpath in shared-filesystem mode on a loop image), registers both, mounts
+the volumes of the example pods in ``kubevol/examples/`` (a CSI volume staged once and
+published into two pods, a CSI block
 volume, an emptyDir on disk and one in memory, a hostPath, two volumes of one shared
 filesystem, and a pod with a configMap, a secret, a downwardAPI volume, a projected volume
 with a service-account token from a stand-in issuer, a local PV and two subPath mounts of a
@@ -308,21 +310,51 @@ def _serve_drivers(demo: _Demo) -> None:
     from kubevol.csi.client import CSIClient
     from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 
-    with demo.story.step("serving the bundled hostpath CSI driver in-process, twice"):
+    gluster = glusterfs_installed()
+    with demo.story.step("serving the bundled hostpath CSI driver in-process, and a driver "
+                         "of one shared filesystem"):
         for name, image in ((DRIVER_NAME, ""), (SHARED_DRIVER, "shared-fs.img")):
-            config = HostPathConfig(
-                state_dir=os.path.join(demo.work, name), node_id=demo.node, driver_name=name,
-                capacity_bytes=2 << 30,
-                shared_filesystem=os.path.join(demo.work, image) if image else "",
-                shared_filesystem_size=128 << 20,
-            )
-            running = HostPathDriver(config).serve()
-            demo.stack.callback(running.stop)
+            if image and gluster:
+                running, what = _serve_sharedfs_on_glusterfs(demo)
+            else:
+                config = HostPathConfig(
+                    state_dir=os.path.join(demo.work, name), node_id=demo.node,
+                    driver_name=name, capacity_bytes=2 << 30,
+                    shared_filesystem=os.path.join(demo.work, image) if image else "",
+                    shared_filesystem_size=128 << 20,
+                )
+                running = HostPathDriver(config).serve()
+                demo.stack.callback(running.stop)
+                what = (" (hostpath in shared-filesystem mode: every volume on one ext4 "
+                        "filesystem of a loop image; GlusterFS is not installed)" if image else "")
             demo.endpoints[name] = running.endpoint
             demo.clients[name] = CSIClient(running.endpoint, timeout=30)
             demo.stack.callback(demo.clients[name].close)
-            demo.story.say(f"{name} on {running.endpoint}"
-                           + (" (every volume on one ext4 filesystem)" if image else ""))
+            demo.story.say(f"{name} on {running.endpoint}{what}")
+
+
+def glusterfs_installed() -> bool:
+    """Whether this node can run a GlusterFS server and client (Debian's glusterfs-server
+    and glusterfs-client): the demo then shows the shared-filesystem case on a real
+    network filesystem."""
+    return all(shutil.which(tool) for tool in ("glusterd", "gluster", "glusterfs"))
+
+
+def _serve_sharedfs_on_glusterfs(demo: _Demo) -> tuple[Any, str]:
+    """A private GlusterFS server in the work directory, and the bundled sharedfs driver
+    serving sub-directories of its volume under the shared driver's name."""
+    from kubevol.csidriver.drivers.sharedfs import SharedFSConfig, SharedFSDriver
+    from kubevol.testing.glusterfs import GlusterServer
+
+    server = GlusterServer(Path(demo.work) / "glusterfs").start()
+    demo.stack.callback(server.cleanup)
+    running = SharedFSDriver(SharedFSConfig(
+        state_dir=os.path.join(demo.work, SHARED_DRIVER), node_id=demo.node,
+        driver_name=SHARED_DRIVER, source=server.source, fstype="glusterfs",
+    )).serve()
+    demo.stack.callback(running.stop)
+    return running, (f" (sharedfs: every volume a sub-directory of the GlusterFS volume "
+                     f"{server.source}, served by a private glusterd)")
 
 
 def _load(demo: _Demo) -> None:

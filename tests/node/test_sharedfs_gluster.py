@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -214,6 +215,26 @@ def test_two_volumes_of_one_gluster_volume_have_lustres_mount_shape(
         node.plugin.guard_policy = GuardPolicy.SAFE
         node.unstage(pv)
     assert mounts_under(node.root) == []
+
+
+def test_volumes_staged_at_once_still_share_one_client(make_node: NodeFactory) -> None:
+    """Two NodeStageVolume calls at the same moment (the node manager runs operations in
+    parallel) still give one client: staging of one filesystem is one at a time, the second
+    binds the first (before, each mounted a client of its own and the shape was lost)."""
+    node = make_node()
+    for pv in PODS:
+        node.create(pv)
+    threads = [threading.Thread(target=node.stage, args=(pv,)) for pv in PODS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    entries = {e.mount_point: e for e in parse_mountinfo()}
+    a, b = (entries[node.global_mounts[pv]] for pv in PODS)
+    assert a.device == b.device and a.root == b.root == "/"
+    assert len(gluster_clients_under(node.base)) == 1
+    for pv in PODS:
+        node.unstage(pv)
 
 
 def test_kubelet_policy_refuses_unstage_while_the_other_volume_is_staged(

@@ -51,6 +51,7 @@ from kubevol.metrics import MetricsDu
 from kubevol.mount import LinuxMounter
 from kubevol.mount.mountinfo import MountInfo
 from kubevol.mount.probe import PathProbe, UnresponsiveError
+from kubevol.util.keyedlocks import KeyedLocks
 
 T = TypeVar("T")
 
@@ -80,6 +81,12 @@ class SharedFSBackend(VolumeBackend):
         self._peers: Callable[[], list[VolumeRecord]] = list
         self._recorded: Callable[[str], bool] = lambda _id: False
         self._create_lock = threading.Lock()
+        #: Staging of one filesystem is one at a time, so that volumes staged together
+        #: share one client (the second binds the first) instead of mounting one each.
+        self._stage_locks: KeyedLocks[Filesystem] = KeyedLocks()
+        #: The staging paths this process mounted, with their filesystem: peers before the
+        #: engine has recorded their staging.
+        self._staged: dict[str, Filesystem] = {}
         #: Volume ids whose directory a CreateVolume in progress made (undone on failure).
         self._made: set[str] = set()
 
@@ -256,10 +263,18 @@ class SharedFSBackend(VolumeBackend):
         repeat, and only if it is this filesystem's root."""
         check_staging_dir(staging.path)
         filesystem = self.stage_filesystem(volume, staging.capability)
+        with self._stage_locks.hold(filesystem):
+            self._stage_locked(volume, staging, filesystem, repeat=repeat)
+            self._staged[staging.path] = filesystem
+        return staging
+
+    def _stage_locked(
+        self, volume: VolumeRecord, staging: Staging, filesystem: Filesystem, *, repeat: bool
+    ) -> None:
         entry = self._entry(staging.path)
         if entry is not None:
             if repeat and _is_root_of(entry, filesystem, "/"):
-                return staging
+                return
             fail(
                 Code.FAILED_PRECONDITION,
                 f"staging path {staging.path} is already a mount point this driver did not "
@@ -271,17 +286,17 @@ class SharedFSBackend(VolumeBackend):
             self.mounter.mount(peer, staging.path, "", ["bind", *(["ro"] if readonly else [])])
             entry = self._entry(staging.path)
             if entry is not None and _is_root_of(entry, filesystem, "/"):
-                return staging
+                return
             # The peer was unstaged meanwhile: what got bound is not the filesystem.
             self._unmount_own(staging.path, None)
         self.mounter.mount(
             filesystem.source, staging.path, filesystem.fstype, filesystem.mount_options
         )
-        return staging
 
     def _peer_staging(self, volume: VolumeRecord, filesystem: Filesystem) -> str | None:
         """A staging path of another volume where this very filesystem (same options) is
         mounted, root ``/``, or None."""
+        candidates = [path for path, theirs in self._staged.items() if theirs == filesystem]
         for other in self._peers():
             if other.volume_id == volume.volume_id or other.staging is None:
                 continue
@@ -289,11 +304,12 @@ class SharedFSBackend(VolumeBackend):
                 theirs = self.stage_filesystem(other, other.staging.capability)
             except Exception:  # a broken record is no peer
                 continue
-            if theirs != filesystem:
-                continue
-            entry = self._entry(other.staging.path)
+            if theirs == filesystem:
+                candidates.append(other.staging.path)
+        for path in candidates:
+            entry = self._entry(path)
             if entry is not None and _is_root_of(entry, filesystem, "/"):
-                return other.staging.path
+                return path
         return None
 
     def stage_leftover(self, volume: VolumeRecord, staging: Staging) -> bool:
@@ -322,6 +338,7 @@ class SharedFSBackend(VolumeBackend):
     def unstage(self, volume: VolumeRecord, staging: Staging) -> None:
         """Unmount the staging path (this filesystem's mounts only); data stays."""
         self._unmount_own(staging.path, self.location(volume).filesystem)
+        self._staged.pop(staging.path, None)
 
     def publish(
         self,
