@@ -79,6 +79,7 @@ wheel: $(PACKAGE_TOOLS)
 docs: $(PACKAGE_TOOLS)
 	rm -rf build/docs
 	$(BIN)/python scripts/build-docs.py build/docs
+	$(BIN)/python scripts/make-man.py build/man/kubevol.1
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist

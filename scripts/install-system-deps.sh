@@ -5,10 +5,11 @@
 # (project quotas), e2fsprogs and util-linux (ext4 images on loop devices),
 # glusterfs-server and glusterfs-client (a real network filesystem whose server can be
 # frozen or killed: kubevol.testing.glusterfs), python3 (the system's Python, which the
-# tests run as an unprivileged user: a virtualenv's may not be theirs to run).
+# tests run as an unprivileged user: a virtualenv's may not be theirs to run), man-db
+# (kubevol(1) is rendered by its test).
 set -euo pipefail
 packages=(etcd-server bindfs fuse3 quota xfsprogs e2fsprogs util-linux coreutils
-          glusterfs-server glusterfs-client python3)
+          glusterfs-server glusterfs-client python3 man-db)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
