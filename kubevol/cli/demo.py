@@ -346,7 +346,12 @@ def _serve_sharedfs_on_glusterfs(demo: _Demo) -> tuple[Any, str]:
     from kubevol.csidriver.drivers.sharedfs import SharedFSConfig, SharedFSDriver
     from kubevol.testing.glusterfs import GlusterServer
 
-    server = GlusterServer(Path(demo.work) / "glusterfs").start()
+    # A short directory in /tmp: glusterd's unix sockets live below it (108 bytes at most),
+    # and the work directory or $TMPDIR may be deep. The server makes (and removes) its
+    # directory inside it; only the empty parent is removed here.
+    parent = tempfile.mkdtemp(prefix="kubevol-gluster-", dir="/tmp")
+    demo.stack.callback(_rmdir_quietly, parent)
+    server = GlusterServer(Path(parent) / "g").start()
     demo.stack.callback(server.cleanup)
     running = SharedFSDriver(SharedFSConfig(
         state_dir=os.path.join(demo.work, SHARED_DRIVER), node_id=demo.node,
@@ -475,6 +480,11 @@ def _shared_filesystem(demo: _Demo, runtime: Any, pods: Any) -> None:
         story.check(result.converged and not os.path.ismount(first.device_mount_path)
                     and os.path.ismount(second.device_mount_path),
                     "the pod went and its volume was unstaged; the other stays staged")
+
+
+def _rmdir_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
 
 
 def _delete_quietly(client: Any, volume_id: str) -> None:

@@ -50,6 +50,7 @@ COMMANDS: tuple[CommandInfo, ...] = (
     ),
     CommandInfo("csi", "kubevol.cli.csi.command", "call any CSI driver's RPCs (csc for Python)"),
     CommandInfo("driver", "kubevol.cli.driver", "serve a bundled CSI driver (mock or hostpath)"),
+    CommandInfo("nomad", "kubevol.cli.nomad", "Nomad-style CSI plugins: register, health, mount"),
     CommandInfo("up", "kubevol.cli.up", "mount the volumes of pods under a kubelet-style root"),
     CommandInfo(
         "down", "kubevol.cli.down", "tear down the volumes of pods under a kubelet-style root"

@@ -32,6 +32,8 @@ from kubevol.util import safeyaml
 
 #: An API object as its JSON dict (what a manifest's documents are).
 ApiDict = dict[str, Any]
+#: An API object only read.
+ApiObject = Mapping[str, Any]
 
 #: Namespace for UIDs derived from ``namespace/name`` when a manifest has none.
 _UID_NAMESPACE = uuid.UUID("6f1c1f36-9b0e-4c4f-8a8b-0c2d6b1b7a10")
@@ -66,7 +68,7 @@ class Manifests:
         """The ConfigMaps and Secrets, for a :class:`~kubevol.k8s.objects.ManifestObjects`."""
         return [*self.config_maps.values(), *self.secrets.values()]
 
-    def objects_for(self, pod: Mapping[str, Any]) -> list[ApiDict]:
+    def objects_for(self, pod: ApiObject) -> list[ApiDict]:
         """The pod, then the claims, volumes and ConfigMaps it refers to (what a record
         keeps), and the CSIDriver objects of the drivers its volumes use. Never a Secret:
         secret data stays in memory (tmpfs volumes), as on a kubelet node, so after a
@@ -94,7 +96,7 @@ class Manifests:
         return out
 
     def pv_for_claim(
-        self, pvc: Mapping[str, Any], namespace: str, claim: str
+        self, pvc: ApiObject, namespace: str, claim: str
     ) -> ApiDict | None:
         """The PersistentVolume bound to claim ``namespace/claim`` (its ``spec.volumeName``,
         else the PV whose ``claimRef`` names it), None when the manifests have none."""
@@ -108,7 +110,7 @@ class Manifests:
         return None
 
 
-def claim_name(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str | None:
+def claim_name(pod: ApiObject, volume: ApiObject) -> str | None:
     """The PersistentVolumeClaim a pod volume uses: ``persistentVolumeClaim.claimName``, or
     for a generic ephemeral volume (``ephemeral.volumeClaimTemplate``) the claim the
     ephemeral volume controller made for the pod, ``<pod name>-<volume name>``
@@ -120,7 +122,7 @@ def claim_name(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str | None:
     return str(claim) if claim else None
 
 
-def check_ephemeral_claim(pod: Mapping[str, Any], pvc: Mapping[str, Any]) -> None:
+def check_ephemeral_claim(pod: ApiObject, pvc: ApiObject) -> None:
     """Refuse a generic ephemeral volume's claim that was not made for ``pod``, as the
     kubelet does (``VolumeIsForPod``): same namespace, and the pod (by UID) its controlling
     owner. Raises :class:`~kubevol.errors.SpecError` with the kubelet's words."""
@@ -134,7 +136,7 @@ def check_ephemeral_claim(pod: Mapping[str, Any], pvc: Mapping[str, Any]) -> Non
             f"{namespace_of(pod)}/{name_of(pod, 'the manifests')} (pod is not owner)")
 
 
-def referenced_config_maps(pod: Mapping[str, Any]) -> set[str]:
+def referenced_config_maps(pod: ApiObject) -> set[str]:
     """Names of the ConfigMaps a pod reads: configMap volumes, projected configMap sources
     and containers' ``configMapKeyRef`` variables (subPathExpr may use them)."""
     spec = pod.get("spec") or {}
@@ -153,12 +155,12 @@ def referenced_config_maps(pod: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def namespace_of(obj: Mapping[str, Any]) -> str:
+def namespace_of(obj: ApiObject) -> str:
     """An object's ``metadata.namespace``, ``default`` when unset."""
     return str((obj.get("metadata") or {}).get("namespace") or "default")
 
 
-def name_of(obj: Mapping[str, Any], where: str) -> str:
+def name_of(obj: ApiObject, where: str) -> str:
     """An object's ``metadata.name``; :class:`~kubevol.errors.SpecError` naming ``where``
     when it has none."""
     name = (obj.get("metadata") or {}).get("name")
@@ -245,7 +247,7 @@ def load_manifest_files(paths: Iterable[str]) -> Manifests:
     return out
 
 
-def manifest_pod_uid(pod: Mapping[str, Any]) -> str:
+def manifest_pod_uid(pod: ApiObject) -> str:
     """The pod's ``metadata.uid``, else a UID derived from ``namespace/name``; validated."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
@@ -254,7 +256,7 @@ def manifest_pod_uid(pod: Mapping[str, Any]) -> str:
     return validate_pod_uid(uid)
 
 
-def pod_object(pod: Mapping[str, Any]) -> Any:
+def pod_object(pod: ApiObject) -> Any:
     """The ``V1Pod`` of a pod manifest, with its UID filled in."""
     data = dict(pod)
     data["metadata"] = {**(pod.get("metadata") or {}), "uid": manifest_pod_uid(pod)}

@@ -12,8 +12,21 @@
   ``<root>/per-alloc/<alloc>/<vol>/<usage>``, with a persisted :class:`UsageTracker` so a
   restarted agent never unstages a volume in use.
 - :class:`VolumeChecker`: whether each mounted volume is healthy.
+- :class:`AttachmentWaiter`: waits for a volume's publish context on this node (the
+  controller publish done elsewhere) from an :class:`AttachmentSource`.
+- The interfaces an agent codes against and fakes (:mod:`kubevol.testing.fake_nomad`):
+  :class:`Manager`, :class:`PluginManager`, :class:`VolumeMounter`, :class:`NodeController`
+  (with NodeExpandVolume); :class:`ManagerConfig` builds a manager with an injected logger.
+- :class:`MountPropagation`: how a plugin task sees its directory; the supervisor makes the
+  host side ``rshared`` so a node plugin's mounts reach the host.
 """
 
+from kubevol.nomad.attachment import (
+    AttachmentDirectory,
+    AttachmentRecords,
+    AttachmentSource,
+    AttachmentWaiter,
+)
 from kubevol.nomad.checker import CheckMethod, VolumeChecker, VolumeHealth
 from kubevol.nomad.claims import (
     ALLOC_DIR_NAME,
@@ -21,18 +34,30 @@ from kubevol.nomad.claims import (
     UsageTracker,
     VolumeKey,
 )
-from kubevol.nomad.csimanager import DEFAULT_RESYNC_PERIOD, CSIManager
+from kubevol.nomad.csimanager import (
+    DEFAULT_RESYNC_PERIOD,
+    CSIManager,
+    ManagerConfig,
+    UnmountFailure,
+)
 from kubevol.nomad.errors import (
+    AttachmentCancelledError,
+    AttachmentTimeoutError,
+    ExpansionNotSupportedError,
     ManagerShutdownError,
     ManagerStateError,
+    MountPropagationError,
     PluginUnhealthyError,
     PluginWaitTimeoutError,
+    VolumeNotPublishedError,
 )
 from kubevol.nomad.instance import (
     DEFAULT_FINGERPRINT_INTERVAL,
     Fingerprinter,
     InstanceManager,
 )
+from kubevol.nomad.interface import Manager, NodeController, PluginManager, VolumeMounter
+from kubevol.nomad.propagation import MountPropagation
 from kubevol.nomad.registry import (
     WAIT_BACKOFF,
     EventSubscription,
@@ -47,6 +72,7 @@ from kubevol.nomad.supervisor import (
     PluginTaskConfig,
     TaskEvent,
     TaskEventType,
+    TaskMount,
 )
 from kubevol.nomad.types import (
     AccessMode,
@@ -78,22 +104,35 @@ __all__ = [
     "STAGING_DIR_NAME",
     "WAIT_BACKOFF",
     "AccessMode",
+    "AttachmentCancelledError",
+    "AttachmentDirectory",
     "AttachmentMode",
+    "AttachmentRecords",
+    "AttachmentSource",
+    "AttachmentTimeoutError",
+    "AttachmentWaiter",
     "CSIInfo",
     "CSIManager",
     "CSIVolume",
     "CheckMethod",
     "ControllerFingerprint",
     "EventSubscription",
+    "ExpansionNotSupportedError",
     "Fingerprinter",
     "HealthState",
     "InstanceManager",
+    "Manager",
+    "ManagerConfig",
     "ManagerShutdownError",
     "ManagerStateError",
     "MountInfo",
     "MountOptions",
+    "MountPropagation",
+    "MountPropagationError",
+    "NodeController",
     "NodeEvent",
     "NodeFingerprint",
+    "PluginManager",
     "PluginRegistry",
     "PluginSupervisor",
     "PluginTaskConfig",
@@ -107,7 +146,9 @@ __all__ = [
     "RetryPolicy",
     "TaskEvent",
     "TaskEventType",
+    "TaskMount",
     "TriggerNodeEvent",
+    "UnmountFailure",
     "UpdateNodeCSIInfoFunc",
     "UsageOptions",
     "UsageTracker",
@@ -115,4 +156,6 @@ __all__ = [
     "VolumeHealth",
     "VolumeKey",
     "VolumeManager",
+    "VolumeMounter",
+    "VolumeNotPublishedError",
 ]

@@ -5,15 +5,21 @@ point to a plugin's volume mounter.
 Lifecycle::
 
     mgr = CSIManager(registry, update_node_csi_info=..., trigger_node_event=...,
-                     state_dir="/var/lib/agent/csi")
+                     state_dir="/var/lib/agent/csi", logger=agent_log)
+    # or CSIManager.from_config(ManagerConfig(registry=registry, ...)), Nomad's New(config)
     mgr.run()                                   # resync now, then follow the registry
+    mgr.wait_for_first_fingerprint(30)          # what the node fingerprinter waits for
     mounter = mgr.mounter_for_plugin("hostpath")
     info = mounter.mount_volume(volume, alloc_id, usage)
     ...
     mgr.shutdown()                              # deterministic, see shutdown()
 
-Shutting down never unmounts volumes: an agent restart must leave allocations' volumes in
-place, and the next manager picks up the registry and the usage claims from ``state_dir``.
+By default shutting down never unmounts volumes: an agent restart must leave allocations'
+volumes in place, and the next manager picks up the registry and the usage claims from
+``state_dir``. Nomad's interface documents the opposite ("Shutdown ... unmounts any locally
+attached volumes"); ``unmount_on_shutdown=True`` asks for that, for an agent that drains
+its node for good: every volume this manager's claims know of is unpublished and unstaged
+first (:meth:`CSIManager.unmount_all`), volumes it never mounted are left alone.
 """
 
 from __future__ import annotations
@@ -23,17 +29,25 @@ import os
 import threading
 import time
 
+import attrs
+
 from kubevol.errors import PluginNotFoundError
 from kubevol.layout import validate_path_segment
 from kubevol.mount.interface import MountInterface
 from kubevol.mount.linux import LinuxMounter
-from kubevol.nomad.claims import UsageTracker
+from kubevol.nomad.attachment import AttachmentSource, AttachmentWaiter
+from kubevol.nomad.claims import UsageTracker, VolumeKey
 from kubevol.nomad.errors import ManagerShutdownError, PluginWaitTimeoutError
 from kubevol.nomad.instance import (
     DEFAULT_FINGERPRINT_INTERVAL,
     DEFAULT_FINGERPRINT_RPC_TIMEOUT,
     ClientFactory,
     InstanceManager,
+)
+from kubevol.nomad.interface import (
+    CSI_PLUGIN_MANAGER_TYPE,
+    Manager,
+    PluginManager,
 )
 from kubevol.nomad.registry import (
     EventSubscription,
@@ -46,6 +60,7 @@ from kubevol.nomad.types import (
     HealthState,
     TriggerNodeEvent,
     UpdateNodeCSIInfoFunc,
+    UsageOptions,
 )
 from kubevol.nomad.volumes import PluginVolumeState, RetryPolicy, VolumeManager
 
@@ -62,7 +77,44 @@ _INSTANCE_POLL = 0.01
 _Key = tuple[PluginType, str]
 
 
-class CSIManager:
+def _module_logger() -> logging.Logger:
+    return log
+
+
+@attrs.frozen(kw_only=True)
+class ManagerConfig:
+    """Everything a :class:`CSIManager` is built from (Nomad's ``csimanager.Config``).
+
+    ``logger`` receives the manager's, its instance managers' and its volume managers'
+    records (default: this module's logger). ``unmount_on_shutdown`` makes
+    :meth:`CSIManager.shutdown` unmount the volumes it knows of (default: keep them).
+    """
+
+    registry: PluginRegistry
+    logger: logging.Logger = attrs.field(factory=_module_logger)
+    update_node_csi_info: UpdateNodeCSIInfoFunc | None = None
+    trigger_node_event: TriggerNodeEvent | None = None
+    resync_period: float = DEFAULT_RESYNC_PERIOD
+    fingerprint_interval: float = DEFAULT_FINGERPRINT_INTERVAL
+    rpc_timeout: float = DEFAULT_FINGERPRINT_RPC_TIMEOUT
+    state_dir: str | None = None
+    mounter: MountInterface | None = None
+    client_factory: ClientFactory | None = None
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
+    unmount_on_shutdown: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class UnmountFailure:
+    """A volume :meth:`CSIManager.unmount_all` could not unmount, left as it was."""
+
+    plugin_id: str
+    key: VolumeKey | None
+    alloc_id: str
+    error: str
+
+
+class CSIManager(Manager, PluginManager):
     """Supervises every plugin in ``registry``. Thread-safe.
 
     ``update_node_csi_info(name, info)`` receives every fingerprint (Nomad's
@@ -70,6 +122,10 @@ class CSIManager:
     and mount results. ``state_dir`` holds the usage claims (``usage/<plugin>.json``); without
     it claims live in memory and are rebuilt from the per-allocation mounts on start.
     ``mounter`` answers mount-point questions (default :class:`~kubevol.mount.LinuxMounter`).
+    ``logger`` and ``unmount_on_shutdown``: see :class:`ManagerConfig`, which
+    :attr:`config` holds and :meth:`from_config` builds from.
+
+    It is its own :class:`~kubevol.nomad.interface.PluginManager` (:meth:`plugin_manager`).
     """
 
     def __init__(
@@ -85,13 +141,30 @@ class CSIManager:
         mounter: MountInterface | None = None,
         client_factory: ClientFactory | None = None,
         retry: RetryPolicy | None = None,
+        logger: logging.Logger | None = None,
+        unmount_on_shutdown: bool = False,
     ) -> None:
+        self.config = ManagerConfig(
+            registry=registry,
+            logger=logger if logger is not None else log,
+            update_node_csi_info=update_node_csi_info,
+            trigger_node_event=trigger_node_event,
+            resync_period=resync_period,
+            fingerprint_interval=fingerprint_interval,
+            rpc_timeout=rpc_timeout,
+            state_dir=state_dir,
+            mounter=mounter,
+            client_factory=client_factory,
+            retry=retry or RetryPolicy(),
+            unmount_on_shutdown=unmount_on_shutdown,
+        )
         self.registry = registry
         self.resync_period = resync_period
         self.fingerprint_interval = fingerprint_interval
         self.rpc_timeout = rpc_timeout
         self.state_dir = state_dir
-        self.retry = retry or RetryPolicy()
+        self.retry = self.config.retry
+        self._log = self.config.logger
         self._update_info = update_node_csi_info
         self._trigger_node_event = trigger_node_event
         self._client_factory = client_factory
@@ -105,6 +178,56 @@ class CSIManager:
         self._thread: threading.Thread | None = None
         self._subscription: EventSubscription | None = None
         self._stopped = False
+
+    @classmethod
+    def from_config(cls, config: ManagerConfig) -> CSIManager:
+        """A manager built from ``config`` (Nomad's ``csimanager.New``)."""
+        return cls(
+            config.registry,
+            update_node_csi_info=config.update_node_csi_info,
+            trigger_node_event=config.trigger_node_event,
+            resync_period=config.resync_period,
+            fingerprint_interval=config.fingerprint_interval,
+            rpc_timeout=config.rpc_timeout,
+            state_dir=config.state_dir,
+            mounter=config.mounter,
+            client_factory=config.client_factory,
+            retry=config.retry,
+            logger=config.logger,
+            unmount_on_shutdown=config.unmount_on_shutdown,
+        )
+
+    # --- the plugin manager face -----------------------------------------------------
+
+    def plugin_manager(self) -> PluginManager:
+        """This manager, as the node fingerprinter sees it."""
+        return self
+
+    @property
+    def plugin_type(self) -> str:
+        """``"csi"``."""
+        return CSI_PLUGIN_MANAGER_TYPE
+
+    def wait_for_first_fingerprint(self, timeout: float | None) -> bool:
+        """Wait until every plugin instance running now reported its first fingerprint,
+        healthy or not (:meth:`run` starts one for every registered plugin before it
+        returns). True when all did within ``timeout`` seconds (None: no limit)."""
+        with self._lock:
+            instances = list(self._instances.values())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for inst in instances:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not inst.wait_first_report(remaining):
+                return False
+        return True
+
+    def attachment_waiter(self, source: AttachmentSource) -> AttachmentWaiter:
+        """An :class:`~kubevol.nomad.attachment.AttachmentWaiter` on ``source`` that waits
+        up to the mount action's timeout (``retry.timeout``) and is cancelled when this
+        manager shuts down."""
+        return AttachmentWaiter(
+            source, timeout=self.retry.timeout, cancel=self._cancel, logger=self._log
+        )
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -141,11 +264,26 @@ class CSIManager:
     def shutdown(self) -> None:
         """Stop everything, deterministically. Idempotent.
 
-        First the run loop is stopped and joined (so no resync or event can start an
-        instance afterwards), then every instance is shut down in parallel: each cancels
-        its calls and retries, reports a final unhealthy fingerprint, and has exited its
-        loop when this returns. Volumes stay mounted.
+        With ``unmount_on_shutdown`` (off by default) the volumes this manager knows of are
+        unmounted first, while the plugins still run (:meth:`unmount_all`; what fails is
+        logged and left mounted). Then the run loop is stopped and joined (so no resync or
+        event can start an instance afterwards), then every instance is shut down in
+        parallel: each cancels its calls and retries, reports a final unhealthy
+        fingerprint, and has exited its loop when this returns. By default volumes stay
+        mounted.
         """
+        if self.config.unmount_on_shutdown:
+            with self._shutdown_lock:
+                stopped = self._stopped
+            if not stopped:
+                for failure in self.unmount_all():
+                    self._log.warning(
+                        "left mounted at shutdown: %s of %s for %s: %s",
+                        failure.key,
+                        failure.plugin_id,
+                        failure.alloc_id or "-",
+                        failure.error,
+                    )
         with self._shutdown_lock:
             if self._stopped:
                 return
@@ -171,7 +309,7 @@ class CSIManager:
         # "undetected", not "detected" (a misleading log Nomad's driver manager once had).
         for inst in instances:
             final = inst.latest
-            log.info(
+            self._log.info(
                 "CSI plugin %s (%s) at shutdown: %s",
                 inst.plugin.name,
                 inst.plugin.type.value,
@@ -209,7 +347,7 @@ class CSIManager:
                 current.trigger()
                 return
         if current is not None:
-            log.info(
+            self._log.info(
                 "plugin %s moved from %s to %s",
                 plugin.name,
                 current.plugin.alloc_id,
@@ -218,6 +356,7 @@ class CSIManager:
             self._stop_instance(key, current)
         inst = InstanceManager(
             plugin,
+            logger=self._log,
             update_info=self._update_info,
             trigger_node_event=self._trigger_node_event,
             fingerprint_interval=self.fingerprint_interval,
@@ -341,7 +480,55 @@ class CSIManager:
                 cancel=inst.cancelled,
                 trigger_node_event=self._trigger_node_event,
                 retry=self.retry,
+                node_id=_node_id(inst),
+                logger=self._log,
             )
             if self._instances.get((PluginType.CSI_NODE, plugin_id)) is inst:
                 self._volume_managers[inst] = mounter
             return mounter
+
+    def unmount_all(self, *, timeout: float | None = None) -> list[UnmountFailure]:
+        """Unmount every volume the usage claims of running node plugins know of (each
+        allocation's unpublish, then the unstage after the last), as Nomad's ``Shutdown``
+        documents. Volumes this manager never mounted or rebuilt a claim for are not
+        touched. Returns what could not be unmounted (left in place); raises nothing for
+        a volume. ``timeout``: how long to wait for each plugin's mounter (default: the
+        retry policy's timeout).
+        """
+        wait = self.retry.timeout if timeout is None else timeout
+        with self._lock:
+            names = sorted(name for ptype, name in self._instances if ptype is PluginType.CSI_NODE)
+        failures: list[UnmountFailure] = []
+        for name in names:
+            try:
+                mounter = self.mounter_for_plugin(name, timeout=wait)
+            except Exception as exc:
+                failures.append(
+                    UnmountFailure(plugin_id=name, key=None, alloc_id="", error=str(exc))
+                )
+                continue
+            tracker = mounter.state.tracker
+            for key, allocs in sorted(tracker.claims().items()):
+                for alloc_id in sorted(allocs):
+                    try:
+                        mounter.unmount_volume(
+                            key.volume_id,
+                            tracker.remote_id(key),
+                            alloc_id,
+                            UsageOptions.from_fs(key.usage),
+                            namespace=key.namespace,
+                        )
+                    except Exception as exc:
+                        failures.append(
+                            UnmountFailure(
+                                plugin_id=name, key=key, alloc_id=alloc_id, error=str(exc)
+                            )
+                        )
+        return failures
+
+
+def _node_id(inst: InstanceManager) -> str:
+    info = inst.latest
+    if info is None or info.node_info is None:
+        return ""
+    return info.node_info.node_id

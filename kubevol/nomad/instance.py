@@ -54,9 +54,15 @@ class Fingerprinter:
     :meth:`close` may come from any thread and cancels a call in flight."""
 
     def __init__(
-        self, plugin: RegisteredPlugin, client_factory: ClientFactory, rpc_timeout: float
+        self,
+        plugin: RegisteredPlugin,
+        client_factory: ClientFactory,
+        rpc_timeout: float,
+        *,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.plugin = plugin
+        self._log = logger if logger is not None else log
         self._client_factory = client_factory
         self._rpc_timeout = rpc_timeout
         self._lock = threading.Lock()
@@ -141,7 +147,7 @@ class Fingerprinter:
             # CSIRPCError is the expected failure; anything else (an answer kubevol cannot
             # read) is logged, and the loop lives on to fingerprint again.
             if not isinstance(exc, CSIRPCError):
-                log.exception("unexpected failure fingerprinting plugin %s", self.plugin.name)
+                self._log.exception("unexpected failure fingerprinting plugin %s", self.plugin.name)
             self._drop_client(client)
             if self._is_closed():
                 return self._failed(base, "plugin instance shut down")
@@ -210,13 +216,14 @@ class InstanceManager:
 
     Each fingerprint goes to ``update_info(name, info)``; a change of health also sends a
     ``CSI`` :class:`~kubevol.nomad.types.NodeEvent` to ``trigger_node_event``.
-    Callback exceptions are logged, never fatal.
+    Callback exceptions are logged (to ``logger``, default this module's), never fatal.
     """
 
     def __init__(
         self,
         plugin: RegisteredPlugin,
         *,
+        logger: logging.Logger | None = None,
         update_info: UpdateNodeCSIInfoFunc | None = None,
         trigger_node_event: TriggerNodeEvent | None = None,
         fingerprint_interval: float = DEFAULT_FINGERPRINT_INTERVAL,
@@ -224,12 +231,13 @@ class InstanceManager:
         client_factory: ClientFactory | None = None,
     ) -> None:
         self.plugin = plugin
+        self._log = logger if logger is not None else log
         self.fingerprint_interval = fingerprint_interval
         self._update_info = update_info
         self._trigger_node_event = trigger_node_event
         factory = client_factory or (lambda path: CSIClient(path, timeout=rpc_timeout))
         self._client_factory: ClientFactory = factory
-        self._fp = Fingerprinter(plugin, factory, rpc_timeout)
+        self._fp = Fingerprinter(plugin, factory, rpc_timeout, logger=self._log)
         #: Set when shutdown starts: loops, retries and waiters stop on it.
         self.cancelled = threading.Event()
         self._wake = threading.Event()
@@ -238,6 +246,7 @@ class InstanceManager:
         self._stopping = False
         self._done = False
         self._latest: CSIInfo | None = None
+        self._first_report = threading.Event()
         self._reported_health: HealthState | None = None
         self._thread: threading.Thread | None = None
         self._volume_client: CSIClient | None = None
@@ -259,6 +268,10 @@ class InstanceManager:
     def wait_first_fingerprint(self, timeout: float | None) -> bool:
         """Wait for the first good fingerprint; True when it happened."""
         return self._fp.first_success.wait(timeout)
+
+    def wait_first_report(self, timeout: float | None) -> bool:
+        """Wait until a first fingerprint was reported, healthy or not; True when it was."""
+        return self._first_report.wait(timeout)
 
     def volume_client(self) -> CSIClient:
         """The client volume operations use (one per instance, closed on shutdown).
@@ -305,12 +318,13 @@ class InstanceManager:
     def _report(self, info: CSIInfo) -> None:
         """Record and send ``info``; the caller holds ``_report_lock``."""
         self._latest = info
+        self._first_report.set()
         previous, self._reported_health = self._reported_health, info.health
         if self._update_info is not None:
             try:
                 self._update_info(self.plugin.name, info)
             except Exception:
-                log.exception("CSI info callback failed for plugin %s", self.plugin.name)
+                self._log.exception("CSI info callback failed for plugin %s", self.plugin.name)
         if previous is not info.health and self._trigger_node_event is not None:
             event = NodeEvent(
                 subsystem="CSI",
@@ -326,7 +340,7 @@ class InstanceManager:
             try:
                 self._trigger_node_event(event)
             except Exception:
-                log.exception("node event callback failed for plugin %s", self.plugin.name)
+                self._log.exception("node event callback failed for plugin %s", self.plugin.name)
 
     def shutdown(self) -> CSIInfo:
         """Stop for good and return the final (unhealthy) fingerprint. Idempotent.

@@ -2,12 +2,14 @@
 ``csi_plugin_supervisor`` task hook).
 
 The agent calls :meth:`PluginSupervisor.prepare` before starting the plugin task (the mount
-root must exist so it can be bind-mounted into the task), then :meth:`PluginSupervisor.start`
-once the task runs. The supervisor waits for the plugin's socket, probes it every
-``probe_interval`` until it answers ready or ``health_timeout`` passes (then it reports the
-failure through ``on_health_timeout``, where Nomad restarts the task), registers it in the
-registry, and heartbeats every ``heartbeat_interval``, emitting a task event each time the
-health flips. :meth:`PluginSupervisor.stop` deregisters it.
+root must exist so it can be bind-mounted into the task, and be a shared mount so that the
+plugin's mounts inside it reach the host: see :mod:`kubevol.nomad.propagation`), mounts
+:meth:`PluginSupervisor.task_mounts` into the task with their propagation, then calls
+:meth:`PluginSupervisor.start` once the task runs. The supervisor waits for the plugin's
+socket, probes it every ``probe_interval`` until it answers ready or ``health_timeout``
+passes (then it reports the failure through ``on_health_timeout``, where Nomad restarts the
+task), registers it in the registry, and heartbeats every ``heartbeat_interval``, emitting a
+task event each time the health flips. :meth:`PluginSupervisor.stop` deregisters it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kubevol.errors import MountError
 from kubevol.nomad.claims import ALLOC_DIR_NAME, STAGING_DIR_NAME
 from kubevol.nomad.errors import PluginUnhealthyError
 from kubevol.nomad.instance import ClientFactory
+from kubevol.nomad.propagation import MountPropagation, make_rshared
 from kubevol.nomad.registry import PluginRegistry, PluginType, RegisteredPlugin
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,8 @@ class PluginTaskConfig:
     """The ``csi_plugin`` stanza of a task, plus the host paths the agent chose.
 
     ``socket_path`` defaults to ``<mount_root>/csi.sock``. Intervals are in seconds.
+    ``mount_propagation`` is how the task sees the mount root (default bidirectional, which
+    a node plugin needs; the host side is then made ``rshared`` by ``prepare``).
     """
 
     plugin_id: str
@@ -84,6 +89,9 @@ class PluginTaskConfig:
     probe_interval: float = attrs.field(default=DEFAULT_PROBE_INTERVAL, validator=_positive)
     heartbeat_interval: float = attrs.field(default=DEFAULT_HEARTBEAT_INTERVAL, validator=_positive)
     probe_timeout: float = attrs.field(default=DEFAULT_PROBE_TIMEOUT, validator=_positive)
+    mount_propagation: MountPropagation = attrs.field(
+        default=MountPropagation.BIDIRECTIONAL, converter=MountPropagation
+    )
 
     def registration(self) -> RegisteredPlugin:
         """The registry entry for this plugin (validates names and paths)."""
@@ -99,12 +107,23 @@ class PluginTaskConfig:
         )
 
 
+@attrs.frozen(kw_only=True)
+class TaskMount:
+    """A mount the task runtime must give the plugin's task: ``host_path`` at
+    ``task_path`` with ``propagation`` (OCI name: ``propagation.runtime_name``)."""
+
+    host_path: str
+    task_path: str
+    propagation: MountPropagation
+
+
 class PluginSupervisor:
     """Supervises one plugin task; see the module docstring. Thread-safe.
 
     ``on_event`` receives :class:`TaskEvent` s; ``on_health_timeout`` receives the
     :class:`~kubevol.nomad.errors.PluginUnhealthyError` when the plugin did not turn
-    healthy in time. Callback exceptions are logged, never fatal.
+    healthy in time. Callback exceptions are logged (to ``logger``, default this module's),
+    never fatal.
     """
 
     def __init__(
@@ -115,8 +134,10 @@ class PluginSupervisor:
         on_event: Callable[[TaskEvent], None] | None = None,
         on_health_timeout: Callable[[PluginUnhealthyError], None] | None = None,
         client_factory: ClientFactory | None = None,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.config = config
+        self._log = logger if logger is not None else log
         self.plugin = config.registration()
         self.registry = registry
         self._on_event = on_event
@@ -149,8 +170,11 @@ class PluginSupervisor:
 
     def prepare(self) -> None:
         """Create the mount root with its ``staging`` and ``per-alloc`` directories and the
-        socket's directory (mode 0700). Idempotent; raises
-        :class:`~kubevol.errors.MountError` naming a directory that cannot be created."""
+        socket's directory (mode 0700) and, unless the task's propagation is ``private``,
+        make the mount root an ``rshared`` mount (binding it on itself if needed; the bind
+        stays after :meth:`stop`, with the volumes under it). Idempotent; raises
+        :class:`~kubevol.errors.MountError` naming a directory that cannot be created or
+        made shared."""
         dirs = [
             self.plugin.mount_root,
             os.path.join(self.plugin.mount_root, STAGING_DIR_NAME),
@@ -164,6 +188,21 @@ class PluginSupervisor:
                 raise MountError(
                     exc.errno, f"cannot create plugin directory {path!r}: {exc.strerror}"
                 ) from exc
+        private = self.config.mount_propagation is MountPropagation.PRIVATE
+        if not private and make_rshared(self.plugin.mount_root):
+            self._log.info("bound %s on itself to share its mounts", self.plugin.mount_root)
+
+    def task_mounts(self) -> list[TaskMount]:
+        """What the task runtime mounts into the plugin's task: the mount root at the
+        plugin's view of it, with the configured propagation (Nomad's hook adds this
+        mount to the task)."""
+        return [
+            TaskMount(
+                host_path=self.plugin.mount_root,
+                task_path=self.plugin.plugin_root,
+                propagation=self.config.mount_propagation,
+            )
+        ]
 
     def start(self) -> None:
         """Prepare the directories and start supervising on a thread. Idempotent."""
@@ -199,7 +238,7 @@ class PluginSupervisor:
         try:
             self.registry.register(self.plugin)
         except Exception as exc:
-            log.exception("cannot register plugin %s", self.plugin.name)
+            self._log.exception("cannot register plugin %s", self.plugin.name)
             self._fail(PluginUnhealthyError(f"cannot register plugin {self.plugin.name!r}: {exc}"))
             return
         self._registered.set()
@@ -233,7 +272,9 @@ class PluginSupervisor:
             try:
                 self._on_health_timeout(error)
             except Exception:
-                log.exception("health timeout callback failed for plugin %s", self.plugin.name)
+                self._log.exception(
+                    "health timeout callback failed for plugin %s", self.plugin.name
+                )
 
     def _probe(self) -> bool:
         """One Probe; any failure is "not healthy". A failed client is dropped so the next
@@ -249,7 +290,7 @@ class PluginSupervisor:
         try:
             return client.probe(timeout=self.config.probe_timeout)
         except CSIRPCError as exc:
-            log.debug("probe of %s failed: %s", self.plugin.name, exc)
+            self._log.debug("probe of %s failed: %s", self.plugin.name, exc)
             with self._lock:
                 if self._client is client:
                     self._client = None
@@ -272,7 +313,7 @@ class PluginSupervisor:
         try:
             self._on_event(TaskEvent(type=kind, message=message))
         except Exception:
-            log.exception("task event callback failed for plugin %s", self.plugin.name)
+            self._log.exception("task event callback failed for plugin %s", self.plugin.name)
 
 
 def _is_socket(path: str) -> bool:

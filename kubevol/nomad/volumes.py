@@ -27,6 +27,7 @@ from typing import TypeVar
 
 import attrs
 
+from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import RETRYABLE_CODES, CSIRPCError, StatusCode
 from kubevol.errors import MountError, UncertainProgressError
@@ -40,7 +41,12 @@ from kubevol.nomad.claims import (
     UsageTracker,
     VolumeKey,
 )
-from kubevol.nomad.errors import ManagerShutdownError
+from kubevol.nomad.errors import (
+    ExpansionNotSupportedError,
+    ManagerShutdownError,
+    VolumeNotPublishedError,
+)
+from kubevol.nomad.interface import NodeController
 from kubevol.nomad.registry import RegisteredPlugin
 from kubevol.nomad.types import (
     AttachmentMode,
@@ -90,15 +96,15 @@ def volume_key(namespace: str, volume_id: str, usage: UsageOptions) -> VolumeKey
     )
 
 
-class VolumeManager:
-    """Mounts and unmounts volumes of one node plugin instance. Thread-safe.
+class VolumeManager(NodeController):
+    """Mounts, unmounts and expands volumes of one node plugin instance. Thread-safe.
 
     Obtain it from :meth:`kubevol.nomad.CSIManager.mounter_for_plugin`. Failures
     raise :class:`~kubevol.csi.errors.CSIRPCError` (or its uncertain variant) for a call
     the plugin refused, :class:`~kubevol.errors.MountError` for a host path that cannot be
     prepared or cleaned, :class:`~kubevol.nomad.errors.ManagerStateError` when a
     claim cannot be persisted and :class:`~kubevol.nomad.errors.ManagerShutdownError`
-    once the instance is shut down.
+    once the instance is shut down. Logs go to ``logger`` (default: this module's).
     """
 
     def __init__(
@@ -112,15 +118,29 @@ class VolumeManager:
         cancel: threading.Event | None = None,
         trigger_node_event: TriggerNodeEvent | None = None,
         retry: RetryPolicy | None = None,
+        node_id: str = "",
+        logger: logging.Logger | None = None,
     ) -> None:
         self.plugin = plugin
-        self.requires_staging = requires_staging
+        self._requires_staging = requires_staging
+        self._node_id = node_id
+        self._log = logger if logger is not None else log
         self.state = state
         self._client = client
         self._mounter = mounter
         self._cancel = cancel or threading.Event()
         self._trigger_node_event = trigger_node_event
         self.retry = retry or RetryPolicy()
+
+    @property
+    def requires_staging(self) -> bool:
+        """Whether the plugin advertised STAGE_UNSTAGE_VOLUME (volumes are staged)."""
+        return self._requires_staging
+
+    @property
+    def node_id(self) -> str:
+        """The plugin's id of this node, from NodeGetInfo (empty when unknown)."""
+        return self._node_id
 
     @property
     def client(self) -> CSIClient:
@@ -193,7 +213,7 @@ class VolumeManager:
         host_path = self.staging_path(key)
         _make_dirs(host_path)
         if self._mounted(host_path):
-            log.debug("re-using staged volume at %s", host_path)
+            self._log.debug("re-using staged volume at %s", host_path)
             return
         capability = usage.capability(volume.mount_options)
         plugin_path = self.staging_path(key, plugin_side=True)
@@ -225,7 +245,7 @@ class VolumeManager:
         # The plugin creates the target itself (file or directory); its parent is ours.
         _make_dirs(os.path.dirname(host_target))
         if self._mounted(host_target):
-            log.debug("re-using published volume at %s", host_target)
+            self._log.debug("re-using published volume at %s", host_target)
             return info
         capability = usage.capability(volume.mount_options)
         staging = self.staging_path(key, plugin_side=True) if self.requires_staging else ""
@@ -295,7 +315,7 @@ class VolumeManager:
         _remove_empty(host_target)
         _remove_empty_parents(host_target, self.plugin.mount_root)
         if rpc_error is not None:
-            log.warning(
+            self._log.warning(
                 "NodeUnpublishVolume failed but %s is unmounted: %s", host_target, rpc_error
             )
 
@@ -315,6 +335,68 @@ class VolumeManager:
         _remove_empty(host_path)
         _remove_empty_parents(host_path, self.plugin.mount_root)
 
+    # --- expand ---------------------------------------------------------------------
+
+    def expand_volume(
+        self,
+        volume_id: str,
+        remote_id: str,
+        alloc_id: str,
+        usage_options: UsageOptions,
+        capacity: t.CapacityRange,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        secrets: Mapping[str, str] | None = None,
+    ) -> int:
+        """NodeExpandVolume on the volume as ``alloc_id`` has it published, for online
+        expansion after the controller grew it (Nomad's ``VolumeManager.ExpandVolume``).
+
+        Sends the plugin-side target path, the staging path when the plugin stages, the
+        usage's capability and ``capacity``; returns the capacity the plugin reports (0:
+        not said). Raises :class:`~kubevol.nomad.errors.ExpansionNotSupportedError` when
+        the plugin does not advertise EXPAND_VOLUME,
+        :class:`~kubevol.nomad.errors.VolumeNotPublishedError` when the volume is not
+        mounted for ``alloc_id``, ``CSIRPCError`` when the plugin refuses (OUT_OF_RANGE: the
+        controller has not grown it that far). Retried like the mount calls; serialised
+        with them per volume.
+        """
+        key = volume_key(namespace, volume_id, usage_options)
+        validate_path_segment(alloc_id, "allocation id")
+        external = remote_id or volume_id
+        try:
+            caps = self._client.node_get_capabilities(timeout=self.retry.timeout)
+            if t.NodeCapability.EXPAND_VOLUME not in caps:
+                raise ExpansionNotSupportedError(
+                    f"plugin {self.plugin.name!r} does not offer NodeExpandVolume "
+                    "(no EXPAND_VOLUME node capability)"
+                )
+            with self._alone(key):
+                host_target = self.target_path(key, alloc_id)
+                if not self.has_mount_at(host_target):
+                    raise VolumeNotPublishedError(
+                        f"volume {volume_id!r} is not mounted for allocation {alloc_id!r} "
+                        f"at {host_target}"
+                    )
+                staging = self.staging_path(key, plugin_side=True) if self.requires_staging else ""
+                plugin_target = self.target_path(key, alloc_id, plugin_side=True)
+                size = self._call(
+                    "NodeExpandVolume",
+                    lambda timeout: self._client.node_expand_volume(
+                        external,
+                        plugin_target,
+                        capacity_range=capacity,
+                        staging_target_path=staging,
+                        capability=usage_options.capability(),
+                        secrets=secrets,
+                        timeout=timeout,
+                    ),
+                )
+        except Exception as exc:
+            self._event("Expand volume", volume_id, alloc_id, exc)
+            raise
+        self._event("Expand volume", volume_id, alloc_id, None)
+        return size
+
     # --- helpers --------------------------------------------------------------------
 
     def has_mount(self, info: MountInfo) -> bool:
@@ -332,7 +414,7 @@ class VolumeManager:
         # Corruption first: lstat of a dead FUSE mount point fails too, so an existence
         # check would call it missing and the plugin would trip over it.
         if is_corrupted_mount(path):
-            log.warning("unmounting corrupted mount at %s before mounting again", path)
+            self._log.warning("unmounting corrupted mount at %s before mounting again", path)
             self._mounter.unmount(path)
         if not os.path.lexists(path):
             return False
@@ -355,7 +437,7 @@ class VolumeManager:
                 delay = self.retry.backoff.delay(attempt)
                 if exc.code not in self.retry.retryable or time.monotonic() + delay >= deadline:
                     raise
-                log.info("%s failed (%s); retrying in %.2fs", name, exc.code.name, delay)
+                self._log.info("%s failed (%s); retrying in %.2fs", name, exc.code.name, delay)
                 attempt += 1
                 if self._cancel.wait(delay):
                     raise ManagerShutdownError(
@@ -406,7 +488,7 @@ class VolumeManager:
                 NodeEvent(subsystem="Storage", message=message, details=details)
             )
         except Exception:
-            log.exception("node event callback failed")
+            self._log.exception("node event callback failed")
 
 
 def _may_have_progressed(exc: BaseException) -> bool:

@@ -13,9 +13,21 @@ or kill),
 ``kubevol.testing.csi_driver``
 (a configurable, recording, fault-injecting CSI driver on kubevol's server framework, served
 in-process or as ``python -m kubevol.testing.csi_driver``).
+
+``kubevol.testing.fake_nomad`` fakes :mod:`kubevol.nomad`'s ``Manager`` and
+``NodeController`` in memory, for unit tests of a Nomad-like agent.
 """
 
 from kubevol.testing.fake_mounter import FakeAction, FakeMounter
+from kubevol.testing.fake_nomad import FakeCSIManager, FakeNodeController, FakeNomadCall
 from kubevol.testing.fake_plugin import FakeVolumePlugin, fake_plugin_with
 
-__all__ = ["FakeAction", "FakeMounter", "FakeVolumePlugin", "fake_plugin_with"]
+__all__ = [
+    "FakeAction",
+    "FakeCSIManager",
+    "FakeMounter",
+    "FakeNodeController",
+    "FakeNomadCall",
+    "FakeVolumePlugin",
+    "fake_plugin_with",
+]

@@ -125,6 +125,50 @@ def plugins(sock_dir: Path, tmp_path: Path) -> Iterator[PluginFactory]:
         proc.stop()
 
 
+@pytest.fixture
+def volume_source(tmp_path: Path) -> Path:
+    """A directory standing for the storage behind a test driver's volume (its volume
+    context's ``source``), with one file ``hello``."""
+    src = tmp_path / "volume-source"
+    src.mkdir()
+    (src / "hello").write_text("hello from the volume")
+    return src
+
+
+HOSTPATH_SCRIPT = Path(__file__).with_name("hostpath_process.py")
+
+#: Starts kubevol's bundled hostpath driver as a process: ``hostpath_driver("--enable-attach")``
+#: returns its socket path.
+HostPathFactory = Callable[..., str]
+
+
+@pytest.fixture
+def hostpath_driver(tmp_path: Path, sock_dir: Path) -> Iterator[HostPathFactory]:
+    """Start the bundled hostpath driver (node id ``node-1``) in its own process; each call
+    returns the socket of a new one. All are stopped afterwards."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*flags: str) -> str:
+        socket_path = str(sock_dir / f"hostpath-{len(procs)}.sock")
+        state = tmp_path / f"hostpath-state-{len(procs)}"
+        proc = subprocess.Popen(
+            [sys.executable, str(HOSTPATH_SCRIPT), str(state), socket_path, *flags]
+        )
+        procs.append(proc)
+        wait_until(lambda: accepts(socket_path) or proc.poll() is not None, 20, socket_path)
+        assert proc.poll() is None, "the hostpath driver exited"
+        return socket_path
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture(autouse=True)
 def unmount_leftovers(tmp_path: Path) -> Iterator[None]:
     """Unmount, last first, everything still mounted under tmp_path after the test (the

@@ -1,5 +1,5 @@
 """Runs kubevol's bundled hostpath driver as its own process for the manager tests:
-``python hostpath_process.py STATE_DIR SOCKET``; stops on SIGTERM."""
+``python hostpath_process.py STATE_DIR SOCKET [--enable-attach]``; stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ def main() -> int:
         stop.set()
 
     signal.signal(signal.SIGTERM, on_term)
-    driver = HostPathDriver(HostPathConfig(state_dir=state_dir, node_id="node-1"))
+    config = HostPathConfig(
+        state_dir=state_dir, node_id="node-1", enable_attach="--enable-attach" in sys.argv[3:]
+    )
+    driver = HostPathDriver(config)
     with driver.serve(f"unix://{socket_path}"):
         stop.wait()
     return 0
