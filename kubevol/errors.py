@@ -49,7 +49,10 @@ raised (so that ``import kubevol`` needs no grpc)::
     ├── kubevol.plugins.csi.attach: APIError; VolumeAttachmentError (an OperationError)
     ├── kubevol.csidriver.drivers.engine.state.DriverStateError (ValueError)
     ├── kubevol.nomad: PluginWaitTimeoutError (a PluginNotFoundError, TimeoutError),
-    │   ManagerStateError, ManagerShutdownError, PluginUnhealthyError
+    │   ManagerStateError, ManagerShutdownError, PluginUnhealthyError,
+    │   AttachmentTimeoutError (TimeoutError), AttachmentCancelledError,
+    │   ExpansionNotSupportedError, VolumeNotPublishedError (LookupError),
+    │   MountPropagationError (a MountError)
     ├── kubevol.k8s.objects: ObjectNotFoundError (LookupError), ObjectSourceError
     ├── kubevol.k8s.tokens: TokenError
     │   └── TokenProviderMissingError          no token provider is configured
