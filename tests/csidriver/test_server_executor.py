@@ -102,3 +102,24 @@ def test_steady_threads_must_fit_the_maximum() -> None:
     """A pool with more steady threads than its maximum is a clear error."""
     with pytest.raises(ValueError, match="steady"):
         ElasticThreadPool(5, 4)
+
+
+def test_a_thread_stuck_for_good_is_replaced_as_a_steady_thread() -> None:
+    """A call that never returns (a stat below a dead mount) leaves its thread stuck: once
+    it has been in that call for ``stuck_after`` seconds another steady thread takes its
+    place, so later calls do not each wait ``patience`` for an extra thread (they did: a
+    driver with one call stuck answered everything 50 ms late). When the stuck call ends,
+    the surplus thread goes."""
+    pool = ElasticThreadPool(1, 4, patience=0.2, stuck_after=0.1)
+    release = threading.Event()
+    stuck = pool.submit(release.wait)
+    time.sleep(0.15)
+    started = time.monotonic()
+    for i in range(10):
+        assert pool.submit(lambda i=i: i).result(timeout=5) == i
+    assert time.monotonic() - started < 0.2 * 3, "calls waited for extra threads"
+    release.set()
+    assert stuck.result(timeout=5) is True
+    pool.submit(lambda: None).result(timeout=5)
+    wait_until(lambda: pool.threads == 1, 5, "the surplus steady thread to go")
+    pool.shutdown()

@@ -23,6 +23,10 @@ from typing import Any
 
 #: Seconds a call may wait for a steady thread before an extra one starts.
 DEFAULT_PATIENCE = 0.05
+#: Seconds after which a thread still in one call (stuck on a dead mount, a lock held
+#: elsewhere) stops counting as a steady thread: another takes its place, so that later
+#: calls do not each wait ``patience`` for an extra thread.
+DEFAULT_STUCK_AFTER = 1.0
 
 
 class ElasticThreadPool(futures.Executor):
@@ -36,6 +40,7 @@ class ElasticThreadPool(futures.Executor):
         max_workers: int,
         *,
         patience: float = DEFAULT_PATIENCE,
+        stuck_after: float = DEFAULT_STUCK_AFTER,
         thread_name_prefix: str = "pool",
     ) -> None:
         if not 1 <= steady <= max_workers:
@@ -43,7 +48,12 @@ class ElasticThreadPool(futures.Executor):
         self.steady = steady
         self.max_workers = max_workers
         self.patience = patience
+        self.stuck_after = stuck_after
         self._prefix = thread_name_prefix
+        #: When each busy worker's current call began, by worker number.
+        self._busy_since: dict[int, float] = {}
+        #: Of ``_threads``, how many are extra (started for a backlog).
+        self._extras = 0
         self._lock = threading.Lock()
         #: Workers wait here for calls; the watcher waits on ``_watch`` for a backlog.
         self._work = threading.Condition(self._lock)
@@ -73,7 +83,7 @@ class ElasticThreadPool(futures.Executor):
             self._queue.append((time.monotonic(), future, lambda: fn(*args, **kwargs)))
             if self._idle:
                 self._work.notify()
-            elif self._threads < self.steady:
+            elif self._threads - self._extras - self._stuck() < self.steady:
                 self._start_worker(extra=False)
             elif self._threads < self.max_workers:
                 self._watch_backlog()
@@ -100,9 +110,11 @@ class ElasticThreadPool(futures.Executor):
 
     def _start_worker(self, *, extra: bool) -> None:
         self._threads += 1
+        self._extras += extra
         self._started += 1
         name = f"{self._prefix}_{self._started}"
-        threading.Thread(target=self._run, args=(extra,), name=name, daemon=True).start()
+        threading.Thread(target=self._run, args=(extra, self._started), name=name,
+                         daemon=True).start()
 
     def _watch_backlog(self) -> None:
         if self._watcher is None:
@@ -115,24 +127,37 @@ class ElasticThreadPool(futures.Executor):
             # would cost a context switch per call when the steady threads are all busy.
             self._watch.notify()
 
+    def _stuck(self) -> int:
+        """How many workers have been in one call for :attr:`stuck_after` seconds."""
+        now = time.monotonic()
+        return sum(1 for since in self._busy_since.values() if now - since >= self.stuck_after)
+
     def _overdue(self, now: float) -> bool:
         return bool(self._queue) and now - self._queue[0][0] >= self.patience
 
     # --- threads -------------------------------------------------------------------
 
-    def _run(self, extra: bool) -> None:
+    def _run(self, extra: bool, number: int) -> None:
         while True:
             with self._lock:
+                self._busy_since.pop(number, None)
+                if not extra and self._threads - self._extras - 1 - self._stuck() >= self.steady:
+                    # Replaced while it was stuck in its last call: surplus now.
+                    self._threads -= 1
+                    return
                 while True:
                     if extra and not self._overdue(time.monotonic()):
                         # Only here because calls waited: none does now.
                         self._threads -= 1
+                        self._extras -= 1
                         return
                     if self._queue:
                         _, future, call = self._queue.popleft()
+                        self._busy_since[number] = time.monotonic()
                         break
                     if self._shutdown:
                         self._threads -= 1
+                        self._extras -= extra
                         return
                     self._idle += 1
                     self._work.wait()
