@@ -9,6 +9,7 @@ building one per volume cost more than the rest of a scan, which usually needs n
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from inspect import signature
@@ -237,17 +238,24 @@ def deserialize(data: Mapping[str, Any], type_name: str) -> Any:
     Uses the client's own deserialisation so the result is exactly what the client
     returns from an API server.
     """
-    from kubernetes.client import ApiClient  # imported lazily: a slow import
-
-    api = ApiClient()
+    api, takes_text = _deserializer()
     try:
-        # Newer clients take the response text and its content type; older ones take a
-        # response object with a ``data`` attribute.
-        if "content_type" in signature(api.deserialize).parameters:
+        if takes_text:
             return api.deserialize(json.dumps(data), type_name, "application/json")
         return api.deserialize(_JSONResponse(data), type_name)
     except (ValueError, TypeError) as exc:
         raise SpecError(f"not a valid {type_name[2:]} manifest: {exc}") from exc
+
+
+@functools.cache
+def _deserializer() -> tuple[Any, bool]:
+    """One client for the process (deserialising needs no connection; a client per call
+    cost a configuration each), and whether its ``deserialize`` takes the response text and
+    its content type (newer clients) or a response object with ``data`` (older ones)."""
+    from kubernetes.client import ApiClient  # imported lazily: a slow import
+
+    api = ApiClient()
+    return api, "content_type" in signature(api.deserialize).parameters
 
 
 def api_object(type_name: str, data: Mapping[str, Any]) -> Any:

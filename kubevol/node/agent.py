@@ -23,9 +23,11 @@ running as recorded; pods found on disk without a record are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import select
 import threading
 import time
 from typing import Any
@@ -158,12 +160,20 @@ class Agent(ClosesOnExit):
         self.server = (
             MetricsServer(metrics_address, self.metrics, self.health) if metrics_address else None
         )
+        #: The pods last built from the sources, by UID (:meth:`_built_pod`).
+        self._built: dict[str, NewPod] = {}
         #: Pods of the sources that cannot be run, with why (by UID or file name).
         self.invalid: dict[str, str] = {}
         #: Set once the first reconciler pass finished.
         self.ready = threading.Event()
         #: Set when the state may have changed (an operation ended, the sources changed).
         self._changed = threading.Event()
+        #: Written to when an operation ends or the API server's pods change: the loop's
+        #: wait (a select on it and the manifest directory) wakes at once, so a pod's next
+        #: step starts when its last one ended, not at the next tick.
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.api is not None:
+            self.api.on_change = self._poke
         self._last_pass = 0.0
         self._running = False
 
@@ -183,6 +193,12 @@ class Agent(ClosesOnExit):
         if self.events is not None:
             self.events.observe(key, kind, error)
         self._changed.set()
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the loop's wait (from any thread)."""
+        with contextlib.suppress(BlockingIOError, OSError):  # full: it wakes anyway
+            os.write(self._wake_w, b"!")
 
     # -- health -----------------------------------------------------------------------------
 
@@ -227,11 +243,12 @@ class Agent(ClosesOnExit):
                     raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
                                        "not taken over")
                 one = attrs.evolve(manifests, pods=(pod,))
-                wanted[uid] = new_pods(self.runtime.mgr, one, writer=Writer.AGENT)[0]
+                wanted[uid] = self._built_pod(uid, one)
             except KubevolError as exc:
                 name = (pod.get("metadata") or {}).get("name", "?")
                 log.error("static pod %s cannot be run: %s", name, exc)
                 self.invalid[f"pod {name}"] = str(exc)
+        self._built = {uid: b for uid, b in self._built.items() if uid in wanted}
         records = self.pods.records
         adding = [
             p for uid, p in wanted.items()
@@ -253,6 +270,19 @@ class Agent(ClosesOnExit):
             log.info("static pods: %d to run or update, %d to stop", len(adding), len(gone))
         self.pods.apply(adding=adding, terminating=gone)
         self._changed.set()
+
+    def _built_pod(self, uid: str, manifests: Manifests) -> NewPod:
+        """The pod of ``manifests`` built for the volume manager, as last time when the
+        objects it is made of (what its record keeps: pod, claims, volumes, ConfigMaps,
+        CSIDriver objects) did not change: a change to one pod's manifest rebuilds that pod,
+        not every pod present."""
+        (pod,) = manifests.pods
+        objects = tuple(manifests.objects_for(pod))
+        built = self._built.get(uid)
+        if built is None or built.record.objects != objects:
+            built = new_pods(self.runtime.mgr, manifests, writer=Writer.AGENT)[0]
+            self._built[uid] = built
+        return built
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -334,24 +364,31 @@ class Agent(ClosesOnExit):
         return any(r.state is PodState.TERMINATING for r in self.pods.records.values())
 
     def _wait(self, stop: threading.Event, timeout: float) -> bool:
-        """Wait up to ``timeout`` for a source change or ``stop``; whether a source changed."""
+        """Wait up to ``timeout`` for a source change, an operation's end or ``stop``;
+        whether a source changed."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            # Wake at least every LOOP_PERIOD to notice ``stop`` (and the other source).
-            step = min(left, LOOP_PERIOD)
-            if self.source is not None:
-                if self.source.wait(step):
-                    return True
-                if self.api is not None and self.api.wait(0):
-                    return True
-            elif self.api is not None:
-                if self.api.wait(step):
-                    return True
-            else:
-                stop.wait(step)
+            # Wake at least every LOOP_PERIOD to notice ``stop``.
+            waiting = [self._wake_r]
+            if self.source is not None and self.source.present:
+                waiting.append(self.source.fileno())
+            ready, _, _ = select.select(waiting, [], [], min(left, LOOP_PERIOD))
+            woken = self._wake_r in ready
+            if woken:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+            changed = False
+            if self.source is not None and (not self.source.present or len(ready) > woken):
+                changed = self.source.wait(0)
+            if self.api is not None and self.api.wait(0):
+                changed = True
+            if changed:
+                return True
+            if woken:
+                return False
         return False
 
     def _stats_loop(self, stop: threading.Event) -> None:
@@ -368,3 +405,7 @@ class Agent(ClosesOnExit):
             self.source.close()
         if self.api is not None:
             self.api.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1

@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubevol.errors import KubevolError, SpecError
@@ -84,6 +84,8 @@ class APIServerPods(ClosesOnExit, PodBindings):
         self._unresolved: set[str] = set()
         self._retry_at = 0.0
         self._changed = threading.Event()
+        #: Called (on the watch thread) whenever the pods changed: a waiter elsewhere wakes.
+        self.on_change: Callable[[], None] = lambda: None
         self._stop = threading.Event()
         self._watch: Any = None
         self._thread: threading.Thread | None = None
@@ -182,6 +184,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
                  len(pods), self.resource_version)
         self.synced.set()
         self._changed.set()
+        self.on_change()
 
     def _watch_once(self) -> None:
         from kubernetes import watch
@@ -232,6 +235,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
             if kind == "DELETED" or before is None or _clean(before) != _clean(obj) \
                     or is_running(before) != is_running(obj):
                 self._changed.set()
+                self.on_change()
         if version:
             self.resource_version = str(version)
 

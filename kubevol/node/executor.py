@@ -240,11 +240,7 @@ class OperationExecutor:
         except Exception as exc:  # every failure of an operation backs its key off
             error = exc
             log.info("%s for %s failed: %s", record.kind, record.key, exc)
-        if self._observer is not None:
-            try:
-                self._observer(record.key, record.kind, time.monotonic() - started, error)
-            except Exception:  # an observer's fault must not change the operation's outcome
-                log.exception("operation observer failed")
+        took = time.monotonic() - started
         with self._cond:
             if error is None:
                 same_volume = self._records[record.key.volume]
@@ -259,6 +255,13 @@ class OperationExecutor:
             # of 1,000 operations is not woken (and made to take the GIL) 500 times.
             if self._waiting_for and self._running <= max(self._waiting_for):
                 self._cond.notify_all()
+        # After the key is free: an observer that starts the next pass (the agent's) finds
+        # the volume's next step allowed, not still pending.
+        if self._observer is not None:
+            try:
+                self._observer(record.key, record.kind, took, error)
+            except Exception:  # an observer's fault must not change the operation's outcome
+                log.exception("operation observer failed")
         if error is None:
             future.set_result(None)
         else:
