@@ -46,8 +46,9 @@ def release_hung_mount(probe: PathProbe, mount_point: str, *, path: str = "") ->
     """Take the unresponsive mount at ``mount_point`` out of the mount table: unmount,
     then unmount with force, then detach lazily, each within the probe's deadline. Returns
     how it went; raises :class:`~kubevol.errors.MountError` naming every attempt when the
-    mount stays (nothing is changed then). ``path`` is how the caller names the mount point
-    in messages (default: the mount point)."""
+    mount stays (a forced attempt may still have aborted its pending calls, as ``umount -f``
+    does). ``path`` is how the caller names the mount point in messages (default: the mount
+    point)."""
     name = path or mount_point
     failures: list[str] = []
     for flags, words, outcome in _ATTEMPTS:
