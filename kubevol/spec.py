@@ -22,6 +22,9 @@ from kubevol.layout import validate_path_segment
 from kubevol.util import safeyaml, units
 from kubevol.util.units import UnitError
 
+#: An API object as its JSON mapping (a manifest's document, a model's dict).
+ApiMapping = Mapping[str, Any]
+
 _T = TypeVar("_T")
 
 
@@ -48,7 +51,7 @@ class DeferredApiObject:
 
     __slots__ = ("_model", "data", "type_name")
 
-    def __init__(self, type_name: str, data: Mapping[str, Any]) -> None:
+    def __init__(self, type_name: str, data: ApiMapping) -> None:
         self.type_name = type_name
         self.data = data
         self._model: Any = None
@@ -78,7 +81,7 @@ class KnownSource:
     builds no model; its tests hold it equal, field by field, to the source of the model
     built from the same data."""
 
-    fields: Mapping[str, Any] = attrs.field(factory=dict)
+    fields: ApiMapping = attrs.field(factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -153,10 +156,10 @@ class Spec:
     def from_api_data(
         cls,
         *,
-        volume: Mapping[str, Any] | None = None,
-        persistent_volume: Mapping[str, Any] | None = None,
+        volume: ApiMapping | None = None,
+        persistent_volume: ApiMapping | None = None,
         read_only: bool = False,
-        known: Mapping[str, Any] | None = None,
+        known: ApiMapping | None = None,
     ) -> Spec:
         """A Spec of a pod volume or a PersistentVolume kubevol makes itself, given as the
         API's dict (``{"name": ..., "emptyDir": {}}``): its model is built only when
@@ -176,7 +179,7 @@ class Spec:
         return spec
 
     @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any] | str, read_only: bool = False) -> Spec:
+    def from_manifest(cls, manifest: ApiMapping | str, read_only: bool = False) -> Spec:
         """A Spec from a dict or YAML text of a PersistentVolume object or of a pod volume.
 
         A mapping with ``kind: PersistentVolume`` is a PersistentVolume; a mapping with a
@@ -212,7 +215,7 @@ class Spec:
         return str(metadata.name or "") if metadata is not None else ""
 
 
-def _load_mapping(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
+def _load_mapping(manifest: ApiMapping | str) -> dict[str, Any]:
     if isinstance(manifest, str):
         try:
             loaded = safeyaml.load(manifest, "the manifest")
@@ -228,11 +231,11 @@ def _load_mapping(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
 class _JSONResponse:
     """The shape ``ApiClient.deserialize`` reads: an object with a ``data`` string."""
 
-    def __init__(self, data: Mapping[str, Any]) -> None:
+    def __init__(self, data: ApiMapping) -> None:
         self.data = json.dumps(data)
 
 
-def deserialize(data: Mapping[str, Any], type_name: str) -> Any:
+def deserialize(data: ApiMapping, type_name: str) -> Any:
     """Turn an API object's dict into the kubernetes client's model class ``type_name``.
 
     Uses the client's own deserialisation so the result is exactly what the client
@@ -258,7 +261,7 @@ def _deserializer() -> tuple[Any, bool]:
     return api, "content_type" in signature(api.deserialize).parameters
 
 
-def api_object(type_name: str, data: Mapping[str, Any]) -> Any:
+def api_object(type_name: str, data: ApiMapping) -> Any:
     """The kubernetes client's model ``type_name`` built from a dict with the API's field
     names (``volumeHandle``), for objects kubevol makes itself (reconstructed volumes).
 
