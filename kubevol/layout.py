@@ -467,6 +467,18 @@ def relative_to(path: str, base: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else None
 
 
+def real_below(path: str, root: str, real_root: str) -> str:
+    """``path`` (absolute, normalised) with links resolved; at or below ``root`` (whose
+    resolved path is ``real_root``) by that prefix alone, without looking at anything below
+    the root: a path there may be the mount point of a dead server, where even an ``lstat``
+    blocks, and the directories kubevol makes there are root's (0750), where nothing else
+    places links."""
+    rel = relative_to(path, root)
+    if rel is None:
+        return os.path.realpath(path)
+    return f"{real_root}/{rel}" if rel else real_root
+
+
 def is_within(path: str, base: str) -> bool:
     """Whether ``path`` is ``base`` or lies below it (by whole segments)."""
     return relative_to(path, base) is not None

@@ -21,8 +21,9 @@ it and leave the volume as it is.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from kubevol.errors import KubevolError
 
@@ -87,6 +88,40 @@ class PathProbe:
         this one: an unmount (:mod:`kubevol.mount.hungmount`) must be tried while the stat
         that found the mount dead is still stuck."""
         limit = self.timeout if timeout is None else max(0.0, timeout)
+        return self._finish(self._start(mount_point, path, what, fn, lane),
+                            time.monotonic() + limit, limit)
+
+    def call_each(
+        self, calls: Sequence[tuple[str, str, str, Callable[[], _T]]],
+        timeout: float | None = None,
+    ) -> list[_T | BaseException]:
+        """:meth:`call` of each ``(mount_point, path, what, fn)``, all at once: mounts that
+        do not answer cost one deadline together, not one each (a dead server usually
+        takes many volumes with it). Each result, or the exception its call raised, in
+        order."""
+        limit = self.timeout if timeout is None else max(0.0, timeout)
+        deadline = time.monotonic() + limit
+        started: list[_Call[_T] | BaseException] = []
+        for mount_point, path, what, fn in calls:
+            try:
+                started.append(self._start(mount_point, path, what, fn))
+            except UnresponsiveError as exc:
+                started.append(exc)
+        results: list[_T | BaseException] = []
+        for one in started:
+            try:
+                if isinstance(one, BaseException):
+                    raise one
+                results.append(self._finish(one, deadline, limit))
+            except BaseException as exc:  # handed to the caller
+                results.append(exc)
+        return results
+
+    def _start(
+        self, mount_point: str, path: str, what: str, fn: Callable[[], _T], lane: str = ""
+    ) -> _Call[_T]:
+        """``fn`` started on a thread of its own, unless a call on the same mount (and lane)
+        is still stuck or too many are: then :class:`UnresponsiveError` at once."""
         key = f"{lane} {mount_point}" if lane else mount_point
         with self._lock:
             self._forget_finished()
@@ -99,57 +134,53 @@ class PathProbe:
                 raise UnresponsiveError(path, mount_point, (
                     f"{path}: {what} not tried: {len(self._stuck)} calls on unresponsive "
                     "mounts are still waiting"))
-        done = threading.Event()
-        outcome: list[_T] = []
-        failure: list[BaseException] = []
+        return _Call(key, mount_point, path, what, fn)
 
-        def run() -> None:
-            try:
-                outcome.append(fn())
-            except BaseException as exc:  # handed to the caller
-                failure.append(exc)
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=run, name=f"kubevol-probe {mount_point}", daemon=True)
-        thread.start()
-        if not done.wait(limit):
+    def _finish(self, call: _Call[_T], deadline: float, limit: float) -> _T:
+        """What ``call`` returned (or raised) by ``deadline``; else it is left stuck and
+        :class:`UnresponsiveError` says it did not answer within ``limit``."""
+        if not call.wait(deadline):
             with self._lock:
-                self._stuck[key] = (thread, what)
-            raise UnresponsiveError(path, mount_point, (
-                f"{path}: {what} did not answer within {limit:g}s (a dead server or a frozen "
-                f"filesystem daemon below {mount_point})"))
-        if failure:
-            raise failure[0]
-        return outcome[0]
-
-    def call_each(
-        self, calls: Sequence[tuple[str, str, str, Callable[[], _T]]],
-        timeout: float | None = None,
-    ) -> list[_T | BaseException]:
-        """:meth:`call` of each ``(mount_point, path, what, fn)``, all at once: mounts that
-        do not answer cost one deadline together, not one each (a dead server usually
-        takes many volumes with it). Each result, or the exception its call raised, in
-        order."""
-        results: list[_T | BaseException] = [
-            UnresponsiveError(c[1], c[0], f"{c[1]}: {c[2]} not tried") for c in calls]
-
-        def one(i: int) -> None:
-            mount_point, path, what, fn = calls[i]
-            try:
-                results[i] = self.call(mount_point, path, what, fn, timeout)
-            except BaseException as exc:  # handed to the caller
-                results[i] = exc
-
-        waiters = [threading.Thread(target=one, args=(i,), daemon=True)
-                   for i in range(len(calls))]
-        for waiter in waiters:
-            waiter.start()
-        for waiter in waiters:
-            waiter.join()  # each call returns within its deadline
-        return results
+                self._stuck[call.key] = (call.thread, call.what)
+            raise UnresponsiveError(call.path, call.mount_point, (
+                f"{call.path}: {call.what} did not answer within {limit:g}s (a dead server or "
+                f"a frozen filesystem daemon below {call.mount_point})"))
+        return call.outcome()
 
     def _forget_finished(self) -> None:
         for mount_point, (thread, _) in list(self._stuck.items()):
             if not thread.is_alive():
                 del self._stuck[mount_point]
+
+
+class _Call(Generic[_T]):
+    """One call of a :class:`PathProbe` running on its daemon thread."""
+
+    def __init__(self, key: str, mount_point: str, path: str, what: str,
+                 fn: Callable[[], _T]) -> None:
+        self.key, self.mount_point, self.path, self.what = key, mount_point, path, what
+        self._done = threading.Event()
+        self._outcome: list[_T] = []
+        self._failure: list[BaseException] = []
+        self._fn = fn
+        self.thread = threading.Thread(target=self._run, name=f"kubevol-probe {mount_point}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome.append(self._fn())
+        except BaseException as exc:  # handed to the caller
+            self._failure.append(exc)
+        finally:
+            self._done.set()
+
+    def wait(self, deadline: float) -> bool:
+        """Whether the call ended by ``deadline`` (monotonic)."""
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+    def outcome(self) -> _T:
+        """What the ended call returned, or its exception raised."""
+        if self._failure:
+            raise self._failure[0]
+        return self._outcome[0]

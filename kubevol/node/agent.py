@@ -197,7 +197,7 @@ class Agent(ClosesOnExit):
 
     def _poke(self) -> None:
         """Wake the loop's wait (from any thread)."""
-        with contextlib.suppress(BlockingIOError, OSError):  # full: it wakes anyway
+        with contextlib.suppress(OSError):  # full (it wakes anyway) or closed
             os.write(self._wake_w, b"!")
 
     # -- health -----------------------------------------------------------------------------

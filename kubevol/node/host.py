@@ -145,14 +145,10 @@ class NodeVolumeHost(KubeletVolumeHost):
         return os.path.realpath(self.root_dir)
 
     def real_path(self, path: str) -> str:
-        """``path`` with links resolved; below the root by the root's resolved path alone,
-        without looking at anything below it: a path there may be the mount point of a dead
-        server, where even an ``lstat`` blocks. (The directories kubevol makes there are
-        root's, 0750: nothing else places links in them.)"""
-        rel = layout.relative_to(os.path.abspath(path), os.path.abspath(self.root_dir))
-        if rel is None:
-            return os.path.realpath(path)
-        return f"{self.real_root_dir}/{rel}" if rel else self.real_root_dir
+        """``path`` with links resolved, never looking below the root
+        (:func:`~kubevol.layout.real_below`)."""
+        return layout.real_below(
+            os.path.abspath(path), os.path.abspath(self.root_dir), self.real_root_dir)
 
     def get_pod_dir(self, pod_uid: str) -> str:
         """Directory of one pod."""

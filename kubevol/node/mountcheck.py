@@ -98,9 +98,7 @@ class MountSnapshot:
 
     def real(self, path: str) -> str:
         """``path`` with symbolic links resolved (cheaply for paths under the root)."""
-        if layout.is_within(path, self._root):
-            return self._real_root + path[len(self._root):]
-        return os.path.realpath(path)
+        return layout.real_below(path, self._root, self._real_root)
 
     def check(self, path: str) -> MountCheck:
         """:func:`check_mount` by the snapshot."""

@@ -16,6 +16,7 @@ uses the ``ReadWriteOnceWithFSType`` fsGroup policy and refuses ephemeral volume
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 import threading
@@ -205,6 +206,9 @@ class LocalCSIDrivers:
 
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         self._objects: dict[str, Any] = {}
+        #: The dict each model was built from: the same object given again (a node learns
+        #: its manifests' objects at every change) is neither checked nor built again.
+        self._given: dict[str, Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         for obj in objects:
             self.add(obj)
@@ -239,13 +243,17 @@ class LocalCSIDrivers:
 
     def add(self, obj: Mapping[str, Any]) -> None:
         """Add or replace one CSIDriver object (dict form)."""
+        name = (obj.get("metadata") or {}).get("name")
+        with self._lock:
+            if name in self._given and self._given[name] == obj:
+                return
         data = check_csidriver(obj)
         from kubevol.spec import deserialize
 
         model = deserialize(data, "V1CSIDriver")
-        name = data["metadata"]["name"]
         with self._lock:
-            self._objects[name] = model
+            self._objects[data["metadata"]["name"]] = model
+            self._given[data["metadata"]["name"]] = copy.deepcopy(dict(obj))
 
     def names(self) -> list[str]:
         """The drivers described, sorted."""
