@@ -4,9 +4,11 @@ kubelet's arguments."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.common import RunningDriver
 from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
+from kubevol.testing.mount_rig import unmount_all_under
 
 MiB = 1 << 20
 
@@ -77,3 +80,18 @@ def device_size(path: str) -> int:
         return os.lseek(fd, 0, os.SEEK_END)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def recorded_hostpath(tmp_path: Path, rpcs: Sequence[str]) -> Iterator[RecordedHostPath]:
+    """The hostpath driver on a tmpfs of its own under ``tmp_path``, ``rpcs`` recorded;
+    stopped and everything under ``tmp_path`` unmounted afterwards. Needs root."""
+    (tmp_path / "hp").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(tmp_path / "hp")],
+                   check=True)
+    driver = RecordedHostPath(tmp_path / "hp", tuple(rpcs))
+    try:
+        yield driver
+    finally:
+        driver.stop()
+        unmount_all_under(tmp_path)

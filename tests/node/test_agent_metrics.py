@@ -7,7 +7,6 @@ The bundled hostpath driver answers over gRPC, on real mounts and loop devices."
 from __future__ import annotations
 
 import os
-import subprocess
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
-from kubevol.testing.mount_rig import mounts_under, unmount_all_under
+from kubevol.testing.mount_rig import mounts_under
 from kubevol.testing.waiting import wait_until
-from tests.node.hostpath_calls import MiB, RecordedHostPath, device_size
+from tests.node.hostpath_calls import MiB, RecordedHostPath, device_size, recorded_hostpath
 from tests.node.test_agent import UIDS, AgentThreads, pod, pv
 
 STATS = "node_get_volume_stats"
@@ -59,15 +58,8 @@ def hostpath(tmp_path: Path) -> Iterator[RecordedHostPath]:
     """The hostpath driver on a tmpfs of its own, NodeGetVolumeStats recorded."""
     if os.geteuid() != 0:
         pytest.fail("the agent tests need root (real mounts, loop devices)")
-    (tmp_path / "hp").mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(tmp_path / "hp")],
-                   check=True)
-    driver = RecordedHostPath(tmp_path / "hp", (STATS,))
-    try:
+    with recorded_hostpath(tmp_path, (STATS,)) as driver:
         yield driver
-    finally:
-        driver.stop()
-        unmount_all_under(tmp_path)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ the PV's first one, mapped as for NodeStage and NodePublish.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,9 @@ from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.layout import sha256_hex
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
-from kubevol.testing.mount_rig import mounts_under, unmount_all_under
+from kubevol.testing.mount_rig import mounts_under
 from kubevol.testing.waiting import wait_until
-from tests.node.hostpath_calls import MiB, RecordedHostPath, device_size
+from tests.node.hostpath_calls import MiB, RecordedHostPath, device_size, recorded_hostpath
 from tests.node.test_agent import UIDS, AgentThreads, pod, pv, write_atomically
 
 EXPAND = "node_expand_volume"
@@ -43,15 +42,8 @@ def hostpath(tmp_path: Path) -> Iterator[RecordedHostPath]:
     """The hostpath driver on a tmpfs of its own, NodeExpandVolume recorded."""
     if os.geteuid() != 0:
         pytest.fail("the expansion tests need root (real mounts, loop devices)")
-    (tmp_path / "hp").mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(tmp_path / "hp")],
-                   check=True)
-    driver = RecordedHostPath(tmp_path / "hp", (EXPAND,))
-    try:
+    with recorded_hostpath(tmp_path, (EXPAND,)) as driver:
         yield driver
-    finally:
-        driver.stop()
-        unmount_all_under(tmp_path)
 
 
 def sized(text: str, size: str) -> str:
