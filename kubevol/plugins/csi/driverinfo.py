@@ -208,7 +208,7 @@ class LocalCSIDrivers:
         self._objects: dict[str, Any] = {}
         #: The dict each model was built from: the same object given again (a node learns
         #: its manifests' objects at every change) is neither checked nor built again.
-        self._given: dict[str, Mapping[str, Any]] = {}
+        self._given: dict[str, object] = {}
         self._lock = threading.Lock()
         for obj in objects:
             self.add(obj)
