@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import grpc
+from google.protobuf.message import Message
 
-from kubevol.csi import convert
+from kubevol.csi import convert, pb
 from kubevol.csi import types as t
-from kubevol.csi._pb import csi_pb2
 from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import parse_endpoint
 from kubevol.csi.errors import error_from_rpc
@@ -42,6 +42,8 @@ _MAY_PROGRESS = frozenset(
 )
 
 Metadata = Mapping[str, str] | None
+#: The response message of a typed call.
+_Answer = TypeVar("_Answer", bound=Message)
 
 
 class CSIClient(ClosesOnExit):
@@ -113,7 +115,12 @@ class CSIClient(ClosesOnExit):
             return found
 
     def call(
-        self, name: str, request: Any, *, timeout: float | None = None, metadata: Metadata = None
+        self,
+        name: str,
+        request: Message,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata = None,
     ) -> Any:
         """Send ``request`` (a protobuf message) to RPC ``name`` and return the response message.
 
@@ -123,23 +130,44 @@ class CSIClient(ClosesOnExit):
         try:
             with given_up():  # the driver works meanwhile: another operation may run
                 return self._callable(name)(
-                    request, timeout=self.timeout if timeout is None else timeout,
+                    request,
+                    timeout=self.timeout if timeout is None else timeout,
                     metadata=md or None,
                 )
         except Exception as exc:
             path = RPCS[name].path
             raise error_from_rpc(exc, path, may_progress=name in _MAY_PROGRESS) from exc
 
+    def _unary(
+        self,
+        name: str,
+        answer: type[_Answer],
+        request: Message,
+        *,
+        timeout: float | None,
+        metadata: Metadata,
+    ) -> _Answer:
+        """:meth:`call`, typed: ``answer`` is the response message the RPC's deserializer
+        makes (:data:`kubevol.csi._rpc.RPCS`), so the cast states what gRPC guarantees."""
+        return cast(_Answer, self.call(name, request, timeout=timeout, metadata=metadata))
+
     def _stream(
-        self, name: str, request: Any, *, timeout: float | None, metadata: Metadata
-    ) -> Iterator[Any]:
+        self,
+        name: str,
+        answer: type[_Answer],
+        request: Message,
+        *,
+        timeout: float | None,
+        metadata: Metadata,
+    ) -> Iterator[_Answer]:
         """Iterate a server-streaming RPC's responses, translating failures like :meth:`call`."""
         md = self._metadata + tuple(metadata.items()) if metadata else self._metadata
         try:
             responses = self._callable(name)(
                 request, timeout=self.timeout if timeout is None else timeout, metadata=md or None
             )
-            yield from responses
+            for response in responses:
+                yield cast(_Answer, response)
         except Exception as exc:
             raise error_from_rpc(exc, RPCS[name].path, may_progress=False) from exc
 
@@ -149,8 +177,12 @@ class CSIClient(ClosesOnExit):
         self, *, timeout: float | None = None, metadata: Metadata = None
     ) -> t.PluginInfo:
         """The driver's name, version and manifest."""
-        resp = self.call(
-            "GetPluginInfo", csi_pb2.GetPluginInfoRequest(), timeout=timeout, metadata=metadata
+        resp = self._unary(
+            "GetPluginInfo",
+            pb.GetPluginInfoResponse,
+            pb.GetPluginInfoRequest(),
+            timeout=timeout,
+            metadata=metadata,
         )
         return convert.plugin_info_from_pb(resp)
 
@@ -158,9 +190,10 @@ class CSIClient(ClosesOnExit):
         self, *, timeout: float | None = None, metadata: Metadata = None
     ) -> t.PluginCapabilities:
         """Which services the driver offers and how its volumes expand."""
-        resp = self.call(
+        resp = self._unary(
             "GetPluginCapabilities",
-            csi_pb2.GetPluginCapabilitiesRequest(),
+            pb.GetPluginCapabilitiesResponse,
+            pb.GetPluginCapabilitiesRequest(),
             timeout=timeout,
             metadata=metadata,
         )
@@ -168,7 +201,9 @@ class CSIClient(ClosesOnExit):
 
     def probe(self, *, timeout: float | None = None, metadata: Metadata = None) -> bool:
         """True when the driver is ready; an unset readiness counts as ready (spec)."""
-        resp = self.call("Probe", csi_pb2.ProbeRequest(), timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "Probe", pb.ProbeResponse, pb.ProbeRequest(), timeout=timeout, metadata=metadata
+        )
         return bool(resp.ready.value) if resp.HasField("ready") else True
 
     # --- Controller -----------------------------------------------------------------
@@ -188,7 +223,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.Volume:
         """Create (or find, by ``name``) a volume. Idempotent on the driver's side."""
-        req = csi_pb2.CreateVolumeRequest(
+        req = pb.CreateVolumeRequest(
             name=name,
             volume_capabilities=convert.capabilities_to_pb(capabilities),
             parameters=dict(parameters or {}),
@@ -203,7 +238,9 @@ class CSIClient(ClosesOnExit):
             req.accessibility_requirements.CopyFrom(
                 convert.topology_requirement_to_pb(accessibility_requirements)
             )
-        resp = self.call("CreateVolume", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "CreateVolume", pb.CreateVolumeResponse, req, timeout=timeout, metadata=metadata
+        )
         return convert.volume_from_pb(resp.volume)
 
     def delete_volume(
@@ -215,7 +252,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Delete a volume; OK when it is already gone (spec)."""
-        req = csi_pb2.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(secrets or {}))
+        req = pb.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(secrets or {}))
         self.call("DeleteVolume", req, timeout=timeout, metadata=metadata)
 
     def controller_publish_volume(
@@ -231,7 +268,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> dict[str, str]:
         """Attach a volume to a node; returns the publish context for the node calls."""
-        req = csi_pb2.ControllerPublishVolumeRequest(
+        req = pb.ControllerPublishVolumeRequest(
             volume_id=volume_id,
             node_id=node_id,
             volume_capability=convert.capability_to_pb(capability),
@@ -239,7 +276,13 @@ class CSIClient(ClosesOnExit):
             secrets=dict(secrets or {}),
             volume_context=dict(volume_context or {}),
         )
-        resp = self.call("ControllerPublishVolume", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "ControllerPublishVolume",
+            pb.ControllerPublishVolumeResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return dict(resp.publish_context)
 
     def controller_unpublish_volume(
@@ -252,7 +295,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Detach a volume from a node (from every node when ``node_id`` is empty)."""
-        req = csi_pb2.ControllerUnpublishVolumeRequest(
+        req = pb.ControllerUnpublishVolumeRequest(
             volume_id=volume_id, node_id=node_id, secrets=dict(secrets or {})
         )
         self.call("ControllerUnpublishVolume", req, timeout=timeout, metadata=metadata)
@@ -270,7 +313,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.ValidationResult:
         """Ask whether the volume supports ``capabilities``."""
-        req = csi_pb2.ValidateVolumeCapabilitiesRequest(
+        req = pb.ValidateVolumeCapabilitiesRequest(
             volume_id=volume_id,
             volume_capabilities=convert.capabilities_to_pb(capabilities),
             volume_context=dict(volume_context or {}),
@@ -278,7 +321,13 @@ class CSIClient(ClosesOnExit):
             mutable_parameters=dict(mutable_parameters or {}),
             secrets=dict(secrets or {}),
         )
-        resp = self.call("ValidateVolumeCapabilities", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "ValidateVolumeCapabilities",
+            pb.ValidateVolumeCapabilitiesResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return convert.validation_from_pb(resp)
 
     def list_volumes(
@@ -290,8 +339,10 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.Page[t.VolumeEntry]:
         """One page of volumes; pass ``next_token`` back as ``starting_token``."""
-        req = csi_pb2.ListVolumesRequest(max_entries=max_entries, starting_token=starting_token)
-        resp = self.call("ListVolumes", req, timeout=timeout, metadata=metadata)
+        req = pb.ListVolumesRequest(max_entries=max_entries, starting_token=starting_token)
+        resp = self._unary(
+            "ListVolumes", pb.ListVolumesResponse, req, timeout=timeout, metadata=metadata
+        )
         return t.Page(
             entries=[convert.volume_entry_from_pb(e) for e in resp.entries],
             next_token=resp.next_token,
@@ -307,22 +358,25 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.Capacity:
         """Capacity available for volumes with these capabilities, parameters and topology."""
-        req = csi_pb2.GetCapacityRequest(
+        req = pb.GetCapacityRequest(
             volume_capabilities=convert.capabilities_to_pb(capabilities),
             parameters=dict(parameters or {}),
         )
         if accessible_topology is not None:
             req.accessible_topology.CopyFrom(convert.topology_to_pb(accessible_topology))
-        resp = self.call("GetCapacity", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "GetCapacity", pb.GetCapacityResponse, req, timeout=timeout, metadata=metadata
+        )
         return convert.capacity_from_pb(resp)
 
     def controller_get_capabilities(
         self, *, timeout: float | None = None, metadata: Metadata = None
     ) -> frozenset[t.ControllerCapability]:
         """The controller service's capabilities."""
-        resp = self.call(
+        resp = self._unary(
             "ControllerGetCapabilities",
-            csi_pb2.ControllerGetCapabilitiesRequest(),
+            pb.ControllerGetCapabilitiesResponse,
+            pb.ControllerGetCapabilitiesRequest(),
             timeout=timeout,
             metadata=metadata,
         )
@@ -339,13 +393,15 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.Snapshot:
         """Cut (or find, by ``name``) a snapshot of a volume."""
-        req = csi_pb2.CreateSnapshotRequest(
+        req = pb.CreateSnapshotRequest(
             source_volume_id=source_volume_id,
             name=name,
             secrets=dict(secrets or {}),
             parameters=dict(parameters or {}),
         )
-        resp = self.call("CreateSnapshot", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "CreateSnapshot", pb.CreateSnapshotResponse, req, timeout=timeout, metadata=metadata
+        )
         return convert.snapshot_from_pb(resp.snapshot)
 
     def delete_snapshot(
@@ -357,7 +413,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Delete a snapshot; OK when it is already gone."""
-        req = csi_pb2.DeleteSnapshotRequest(snapshot_id=snapshot_id, secrets=dict(secrets or {}))
+        req = pb.DeleteSnapshotRequest(snapshot_id=snapshot_id, secrets=dict(secrets or {}))
         self.call("DeleteSnapshot", req, timeout=timeout, metadata=metadata)
 
     def list_snapshots(
@@ -372,14 +428,16 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.Page[t.Snapshot]:
         """One page of snapshots, optionally filtered by source volume or snapshot id."""
-        req = csi_pb2.ListSnapshotsRequest(
+        req = pb.ListSnapshotsRequest(
             max_entries=max_entries,
             starting_token=starting_token,
             source_volume_id=source_volume_id,
             snapshot_id=snapshot_id,
             secrets=dict(secrets or {}),
         )
-        resp = self.call("ListSnapshots", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "ListSnapshots", pb.ListSnapshotsResponse, req, timeout=timeout, metadata=metadata
+        )
         return t.Page(
             entries=[convert.snapshot_from_pb(e.snapshot) for e in resp.entries],
             next_token=resp.next_token,
@@ -394,8 +452,10 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.Snapshot:
         """One snapshot by id (alpha RPC)."""
-        req = csi_pb2.GetSnapshotRequest(snapshot_id=snapshot_id, secrets=dict(secrets or {}))
-        resp = self.call("GetSnapshot", req, timeout=timeout, metadata=metadata)
+        req = pb.GetSnapshotRequest(snapshot_id=snapshot_id, secrets=dict(secrets or {}))
+        resp = self._unary(
+            "GetSnapshot", pb.GetSnapshotResponse, req, timeout=timeout, metadata=metadata
+        )
         return convert.snapshot_from_pb(resp.snapshot)
 
     def controller_expand_volume(
@@ -409,14 +469,20 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.ControllerExpansion:
         """Grow a volume on the storage side; says whether a node expansion must follow."""
-        req = csi_pb2.ControllerExpandVolumeRequest(
+        req = pb.ControllerExpandVolumeRequest(
             volume_id=volume_id,
             capacity_range=convert.capacity_range_to_pb(capacity_range),
             secrets=dict(secrets or {}),
         )
         if capability is not None:
             req.volume_capability.CopyFrom(convert.capability_to_pb(capability))
-        resp = self.call("ControllerExpandVolume", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "ControllerExpandVolume",
+            pb.ControllerExpandVolumeResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return t.ControllerExpansion(
             capacity_bytes=resp.capacity_bytes,
             node_expansion_required=resp.node_expansion_required,
@@ -426,8 +492,14 @@ class CSIClient(ClosesOnExit):
         self, volume_id: str, *, timeout: float | None = None, metadata: Metadata = None
     ) -> t.VolumeEntry:
         """One volume with its status (alpha RPC)."""
-        req = csi_pb2.ControllerGetVolumeRequest(volume_id=volume_id)
-        resp = self.call("ControllerGetVolume", req, timeout=timeout, metadata=metadata)
+        req = pb.ControllerGetVolumeRequest(volume_id=volume_id)
+        resp = self._unary(
+            "ControllerGetVolume",
+            pb.ControllerGetVolumeResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return convert.volume_entry_from_pb(resp)
 
     def controller_modify_volume(
@@ -440,7 +512,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Change a volume's mutable parameters."""
-        req = csi_pb2.ControllerModifyVolumeRequest(
+        req = pb.ControllerModifyVolumeRequest(
             volume_id=volume_id,
             mutable_parameters=dict(mutable_parameters),
             secrets=dict(secrets or {}),
@@ -453,9 +525,10 @@ class CSIClient(ClosesOnExit):
         self, *, timeout: float | None = None, metadata: Metadata = None
     ) -> frozenset[t.GroupControllerCapability]:
         """The group controller service's capabilities."""
-        resp = self.call(
+        resp = self._unary(
             "GroupControllerGetCapabilities",
-            csi_pb2.GroupControllerGetCapabilitiesRequest(),
+            pb.GroupControllerGetCapabilitiesResponse,
+            pb.GroupControllerGetCapabilitiesRequest(),
             timeout=timeout,
             metadata=metadata,
         )
@@ -472,13 +545,19 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.VolumeGroupSnapshot:
         """Snapshot several volumes together (or find the group snapshot by ``name``)."""
-        req = csi_pb2.CreateVolumeGroupSnapshotRequest(
+        req = pb.CreateVolumeGroupSnapshotRequest(
             name=name,
             source_volume_ids=list(source_volume_ids),
             secrets=dict(secrets or {}),
             parameters=dict(parameters or {}),
         )
-        resp = self.call("CreateVolumeGroupSnapshot", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "CreateVolumeGroupSnapshot",
+            pb.CreateVolumeGroupSnapshotResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return convert.group_snapshot_from_pb(resp.group_snapshot)
 
     def delete_volume_group_snapshot(
@@ -491,7 +570,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Delete a group snapshot and its member snapshots."""
-        req = csi_pb2.DeleteVolumeGroupSnapshotRequest(
+        req = pb.DeleteVolumeGroupSnapshotRequest(
             group_snapshot_id=group_snapshot_id,
             snapshot_ids=list(snapshot_ids),
             secrets=dict(secrets or {}),
@@ -508,12 +587,18 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.VolumeGroupSnapshot:
         """One group snapshot by id."""
-        req = csi_pb2.GetVolumeGroupSnapshotRequest(
+        req = pb.GetVolumeGroupSnapshotRequest(
             group_snapshot_id=group_snapshot_id,
             snapshot_ids=list(snapshot_ids),
             secrets=dict(secrets or {}),
         )
-        resp = self.call("GetVolumeGroupSnapshot", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "GetVolumeGroupSnapshot",
+            pb.GetVolumeGroupSnapshotResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return convert.group_snapshot_from_pb(resp.group_snapshot)
 
     # --- SnapshotMetadata (alpha, streaming) ----------------------------------------
@@ -532,13 +617,19 @@ class CSIClient(ClosesOnExit):
 
         ``timeout`` bounds the whole stream. Errors surface while iterating.
         """
-        req = csi_pb2.GetMetadataAllocatedRequest(
+        req = pb.GetMetadataAllocatedRequest(
             snapshot_id=snapshot_id,
             starting_offset=starting_offset,
             max_results=max_results,
             secrets=dict(secrets or {}),
         )
-        for resp in self._stream("GetMetadataAllocated", req, timeout=timeout, metadata=metadata):
+        for resp in self._stream(
+            "GetMetadataAllocated",
+            pb.GetMetadataAllocatedResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        ):
             yield convert.block_metadata_chunk_from_pb(resp)
 
     def get_metadata_delta(
@@ -553,14 +644,16 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> Iterator[t.BlockMetadataChunk]:
         """Stream the ranges that changed between two snapshots of one block volume."""
-        req = csi_pb2.GetMetadataDeltaRequest(
+        req = pb.GetMetadataDeltaRequest(
             base_snapshot_id=base_snapshot_id,
             target_snapshot_id=target_snapshot_id,
             starting_offset=starting_offset,
             max_results=max_results,
             secrets=dict(secrets or {}),
         )
-        for resp in self._stream("GetMetadataDelta", req, timeout=timeout, metadata=metadata):
+        for resp in self._stream(
+            "GetMetadataDelta", pb.GetMetadataDeltaResponse, req, timeout=timeout, metadata=metadata
+        ):
             yield convert.block_metadata_chunk_from_pb(resp)
 
     # --- Node -----------------------------------------------------------------------
@@ -581,7 +674,7 @@ class CSIClient(ClosesOnExit):
 
         Raises :class:`~kubevol.csi.errors.CSIRPCUncertainError` on a non-final failure.
         """
-        req = csi_pb2.NodeStageVolumeRequest(
+        req = pb.NodeStageVolumeRequest(
             volume_id=volume_id,
             staging_target_path=staging_target_path,
             volume_capability=convert.capability_to_pb(capability),
@@ -600,7 +693,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Undo :meth:`node_stage_volume`; OK when not staged."""
-        req = csi_pb2.NodeUnstageVolumeRequest(
+        req = pb.NodeUnstageVolumeRequest(
             volume_id=volume_id, staging_target_path=staging_target_path
         )
         self.call("NodeUnstageVolume", req, timeout=timeout, metadata=metadata)
@@ -623,7 +716,7 @@ class CSIClient(ClosesOnExit):
 
         Raises :class:`~kubevol.csi.errors.CSIRPCUncertainError` on a non-final failure.
         """
-        req = csi_pb2.NodePublishVolumeRequest(
+        req = pb.NodePublishVolumeRequest(
             volume_id=volume_id,
             target_path=target_path,
             staging_target_path=staging_target_path,
@@ -644,7 +737,7 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> None:
         """Undo :meth:`node_publish_volume`; OK when not published."""
-        req = csi_pb2.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=target_path)
+        req = pb.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=target_path)
         self.call("NodeUnpublishVolume", req, timeout=timeout, metadata=metadata)
 
     def node_get_volume_stats(
@@ -657,10 +750,16 @@ class CSIClient(ClosesOnExit):
         metadata: Metadata = None,
     ) -> t.VolumeStats:
         """Usage (bytes, inodes) and condition of a published volume."""
-        req = csi_pb2.NodeGetVolumeStatsRequest(
+        req = pb.NodeGetVolumeStatsRequest(
             volume_id=volume_id, volume_path=volume_path, staging_target_path=staging_target_path
         )
-        resp = self.call("NodeGetVolumeStats", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "NodeGetVolumeStats",
+            pb.NodeGetVolumeStatsResponse,
+            req,
+            timeout=timeout,
+            metadata=metadata,
+        )
         return convert.volume_stats_from_pb(resp)
 
     def node_expand_volume(
@@ -679,7 +778,7 @@ class CSIClient(ClosesOnExit):
 
         Raises :class:`~kubevol.csi.errors.CSIRPCUncertainError` on a non-final failure.
         """
-        req = csi_pb2.NodeExpandVolumeRequest(
+        req = pb.NodeExpandVolumeRequest(
             volume_id=volume_id,
             volume_path=volume_path,
             staging_target_path=staging_target_path,
@@ -689,7 +788,9 @@ class CSIClient(ClosesOnExit):
             req.capacity_range.CopyFrom(convert.capacity_range_to_pb(capacity_range))
         if capability is not None:
             req.volume_capability.CopyFrom(convert.capability_to_pb(capability))
-        resp = self.call("NodeExpandVolume", req, timeout=timeout, metadata=metadata)
+        resp = self._unary(
+            "NodeExpandVolume", pb.NodeExpandVolumeResponse, req, timeout=timeout, metadata=metadata
+        )
         return int(resp.capacity_bytes)
 
     def node_get_capabilities(
@@ -700,9 +801,10 @@ class CSIClient(ClosesOnExit):
             cached = self._node_caps
         if cached is not None and not refresh:
             return cached
-        resp = self.call(
+        resp = self._unary(
             "NodeGetCapabilities",
-            csi_pb2.NodeGetCapabilitiesRequest(),
+            pb.NodeGetCapabilitiesResponse,
+            pb.NodeGetCapabilitiesRequest(),
             timeout=timeout,
             metadata=metadata,
         )
@@ -719,7 +821,11 @@ class CSIClient(ClosesOnExit):
         self, *, timeout: float | None = None, metadata: Metadata = None
     ) -> t.NodeInfo:
         """The node id, volume limit and topology the driver reports for this node."""
-        resp = self.call(
-            "NodeGetInfo", csi_pb2.NodeGetInfoRequest(), timeout=timeout, metadata=metadata
+        resp = self._unary(
+            "NodeGetInfo",
+            pb.NodeGetInfoResponse,
+            pb.NodeGetInfoRequest(),
+            timeout=timeout,
+            metadata=metadata,
         )
         return convert.node_info_from_pb(resp)

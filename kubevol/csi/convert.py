@@ -10,22 +10,27 @@ from __future__ import annotations
 import datetime
 import enum
 from collections.abc import Iterable
-from typing import Any
+from typing import TypeVar
 
+from kubevol.csi import pb
 from kubevol.csi import types as t
-from kubevol.csi._pb import csi_pb2
 
-# Protobuf messages are untyped here (generated code is not type-checked); ``Any`` marks them.
-Message = Any
+#: ListVolumes' entry and ControllerGetVolume's response: one shape, two messages.
+_VolumeEntryMessage = pb.ListVolumesResponse.Entry | pb.ControllerGetVolumeResponse
+_VolumeStatusMessage = (
+    pb.ListVolumesResponse.VolumeStatus | pb.ControllerGetVolumeResponse.VolumeStatus
+)
 
 
 # --- capabilities -------------------------------------------------------------------
 
 
-def capability_to_pb(cap: t.VolumeCapability) -> Message:
+def capability_to_pb(cap: t.VolumeCapability) -> pb.VolumeCapability:
     """A :class:`~kubevol.csi.types.VolumeCapability` as ``csi.v1.VolumeCapability``."""
-    msg = csi_pb2.VolumeCapability(
-        access_mode=csi_pb2.VolumeCapability.AccessMode(mode=int(cap.access_mode))
+    msg = pb.VolumeCapability(
+        access_mode=pb.VolumeCapability.AccessMode(
+            mode=pb.VolumeCapability.AccessMode.Mode.ValueType(cap.access_mode)
+        )
     )
     if isinstance(cap.access_type, t.BlockAccess):
         msg.block.SetInParent()
@@ -36,7 +41,7 @@ def capability_to_pb(cap: t.VolumeCapability) -> Message:
     return msg
 
 
-def capability_from_pb(msg: Message) -> t.VolumeCapability:
+def capability_from_pb(msg: pb.VolumeCapability) -> t.VolumeCapability:
     """Read a ``csi.v1.VolumeCapability``; no access type reads as mount access."""
     access: t.BlockAccess | t.MountAccess
     if msg.WhichOneof("access_type") == "block":
@@ -52,36 +57,36 @@ def capability_from_pb(msg: Message) -> t.VolumeCapability:
     )
 
 
-def capabilities_to_pb(caps: Iterable[t.VolumeCapability]) -> list[Message]:
+def capabilities_to_pb(caps: Iterable[t.VolumeCapability]) -> list[pb.VolumeCapability]:
     """Several capabilities, in order."""
     return [capability_to_pb(c) for c in caps]
 
 
-def capacity_range_to_pb(rng: t.CapacityRange) -> Message:
+def capacity_range_to_pb(rng: t.CapacityRange) -> pb.CapacityRange:
     """A :class:`~kubevol.csi.types.CapacityRange` as ``csi.v1.CapacityRange``."""
-    return csi_pb2.CapacityRange(required_bytes=rng.required_bytes, limit_bytes=rng.limit_bytes)
+    return pb.CapacityRange(required_bytes=rng.required_bytes, limit_bytes=rng.limit_bytes)
 
 
-def capacity_range_from_pb(msg: Message) -> t.CapacityRange:
+def capacity_range_from_pb(msg: pb.CapacityRange) -> t.CapacityRange:
     """Read a ``csi.v1.CapacityRange``."""
     return t.CapacityRange(required_bytes=msg.required_bytes, limit_bytes=msg.limit_bytes)
 
 
-def plugin_info_from_pb(msg: Message) -> t.PluginInfo:
+def plugin_info_from_pb(msg: pb.GetPluginInfoResponse) -> t.PluginInfo:
     """Read a ``GetPluginInfoResponse``."""
     return t.PluginInfo(
         name=msg.name, vendor_version=msg.vendor_version, manifest=dict(msg.manifest)
     )
 
 
-def plugin_info_to_pb(info: t.PluginInfo) -> Message:
+def plugin_info_to_pb(info: t.PluginInfo) -> pb.GetPluginInfoResponse:
     """Build a ``GetPluginInfoResponse``."""
-    return csi_pb2.GetPluginInfoResponse(
+    return pb.GetPluginInfoResponse(
         name=info.name, vendor_version=info.vendor_version, manifest=dict(info.manifest)
     )
 
 
-def plugin_capabilities_from_pb(msg: Message) -> t.PluginCapabilities:
+def plugin_capabilities_from_pb(msg: pb.GetPluginCapabilitiesResponse) -> t.PluginCapabilities:
     """Read a ``GetPluginCapabilitiesResponse``; unknown values are kept as UNKNOWN."""
     services = set()
     expansion = set()
@@ -94,76 +99,95 @@ def plugin_capabilities_from_pb(msg: Message) -> t.PluginCapabilities:
     return t.PluginCapabilities(services=services, volume_expansion=expansion)
 
 
-def plugin_capabilities_to_pb(caps: t.PluginCapabilities) -> Message:
+def plugin_capabilities_to_pb(caps: t.PluginCapabilities) -> pb.GetPluginCapabilitiesResponse:
     """Build a ``GetPluginCapabilitiesResponse`` (services first, sorted)."""
-    resp = csi_pb2.GetPluginCapabilitiesResponse()
+    resp = pb.GetPluginCapabilitiesResponse()
     for svc in sorted(caps.services):
-        resp.capabilities.add().service.type = int(svc)
+        resp.capabilities.add().service.type = pb.PluginCapability.Service.Type.ValueType(svc)
     for exp in sorted(caps.volume_expansion):
-        resp.capabilities.add().volume_expansion.type = int(exp)
+        resp.capabilities.add().volume_expansion.type = (
+            pb.PluginCapability.VolumeExpansion.Type.ValueType(exp)
+        )
     return resp
 
 
-def controller_capabilities_from_pb(msg: Message) -> frozenset[t.ControllerCapability]:
+def controller_capabilities_from_pb(
+    msg: pb.ControllerGetCapabilitiesResponse,
+) -> frozenset[t.ControllerCapability]:
     """Read a ``ControllerGetCapabilitiesResponse``."""
     return frozenset(_enum(t.ControllerCapability, c.rpc.type) for c in msg.capabilities)
 
 
-def controller_capabilities_to_pb(caps: Iterable[t.ControllerCapability]) -> Message:
+def controller_capabilities_to_pb(
+    caps: Iterable[t.ControllerCapability],
+) -> pb.ControllerGetCapabilitiesResponse:
     """Build a ``ControllerGetCapabilitiesResponse``."""
-    return _rpc_capabilities_to_pb(csi_pb2.ControllerGetCapabilitiesResponse(), caps)
+    rpc = pb.ControllerServiceCapability.RPC
+    return pb.ControllerGetCapabilitiesResponse(
+        capabilities=[
+            pb.ControllerServiceCapability(rpc=rpc(type=rpc.Type.ValueType(c)))
+            for c in sorted(caps)
+        ]
+    )
 
 
-def node_capabilities_from_pb(msg: Message) -> frozenset[t.NodeCapability]:
+def node_capabilities_from_pb(msg: pb.NodeGetCapabilitiesResponse) -> frozenset[t.NodeCapability]:
     """Read a ``NodeGetCapabilitiesResponse``."""
     return frozenset(_enum(t.NodeCapability, c.rpc.type) for c in msg.capabilities)
 
 
-def node_capabilities_to_pb(caps: Iterable[t.NodeCapability]) -> Message:
+def node_capabilities_to_pb(caps: Iterable[t.NodeCapability]) -> pb.NodeGetCapabilitiesResponse:
     """Build a ``NodeGetCapabilitiesResponse``."""
-    return _rpc_capabilities_to_pb(csi_pb2.NodeGetCapabilitiesResponse(), caps)
+    rpc = pb.NodeServiceCapability.RPC
+    return pb.NodeGetCapabilitiesResponse(
+        capabilities=[
+            pb.NodeServiceCapability(rpc=rpc(type=rpc.Type.ValueType(c))) for c in sorted(caps)
+        ]
+    )
 
 
-def group_capabilities_from_pb(msg: Message) -> frozenset[t.GroupControllerCapability]:
+def group_capabilities_from_pb(
+    msg: pb.GroupControllerGetCapabilitiesResponse,
+) -> frozenset[t.GroupControllerCapability]:
     """Read a ``GroupControllerGetCapabilitiesResponse``."""
     return frozenset(_enum(t.GroupControllerCapability, c.rpc.type) for c in msg.capabilities)
 
 
-def group_capabilities_to_pb(caps: Iterable[t.GroupControllerCapability]) -> Message:
+def group_capabilities_to_pb(
+    caps: Iterable[t.GroupControllerCapability],
+) -> pb.GroupControllerGetCapabilitiesResponse:
     """Build a ``GroupControllerGetCapabilitiesResponse``."""
-    return _rpc_capabilities_to_pb(csi_pb2.GroupControllerGetCapabilitiesResponse(), caps)
-
-
-def _rpc_capabilities_to_pb(resp: Message, caps: Iterable[enum.IntEnum]) -> Message:
-    """Fill ``resp.capabilities`` with one ``rpc.type`` entry per capability, sorted: the
-    shape the controller, node and group controller responses share."""
-    for cap in sorted(caps):
-        resp.capabilities.add().rpc.type = int(cap)
-    return resp
+    rpc = pb.GroupControllerServiceCapability.RPC
+    return pb.GroupControllerGetCapabilitiesResponse(
+        capabilities=[
+            pb.GroupControllerServiceCapability(rpc=rpc(type=rpc.Type.ValueType(c)))
+            for c in sorted(caps)
+        ]
+    )
 
 
 # --- topology, volumes --------------------------------------------------------------
 
 
-def topology_to_pb(topo: t.Topology) -> Message:
+def topology_to_pb(topo: t.Topology) -> pb.Topology:
     """A :class:`~kubevol.csi.types.Topology` as ``csi.v1.Topology``."""
-    return csi_pb2.Topology(segments=dict(topo.segments))
+    return pb.Topology(segments=dict(topo.segments))
 
 
-def topology_from_pb(msg: Message) -> t.Topology:
+def topology_from_pb(msg: pb.Topology) -> t.Topology:
     """Read a ``csi.v1.Topology``."""
     return t.Topology(segments=dict(msg.segments))
 
 
-def topology_requirement_to_pb(req: t.TopologyRequirement) -> Message:
+def topology_requirement_to_pb(req: t.TopologyRequirement) -> pb.TopologyRequirement:
     """A :class:`~kubevol.csi.types.TopologyRequirement` as its message."""
-    return csi_pb2.TopologyRequirement(
+    return pb.TopologyRequirement(
         requisite=[topology_to_pb(x) for x in req.requisite],
         preferred=[topology_to_pb(x) for x in req.preferred],
     )
 
 
-def topology_requirement_from_pb(msg: Message) -> t.TopologyRequirement:
+def topology_requirement_from_pb(msg: pb.TopologyRequirement) -> t.TopologyRequirement:
     """Read a ``csi.v1.TopologyRequirement``."""
     return t.TopologyRequirement(
         requisite=[topology_from_pb(x) for x in msg.requisite],
@@ -171,9 +195,9 @@ def topology_requirement_from_pb(msg: Message) -> t.TopologyRequirement:
     )
 
 
-def content_source_to_pb(src: t.ContentSource) -> Message:
+def content_source_to_pb(src: t.ContentSource) -> pb.VolumeContentSource:
     """A snapshot or volume source as ``csi.v1.VolumeContentSource``."""
-    msg = csi_pb2.VolumeContentSource()
+    msg = pb.VolumeContentSource()
     if isinstance(src, t.SnapshotSource):
         msg.snapshot.snapshot_id = src.snapshot_id
     else:
@@ -181,7 +205,7 @@ def content_source_to_pb(src: t.ContentSource) -> Message:
     return msg
 
 
-def content_source_from_pb(msg: Message) -> t.ContentSource | None:
+def content_source_from_pb(msg: pb.VolumeContentSource) -> t.ContentSource | None:
     """Read a ``csi.v1.VolumeContentSource``; None when neither source is set."""
     kind = msg.WhichOneof("type")
     if kind == "snapshot":
@@ -191,9 +215,9 @@ def content_source_from_pb(msg: Message) -> t.ContentSource | None:
     return None
 
 
-def volume_to_pb(vol: t.Volume) -> Message:
+def volume_to_pb(vol: t.Volume) -> pb.Volume:
     """A :class:`~kubevol.csi.types.Volume` as ``csi.v1.Volume``."""
-    msg = csi_pb2.Volume(
+    msg = pb.Volume(
         volume_id=vol.volume_id,
         capacity_bytes=vol.capacity_bytes,
         volume_context=dict(vol.volume_context),
@@ -204,7 +228,7 @@ def volume_to_pb(vol: t.Volume) -> Message:
     return msg
 
 
-def volume_from_pb(msg: Message) -> t.Volume:
+def volume_from_pb(msg: pb.Volume) -> t.Volume:
     """Read a ``csi.v1.Volume``."""
     return t.Volume(
         volume_id=msg.volume_id,
@@ -217,12 +241,12 @@ def volume_from_pb(msg: Message) -> t.Volume:
     )
 
 
-def volume_condition_from_pb(msg: Message) -> t.VolumeCondition:
+def volume_condition_from_pb(msg: pb.VolumeCondition) -> t.VolumeCondition:
     """Read a ``csi.v1.VolumeCondition``."""
     return t.VolumeCondition(abnormal=msg.abnormal, message=msg.message)
 
 
-def volume_status_from_pb(msg: Message) -> t.VolumeStatus:
+def volume_status_from_pb(msg: _VolumeStatusMessage) -> t.VolumeStatus:
     """Read a ``VolumeStatus`` of ListVolumes or ControllerGetVolume (same fields)."""
     return t.VolumeStatus(
         published_node_ids=tuple(msg.published_node_ids),
@@ -234,7 +258,7 @@ def volume_status_from_pb(msg: Message) -> t.VolumeStatus:
     )
 
 
-def volume_entry_from_pb(msg: Message) -> t.VolumeEntry:
+def volume_entry_from_pb(msg: _VolumeEntryMessage) -> t.VolumeEntry:
     """Read a ListVolumes entry or a ControllerGetVolume response (same shape)."""
     return t.VolumeEntry(
         volume=volume_from_pb(msg.volume),
@@ -242,7 +266,7 @@ def volume_entry_from_pb(msg: Message) -> t.VolumeEntry:
     )
 
 
-def capacity_from_pb(msg: Message) -> t.Capacity:
+def capacity_from_pb(msg: pb.GetCapacityResponse) -> t.Capacity:
     """Read a ``GetCapacityResponse``; unset size bounds read as None."""
     return t.Capacity(
         available_capacity=msg.available_capacity,
@@ -255,7 +279,7 @@ def capacity_from_pb(msg: Message) -> t.Capacity:
     )
 
 
-def validation_from_pb(msg: Message) -> t.ValidationResult:
+def validation_from_pb(msg: pb.ValidateVolumeCapabilitiesResponse) -> t.ValidationResult:
     """Read a ``ValidateVolumeCapabilitiesResponse``."""
     confirmed = None
     if msg.HasField("confirmed"):
@@ -272,29 +296,28 @@ def validation_from_pb(msg: Message) -> t.ValidationResult:
 # --- snapshots ----------------------------------------------------------------------
 
 
-def _time_from_pb(parent: Message, field: str) -> datetime.datetime | None:
-    """The timestamp in ``parent.<field>`` as an aware UTC datetime; None when unset."""
-    if not parent.HasField(field):
+def _creation_time(msg: pb.Snapshot | pb.VolumeGroupSnapshot) -> datetime.datetime | None:
+    """``msg.creation_time`` as an aware UTC datetime; None when unset."""
+    if not msg.HasField("creation_time"):
         return None
-    when: datetime.datetime = getattr(parent, field).ToDatetime(tzinfo=datetime.UTC)
-    return when
+    return msg.creation_time.ToDatetime(tzinfo=datetime.UTC)
 
 
-def snapshot_from_pb(msg: Message) -> t.Snapshot:
+def snapshot_from_pb(msg: pb.Snapshot) -> t.Snapshot:
     """Read a ``csi.v1.Snapshot``; an unset creation time reads as None."""
     return t.Snapshot(
         snapshot_id=msg.snapshot_id,
         source_volume_id=msg.source_volume_id,
         size_bytes=msg.size_bytes,
-        creation_time=_time_from_pb(msg, "creation_time"),
+        creation_time=_creation_time(msg),
         ready_to_use=msg.ready_to_use,
         group_snapshot_id=msg.group_snapshot_id,
     )
 
 
-def snapshot_to_pb(snap: t.Snapshot) -> Message:
+def snapshot_to_pb(snap: t.Snapshot) -> pb.Snapshot:
     """A :class:`~kubevol.csi.types.Snapshot` as ``csi.v1.Snapshot``."""
-    msg = csi_pb2.Snapshot(
+    msg = pb.Snapshot(
         snapshot_id=snap.snapshot_id,
         source_volume_id=snap.source_volume_id,
         size_bytes=snap.size_bytes,
@@ -306,12 +329,12 @@ def snapshot_to_pb(snap: t.Snapshot) -> Message:
     return msg
 
 
-def group_snapshot_from_pb(msg: Message) -> t.VolumeGroupSnapshot:
+def group_snapshot_from_pb(msg: pb.VolumeGroupSnapshot) -> t.VolumeGroupSnapshot:
     """Read a ``csi.v1.VolumeGroupSnapshot``."""
     return t.VolumeGroupSnapshot(
         group_snapshot_id=msg.group_snapshot_id,
         snapshots=[snapshot_from_pb(s) for s in msg.snapshots],
-        creation_time=_time_from_pb(msg, "creation_time"),
+        creation_time=_creation_time(msg),
         ready_to_use=msg.ready_to_use,
     )
 
@@ -319,7 +342,7 @@ def group_snapshot_from_pb(msg: Message) -> t.VolumeGroupSnapshot:
 # --- node ---------------------------------------------------------------------------
 
 
-def volume_stats_from_pb(msg: Message) -> t.VolumeStats:
+def volume_stats_from_pb(msg: pb.NodeGetVolumeStatsResponse) -> t.VolumeStats:
     """Read a ``NodeGetVolumeStatsResponse``."""
     return t.VolumeStats(
         usage=[
@@ -336,11 +359,16 @@ def volume_stats_from_pb(msg: Message) -> t.VolumeStats:
     )
 
 
-def volume_stats_to_pb(stats: t.VolumeStats) -> Message:
+def volume_stats_to_pb(stats: t.VolumeStats) -> pb.NodeGetVolumeStatsResponse:
     """Build a ``NodeGetVolumeStatsResponse``."""
-    msg = csi_pb2.NodeGetVolumeStatsResponse(
+    msg = pb.NodeGetVolumeStatsResponse(
         usage=[
-            csi_pb2.VolumeUsage(unit=int(u.unit), available=u.available, total=u.total, used=u.used)
+            pb.VolumeUsage(
+                unit=pb.VolumeUsage.Unit.ValueType(u.unit),
+                available=u.available,
+                total=u.total,
+                used=u.used,
+            )
             for u in stats.usage
         ]
     )
@@ -350,7 +378,7 @@ def volume_stats_to_pb(stats: t.VolumeStats) -> Message:
     return msg
 
 
-def node_info_from_pb(msg: Message) -> t.NodeInfo:
+def node_info_from_pb(msg: pb.NodeGetInfoResponse) -> t.NodeInfo:
     """Read a ``NodeGetInfoResponse``."""
     return t.NodeInfo(
         node_id=msg.node_id,
@@ -363,9 +391,9 @@ def node_info_from_pb(msg: Message) -> t.NodeInfo:
     )
 
 
-def node_info_to_pb(info: t.NodeInfo) -> Message:
+def node_info_to_pb(info: t.NodeInfo) -> pb.NodeGetInfoResponse:
     """Build a ``NodeGetInfoResponse``."""
-    msg = csi_pb2.NodeGetInfoResponse(
+    msg = pb.NodeGetInfoResponse(
         node_id=info.node_id, max_volumes_per_node=info.max_volumes_per_node
     )
     if info.accessible_topology is not None:
@@ -373,7 +401,9 @@ def node_info_to_pb(info: t.NodeInfo) -> Message:
     return msg
 
 
-def block_metadata_chunk_from_pb(msg: Message) -> t.BlockMetadataChunk:
+def block_metadata_chunk_from_pb(
+    msg: pb.GetMetadataAllocatedResponse | pb.GetMetadataDeltaResponse,
+) -> t.BlockMetadataChunk:
     """Read a ``GetMetadataAllocatedResponse`` or ``GetMetadataDeltaResponse`` (same shape)."""
     return t.BlockMetadataChunk(
         block_metadata_type=_enum(t.BlockMetadataType, msg.block_metadata_type),
@@ -385,7 +415,7 @@ def block_metadata_chunk_from_pb(msg: Message) -> t.BlockMetadataChunk:
     )
 
 
-_E = Any
+_E = TypeVar("_E", bound=enum.IntEnum)
 
 
 def _enum(kind: type[_E], value: int) -> _E:
@@ -393,4 +423,4 @@ def _enum(kind: type[_E], value: int) -> _E:
     try:
         return kind(value)
     except ValueError:
-        return kind.UNKNOWN
+        return kind["UNKNOWN"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
@@ -251,7 +252,7 @@ REQUIRED: list[tuple[str, object]] = [
 
 @pytest.mark.parametrize(("rpc", "request_msg"), REQUIRED, ids=[r for r, _ in REQUIRED])
 def test_missing_required_fields_are_invalid(
-    mock: CSIClient, rpc: str, request_msg: object
+    mock: CSIClient, rpc: str, request_msg: Message
 ) -> None:
     """A request without a field the spec requires answers INVALID_ARGUMENT."""
     assert code_of(lambda: mock.call(rpc, request_msg)) == grpc.StatusCode.INVALID_ARGUMENT
