@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -24,8 +25,7 @@ from kubevol.csi import types as t
 from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import parse_endpoint
 from kubevol.csi.errors import error_from_rpc
-from kubevol.util.lifecycle import ClosesOnExit
-from kubevol.util.turns import given_up
+from kubevol.util.lifecycle import Around, ClosesOnExit
 
 #: Per-call timeout in seconds when none is given (the kubelet's csiTimeout).
 DEFAULT_TIMEOUT = 120.0
@@ -51,6 +51,8 @@ class CSIClient(ClosesOnExit):
 
     ``endpoint`` is ``unix:///path.sock``, a bare absolute socket path, or ``tcp://host:port``
     (for tests). ``metadata`` is sent with every call, before per-call metadata.
+    ``around_call`` wraps each wait for an answer (the node layer lets its other operations
+    run meanwhile: :func:`kubevol.util.turns.given_up`).
     """
 
     def __init__(
@@ -61,8 +63,10 @@ class CSIClient(ClosesOnExit):
         user_agent: str = "kubevol",
         metadata: Metadata = None,
         interceptors: Sequence[Any] = (),
+        around_call: Around = nullcontext,
     ) -> None:
         self.endpoint = parse_endpoint(endpoint)
+        self._around_call = around_call
         self.timeout = timeout
         self._metadata = tuple((metadata or {}).items())
         self._channel = grpc.insecure_channel(
@@ -128,7 +132,7 @@ class CSIClient(ClosesOnExit):
         """
         md = self._metadata + tuple(metadata.items()) if metadata else self._metadata
         try:
-            with given_up():  # the driver works meanwhile: another operation may run
+            with self._around_call():
                 return self._callable(name)(
                     request,
                     timeout=self.timeout if timeout is None else timeout,

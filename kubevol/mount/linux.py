@@ -14,6 +14,7 @@ import os
 import posixpath
 import subprocess
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 from kubevol.errors import MountError
 from kubevol.mount import syscalls
@@ -22,7 +23,7 @@ from kubevol.mount.interface import MountInterface, MountPoint
 from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.mount.table import MountTable, MountTableCache
 from kubevol.util import clib
-from kubevol.util.turns import given_up
+from kubevol.util.lifecycle import Around
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,15 @@ class LinuxMounter(MountInterface):
     questions on a busy node stay cheap. Thread-safe.
     """
 
-    def __init__(self, mountinfo_path: str = PROC_MOUNTINFO) -> None:
+    def __init__(
+        self, mountinfo_path: str = PROC_MOUNTINFO, *, around_helper: Around = nullcontext
+    ) -> None:
         self.mountinfo_path = mountinfo_path
         self._table = MountTableCache(mountinfo_path)
+        #: Wraps each wait on a ``mount``/``umount`` process: a helper may take seconds (a
+        #: network mount), so the node layer lets its other operations run meanwhile
+        #: (:func:`kubevol.util.turns.given_up`).
+        self._around_helper = around_helper
 
     def close(self) -> None:
         """Release the open mount table descriptor. Idempotent; the mounter stays usable."""
@@ -137,7 +144,7 @@ class LinuxMounter(MountInterface):
         )
 
     def _run_umount(self, target: str) -> None:
-        result = _run(["umount", target])
+        result = _run(["umount", target], self._around_helper)
         if result.returncode != 0:
             if _NOT_MOUNTED in result.stderr:
                 log.debug("%s was not mounted", target)
@@ -205,7 +212,7 @@ class LinuxMounter(MountInterface):
         args += [source, target]
         shown += [source, target]
         log.debug("mounting: %s", " ".join(shown))
-        result = _run(args)
+        result = _run(args, self._around_helper)
         if result.returncode != 0:
             output = _scrub(result.stderr.strip(), sensitive)
             raise MountError(
@@ -236,9 +243,9 @@ class LinuxMounter(MountInterface):
             log.warning("could not undo the bind mount at %s: %s", target, exc)
 
 
-def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+def _run(args: Sequence[str], around: Around) -> subprocess.CompletedProcess[str]:
     try:
-        with given_up():  # a helper may take seconds (a network mount): others run meanwhile
+        with around():
             return subprocess.run(args, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise MountError(exc.errno, f"cannot run {args[0]}: {exc.strerror}") from exc

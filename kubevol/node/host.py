@@ -35,6 +35,7 @@ from kubevol.plugin import VolumePlugin
 from kubevol.plugins import builtin_plugins
 from kubevol.spec import Spec
 from kubevol.types import VolumeOptions
+from kubevol.util.turns import given_up
 from kubevol.volume import Mounter, Unmounter
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class NodeVolumeHost(KubeletVolumeHost):
     def get_mounter(self) -> MountInterface:
         with self._lock:
             if self._mounter is None:
-                self._mounter = LinuxMounter()
+                self._mounter = LinuxMounter(around_helper=given_up)
             return self._mounter
 
     def get_node_name(self) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from kubevol.csi.client import CSIClient
 from kubevol.csi.endpoint import parse_endpoint
 from kubevol.csi.errors import CSIEndpointError
 from kubevol.errors import KubevolError, PluginValidationError
@@ -47,6 +48,7 @@ from kubevol.plugins.csi.registration import DriverRegistry
 from kubevol.util.deadline import Deadline
 from kubevol.util.lifecycle import ClosesOnExit
 from kubevol.util.safeio import load_json_file
+from kubevol.util.turns import given_up
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +181,11 @@ class NodeRuntime(ClosesOnExit):
                 if kube_client is not None else None
             )
             self.registry = DriverRegistry(
-                node_info_timeout=self.registration_timeout, client_timeout=csi_timeout
+                node_info_timeout=self.registration_timeout,
+                # While a driver works, the node's other operations take their turns.
+                client_factory=lambda endpoint: CSIClient(
+                    endpoint, timeout=csi_timeout, around_call=given_up
+                ),
             )
             self.csi = CSIPlugin(
                 registry=self.registry, guard_policy=guard_policy, timeout=csi_timeout,

@@ -3,7 +3,14 @@ drivers, caches), so each class states only what it closes or starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Self
+
+#: A hook a lower layer runs around a wait it does not control (a helper process, a remote
+#: call), so that the layer that made it can act meanwhile: ``with around(): wait()``.
+#: ``contextlib.nullcontext`` when nobody asked for one.
+Around = Callable[[], AbstractContextManager[object]]
 
 
 class ClosesOnExit:

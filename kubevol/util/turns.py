@@ -10,7 +10,9 @@ and used a third more CPU without turns: benchmarks/README.md).
 
 So an operation runs in its thread's turn (:meth:`Turns.take`), and gives the turn up while
 it waits on another process (:func:`given_up`): the threads waiting for a turn sleep on
-it, not on the GIL, and are woken once per turn instead of once per system call.
+it, not on the GIL, and are woken once per turn instead of once per system call. The node
+layer installs :func:`given_up` where the waits are: its CSI clients' ``around_call`` and
+its mounter's ``around_helper`` (the client and the mount layer know no scheduler).
 
 A turn is advisory: a thread that waited ``patience`` seconds goes on without it. A call
 that blocks without giving the turn up (a hung NFS mount, a slow API server) therefore
