@@ -19,7 +19,7 @@ from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, C
 from kubevol.csidriver.server import serve_in_background
 from kubevol.errors import UncertainProgressError, is_operation_finished
 from kubevol.testing.csi_driver import NODE_ID
-from kubevol.util.turns import Turns
+from kubevol.util.turns import Turns, given_up
 from tests.csi.support import Served, ServeFactory, make_plugin
 
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER, fs_type="ext4")
@@ -343,17 +343,19 @@ def test_client_talks_to_a_server_not_built_on_kubevol(tmp_path: Path) -> None:
 def test_a_call_gives_its_threads_turn_up_while_the_driver_works(
     served: Served, tmp_path: Path
 ) -> None:
-    """An operation waiting on a driver lets another operation do its local work meanwhile
-    (kubevol.util.turns): the other thread gets the turn although the call is still blocked in
-    the driver, long before the patience (30 s) is over."""
+    """A client made with ``around_call=given_up`` (as the node layer makes them) lets another
+    operation do its local work while it waits on a driver (kubevol.util.turns): the other
+    thread gets the turn although the call is still blocked in the driver, long before the
+    patience (30 s) is over."""
     turns = Turns(patience=30)
+    client = CSIClient(served.handle.address, timeout=20, around_call=given_up)
     gate, entered = threading.Event(), threading.Event()
     served.driver.block["NodeUnpublishVolume"] = gate
     served.driver.entered["NodeUnpublishVolume"] = entered
 
     def operation() -> None:
         with turns.take():
-            served.client.node_unpublish_volume("v1", str(tmp_path / "t"))
+            client.node_unpublish_volume("v1", str(tmp_path / "t"))
 
     thread = threading.Thread(target=operation)
     thread.start()
@@ -365,5 +367,6 @@ def test_a_call_gives_its_threads_turn_up_while_the_driver_works(
     finally:
         gate.set()
         thread.join(10)
+        client.close()
     assert waited < 5
     assert served.driver.calls.count("NodeUnpublishVolume") == 1
