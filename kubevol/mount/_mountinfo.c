@@ -11,9 +11,16 @@
  * CPython about 4 us a line, far more than libmount's C parser spends (findmnt -F). Here a
  * line costs the allocation of its strings and one object.
  *
- * Only the ordinary shape is handled here: ten or more space-separated fields, decimal
- * numbers, no backslash escape. Any other line (malformed, escaped, a number Python's int()
- * reads but a plain decimal scan does not) is handed to `fallback(line, lineno)`, the
+ * Octal escapes (the kernel's mangle_path writes space, tab, newline and backslash as
+ * "\040", "\011", "\012", "\134") are decoded here too, in the four fields the Python
+ * parser decodes (root, mount point, fs type, source) and exactly as it does: the field is
+ * read as UTF-8 with surrogateescape, then every backslash followed by three octal digits
+ * becomes the character of that number (chr(int(digits, 8)), 0 to 511: a code point, not a
+ * byte), scanning left to right; any other backslash ("\04", "\999", a trailing one) stays
+ * as it is. Options and optional fields keep their escapes, as in Python.
+ *
+ * Any line of another shape (malformed, a number Python's int() reads but a plain decimal
+ * scan does not, more than NFIELDS_MAX fields) is handed to `fallback(line, lineno)`, the
  * Python line parser, which returns the entry or raises MountInfoError; so both paths give
  * the same answers and the same errors.
  */
@@ -44,6 +51,55 @@ typedef struct {
 
 static PyObject *decode(const char *s, Py_ssize_t len) {
     return PyUnicode_DecodeUTF8(s, len, "surrogateescape");
+}
+
+#define ESCAPE_STACK 512 /* a decoded field up to this long is built on the stack */
+
+static int is_octal(char c) {
+    return c >= '0' && c <= '7';
+}
+
+/* decode(), then the octal escapes of mountinfo.unescape() decoded. The escapes are
+ * replaced by the UTF-8 encoding of their code point (one byte below 0x80, two up to 0777)
+ * and the whole decoded once: bytes >= 0x80 of the field that are not valid UTF-8 still
+ * become one lone surrogate each, because a complete sequence the replacement inserts
+ * neither continues an incomplete sequence before it nor is continued by bytes after it.
+ * The result never grows: four bytes of escape give at most two. */
+static PyObject *decode_escaped(const char *s, Py_ssize_t len) {
+    const char *bs = memchr(s, '\\', (size_t)len);
+    if (bs == NULL) {
+        return decode(s, len);
+    }
+    char stack[ESCAPE_STACK];
+    char *buf = len <= ESCAPE_STACK ? stack : PyMem_Malloc((size_t)len);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t done = bs - s;
+    memcpy(buf, s, (size_t)done);
+    Py_ssize_t out = done;
+    Py_ssize_t i = done;
+    while (i < len) {
+        if (s[i] == '\\' && len - i >= 4 && is_octal(s[i + 1]) && is_octal(s[i + 2])
+            && is_octal(s[i + 3])) {
+            unsigned code = (unsigned)(s[i + 1] - '0') << 6 | (unsigned)(s[i + 2] - '0') << 3
+                            | (unsigned)(s[i + 3] - '0');
+            if (code < 0x80) {
+                buf[out++] = (char)code;
+            } else {
+                buf[out++] = (char)(0xC0 | code >> 6);
+                buf[out++] = (char)(0x80 | (code & 0x3F));
+            }
+            i += 4;
+        } else {
+            buf[out++] = s[i++];
+        }
+    }
+    PyObject *result = decode(buf, out);
+    if (buf != stack) {
+        PyMem_Free(buf);
+    }
+    return result;
 }
 
 /* A non-negative decimal that fits a long long, or -1. */
@@ -127,12 +183,12 @@ static PyObject *parse_fields(PyTypeObject *cls, field *fields, int n) {
             goto done;
         }
     }
-    if (!(values[A_ROOT] = decode(fields[3].start, fields[3].len))
-        || !(values[A_MOUNT_POINT] = decode(fields[4].start, fields[4].len))
+    if (!(values[A_ROOT] = decode_escaped(fields[3].start, fields[3].len))
+        || !(values[A_MOUNT_POINT] = decode_escaped(fields[4].start, fields[4].len))
         || !(values[A_OPTIONS] = split_commas(fields[5]))
         || !(values[A_OPTIONAL_FIELDS] = PyTuple_New(sep - 6))
-        || !(values[A_FS_TYPE] = decode(fields[sep + 1].start, fields[sep + 1].len))
-        || !(values[A_SOURCE] = decode(fields[sep + 2].start, fields[sep + 2].len))
+        || !(values[A_FS_TYPE] = decode_escaped(fields[sep + 1].start, fields[sep + 1].len))
+        || !(values[A_SOURCE] = decode_escaped(fields[sep + 2].start, fields[sep + 2].len))
         || !(values[A_SUPER_OPTIONS] = split_commas(fields[sep + 3]))) {
         goto done;
     }
@@ -202,12 +258,12 @@ static PyObject *parse(PyObject *self, PyObject *args) {
             continue;
         }
         int n = 0;
-        int plain = memchr(pos, '\\', (size_t)(stop - pos)) == NULL;
+        int fits = 1; /* at most NFIELDS_MAX fields */
         const char *begin = pos;
-        while (plain) {
+        for (;;) {
             const char *space = memchr(begin, ' ', (size_t)(stop - begin));
             if (n == NFIELDS_MAX) {
-                plain = 0;
+                fits = 0;
                 break;
             }
             fields[n].start = begin;
@@ -218,7 +274,7 @@ static PyObject *parse(PyObject *self, PyObject *args) {
             }
             begin = space + 1;
         }
-        PyObject *entry = plain ? parse_fields(cls, fields, n) : (Py_INCREF(Py_None), Py_None);
+        PyObject *entry = fits ? parse_fields(cls, fields, n) : (Py_INCREF(Py_None), Py_None);
         if (entry == Py_None) {
             Py_DECREF(entry);
             PyObject *line = decode(pos, stop - pos);

@@ -6,8 +6,10 @@ from typing import TypeVar
 T = TypeVar("T")
 
 def parse(data: bytes, cls: type[T], fallback: Callable[[str, int], T], /) -> list[T]:
-    """Every entry of the mountinfo text ``data``, as ``cls`` instances; lines that are not
-    of the ordinary shape go to ``fallback(line, lineno)``."""
+    """Every entry of the mountinfo text ``data``, as ``cls`` instances, octal escapes of
+    the root, mount point, fs type and source decoded as ``mountinfo.unescape`` does; lines
+    that are not of the ordinary shape (malformed, odd numbers) go to
+    ``fallback(line, lineno)``."""
 
 def containing(data: bytes, paths: tuple[bytes, ...], /) -> list[tuple[int, int] | None]:
     """For each escaped path, the ``(start, stop)`` offsets of the last line whose mount point

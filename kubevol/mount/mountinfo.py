@@ -62,7 +62,12 @@ class MountInfo:
 
 
 def unescape(field: str) -> str:
-    """Decode the kernel's octal escapes (``\\040`` is a space) in one field."""
+    """Decode the kernel's octal escapes (``\\040`` is a space) in one field.
+
+    Each backslash followed by three octal digits, left to right, becomes the character of
+    that number (``chr``, up to ``\\777``); any other backslash stays. The C parser
+    (``_mountinfo.c``) decodes exactly so.
+    """
     if "\\" not in field:
         return field
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
