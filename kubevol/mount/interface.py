@@ -12,6 +12,9 @@ from collections.abc import Sequence
 
 import attrs
 
+from kubevol.mount.mountread import read_mountinfo_bytes
+from kubevol.mount.table import MountTable
+
 
 @attrs.frozen(kw_only=True)
 class MountPoint:
@@ -70,6 +73,19 @@ class MountInterface(abc.ABC):
 
         real = os.path.realpath(path)
         return any(mp.path == real for mp in self.list())
+
+    def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
+        """The node's mount table as it is now: the one snapshot the node layer's checks
+        (volume users, unstage verdicts, reconstruction, orphans) read. ``superset`` and
+        ``at`` are :meth:`MountTableCache.table <kubevol.mount.table.MountTableCache.table>`'s:
+        a caller that only refuses on what it finds may accept a table still listing mounts
+        detached since. Raises :class:`~kubevol.errors.MountError` if unreadable.
+
+        Default: this process's mount table, read afresh (a superset is allowed to be
+        fresh); :class:`kubevol.mount.LinuxMounter` keeps it until the kernel reports a
+        change.
+        """
+        return MountTable(read_mountinfo_bytes())
 
     @abc.abstractmethod
     def get_mount_refs(self, path: str) -> builtins.list[str]:

@@ -69,10 +69,11 @@ class LinuxMounter(MountInterface):
         """Release the open mount table descriptor. Idempotent; the mounter stays usable."""
         self._table.close()
 
-    def table(self) -> MountTable:
+    def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
         """The mount table as it is now: read again only after the kernel reported a
-        change, so every question of one operation shares one reading."""
-        return self._table.table()
+        change, so every question of one operation shares one reading (see
+        :meth:`MountInterface.table`)."""
+        return self._table.table(superset=superset, at=at)
 
     def mount(
         self, source: str, target: str, fstype: str = "", options: Sequence[str] = ()
@@ -138,7 +139,7 @@ class LinuxMounter(MountInterface):
         # so), and is kept while mounts only go: a tear-down of many volumes reads the
         # table once, not once per unmount (umount.nfs is on many nodes).
         real = os.path.realpath(target)
-        entry = self._table.table(superset=True, at=real).find_mount_point(real)
+        entry = self.table(superset=True, at=real).find_mount_point(real)
         return entry is not None and (
             entry.fs_type in helpers or entry.fs_type.partition(".")[0] in helpers
         )

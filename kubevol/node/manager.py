@@ -24,7 +24,6 @@ import attrs
 from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError, is_operation_finished
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountread import PROC_MOUNTINFO
 from kubevol.mount.subpath import clean_subpaths
 from kubevol.node.cleanup import CLEANED, Cleanup, CleanupKind
 from kubevol.node.executor import (
@@ -32,6 +31,8 @@ from kubevol.node.executor import (
     MAX_BACKOFF,
     OperationExecutor,
     OperationFailure,
+    OperationKey,
+    OperationKind,
     OperationObserver,
 )
 from kubevol.node.holders import Holders, HoldersOnce
@@ -83,7 +84,6 @@ class NodeVolumeManager:
         workers: int = 8,
         attach_by_node: bool = True,
         ownership: Ownership | None = None,
-        mountinfo_path: str = PROC_MOUNTINFO,
         initial_backoff: float = INITIAL_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
         observer: OperationObserver | None = None,
@@ -93,14 +93,14 @@ class NodeVolumeManager:
         self.ownership = ownership if ownership is not None else Ownership.sole_agent()
         #: Whether a pod's volumes may be torn down (the one model: :attr:`ownership`).
         self.managed: Callable[[str], bool] = self.ownership
-        self.mountinfo_path = mountinfo_path
         self.desired = DesiredState()
         self.actual = ActualState()
+        self._observer = observer
         self.executor = OperationExecutor(
             workers=workers, initial_backoff=initial_backoff, max_backoff=max_backoff,
-            observer=observer,
+            observer=self._observe,
         )
-        self.usage = VolumeUsage(host, mgr, mountinfo_path=mountinfo_path)
+        self.usage = VolumeUsage(host, mgr)
         self.generator = OperationGenerator(
             host=host, mgr=mgr, actual=self.actual, usage=self.usage
         )
@@ -116,16 +116,27 @@ class NodeVolumeManager:
             managed=self.managed,
         )
 
+    def _observe(
+        self, key: OperationKey, kind: OperationKind, seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        # The key is free now: the next partial pass looks at what the operation changed.
+        self.reconciler.touch_key(key)
+        if self._observer is not None:
+            self._observer(key, kind, seconds, error)
+
     # -- pods -------------------------------------------------------------------------------
 
     def set_pod(self, pod: DesiredPod) -> None:
         """Want ``pod`` and its volumes (replacing what was wanted for its UID)."""
         self.desired.set_pod(pod)
+        self.reconciler.touch(pod=pod.uid)
 
     def remove_pod(self, uid: str) -> None:
         """Stop wanting pod ``uid``: its volumes are torn down, its directory removed."""
         self.desired.remove_pod(uid)
         self.reconciler.forget_pod_later(uid)
+        self.reconciler.touch(pod=uid)
 
     # -- reconstruction ---------------------------------------------------------------------
 
@@ -138,7 +149,7 @@ class NodeVolumeManager:
         device mounts no desired volume claims are unmounted through the guards when
         ownership allows it; what was done, or why not, is in the result.
         """
-        result = scan(self.host, self.mgr, mountinfo_path=self.mountinfo_path)
+        result = scan(self.host, self.mgr)
         self.actual.merge(result.actual_state())
         # A volume of an unknown plugin is left alone, so its pod's directory stays too.
         for unknown in result.unknown:
@@ -330,11 +341,12 @@ class NodeVolumeManager:
             with self._failed_lock:
                 self._failed.pop(f.dir.path, None)
 
-    def reconcile(self) -> int:
-        """One reconciler pass; returns how many operations it started."""
+    def reconcile(self, *, full: bool = True) -> int:
+        """One reconciler pass (``full`` False: of what changed since the last, see
+        :meth:`Reconciler.reconcile`); returns how many operations it started."""
         if self._failed:
             self._follow_failures()
-        return self.reconciler.reconcile()
+        return self.reconciler.reconcile(full=full)
 
     def sync(
         self, timeout: float = 120.0, period: float = 0.02, *, give_up_after: float = 5.0
@@ -419,4 +431,3 @@ class NodeVolumeManager:
         Idempotent."""
         for stuck in self.executor.shutdown(wait=True, timeout=timeout):
             log.warning("left running (stuck below an unresponsive mount?): %s", stuck)
-        self.usage.close()

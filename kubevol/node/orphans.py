@@ -13,7 +13,6 @@ import attrs
 from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.mountread import PROC_MOUNTINFO, read_mountinfo_bytes
 from kubevol.mount.table import MountTable
 from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.host import NodeVolumeHost
@@ -40,18 +39,17 @@ def find_orphan_device_mounts(
     *,
     claimed: Iterable[str] = (),
     block_names: Iterable[str] = (),
-    mountinfo_path: str = PROC_MOUNTINFO,
     mounts: MountSnapshot | None = None,
     table: MountTable | None = None,
 ) -> list[OrphanDeviceMount]:
     """Mounts under ``<root>/plugins/`` that no ``claimed`` device mount path (or global map
     path) leads to, nor the layout of a block volume named in ``block_names``.
 
-    ``table`` (and ``mounts`` made from it) are a mount table already read; else it is
-    read from ``mountinfo_path``.
+    ``table`` (and ``mounts`` made from it) are a mount table already read; else the host's
+    mounter gives it.
     """
     if table is None:
-        table = MountTable(read_mountinfo_bytes(mountinfo_path))
+        table = host.get_mounter().table()
     if mounts is None:
         mounts = MountSnapshot(table, host.root_dir, host.probe)
     plugins_dir = os.path.join(os.path.realpath(host.root_dir), layout.PLUGINS_DIR)

@@ -43,9 +43,7 @@ from kubevol import layout
 from kubevol.errors import KubevolError, PluginNotFoundError
 from kubevol.manager import PluginRoles, VolumePluginMgr
 from kubevol.mount.interface import MountInterface
-from kubevol.mount.mountread import read_mountinfo_bytes
 from kubevol.mount.subpath import list_subpaths
-from kubevol.mount.table import MountTable
 from kubevol.node.cleanup import NOT_TRIED, Cleanup
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost
@@ -461,10 +459,10 @@ def scan(
     mgr: VolumePluginMgr,
     *,
     pod_uids: Iterable[str] | None = None,
-    mountinfo_path: str = "/proc/self/mountinfo",
 ) -> Reconstruction:
-    """Rebuild every pod volume under the host's root (or only ``pod_uids``'). Reads only."""
-    table = MountTable(read_mountinfo_bytes(mountinfo_path))
+    """Rebuild every pod volume under the host's root (or only ``pod_uids``'), on the mount
+    table the host's mounter gives. Reads only."""
+    table = host.get_mounter().table()
     mounts = MountSnapshot(table, host.root_dir, host.probe)
     volumes = ScanPass(mgr, mounts.check)
     found: list[FoundVolume] = []

@@ -18,8 +18,7 @@ import threading
 from kubevol import layout
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.mountinfo import escape, parse_mountinfo_line
-from kubevol.mount.mountread import PROC_MOUNTINFO
-from kubevol.mount.table import MountTable, MountTableCache
+from kubevol.mount.table import MountTable
 from kubevol.node.errors import ReconstructionError
 from kubevol.node.host import NodeVolumeHost
 from kubevol.node.poddirs import PodVolumeDir
@@ -33,29 +32,17 @@ _LINE_CACHE_SIZE = 65536
 class VolumeUsage:
     """Answers "which pod paths on disk still use volume X?". Thread-safe."""
 
-    def __init__(
-        self,
-        host: NodeVolumeHost,
-        mgr: VolumePluginMgr,
-        *,
-        mountinfo_path: str = PROC_MOUNTINFO,
-    ) -> None:
+    def __init__(self, host: NodeVolumeHost, mgr: VolumePluginMgr) -> None:
         self._host = host
         self._mgr = mgr
-        self._table = MountTableCache(mountinfo_path)
         self._cache: dict[str, tuple[tuple[int, int], str | None]] = {}
         self._lines: dict[bytes, tuple[str, str, str, str] | None] = {}
         self._lock = threading.Lock()
 
-    def close(self) -> None:
-        """Release the mount table descriptor. Idempotent."""
-        self._table.close()
-
     def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
-        """The node's mount table as it is now (read again only when it changed); with
-        ``superset``, perhaps still listing mounts detached since (see
-        :meth:`MountTableCache.table <kubevol.mount.table.MountTableCache.table>`)."""
-        return self._table.table(superset=superset, at=at)
+        """The node's mount table, from its one owner: the host's mounter
+        (:meth:`MountInterface.table <kubevol.mount.interface.MountInterface.table>`)."""
+        return self._host.get_mounter().table(superset=superset, at=at)
 
     def users(
         self, unique_name: str, plugin_name: str, mode: VolumeMode,

@@ -25,7 +25,7 @@ from typing import Any
 from kubevol.errors import MountError, OperationError, SpecError
 from kubevol.host import VolumeHost
 from kubevol.metrics import MetricsStatFS
-from kubevol.mount import MountTable, cleanup_mount_point, read_mountinfo_bytes
+from kubevol.mount import MountInterface, cleanup_mount_point
 from kubevol.plugin import BlockVolumePlugin, PersistentVolumePlugin
 from kubevol.plugins.ownership import set_volume_ownership
 from kubevol.spec import Spec, api_object, pod_uid
@@ -166,8 +166,8 @@ class LocalVolumePlugin(PersistentVolumePlugin, BlockVolumePlugin):
         """A filesystem-mode local PV named ``volume_name`` whose path is the source of the
         bind at ``volume_path`` when the mount table tells it (empty otherwise, as the
         kubelet leaves it: tear-down needs no path)."""
-        return ReconstructedVolume(spec=_local_pv_spec(volume_name, _bind_source(volume_path),
-                                                       "Filesystem"))
+        source = _bind_source(volume_path, self.host.get_mounter())
+        return ReconstructedVolume(spec=_local_pv_spec(volume_name, source, "Filesystem"))
 
     def new_block_volume_mapper(
         self, spec: Spec, pod: Any, opts: VolumeOptions
@@ -195,11 +195,11 @@ def _local_pv_spec(name: str, path: str, mode: str) -> Spec:
     return Spec.from_persistent_volume(pv)
 
 
-def _bind_source(volume_path: str) -> str:
+def _bind_source(volume_path: str, mounter: MountInterface) -> str:
     """The host path a bind mount at ``volume_path`` shows: another mount of the same
     filesystem whose root contains the bind's root, plus the rest. Empty when unknown."""
     try:
-        table = MountTable(read_mountinfo_bytes())
+        table = mounter.table()
     except (OSError, MountError) as exc:
         log.warning("cannot read the mount table to rebuild %s: %s", volume_path, exc)
         return ""
