@@ -27,6 +27,23 @@ from tests.csi.support import ProcessFactory, Served, ServeFactory, wait_for_soc
 # handlers can deadlock inside fork().
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+#: Fixtures that mount (or start servers that do): a test using one needs root.
+ROOT_FIXTURES = frozenset({"rig", "real_node", "glusterfs", "env"})
+#: Fixtures that start a real etcd server.
+ETCD_FIXTURES = frozenset({"etcd_server", "etcd", "auth_etcd"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers by what a test needs (tests/README.md): ``root`` and ``etcd`` from the fixtures
+    it uses, on top of the markers written in the test files; ``slow`` is written there.
+    ``-m "not root and not etcd and not slow"`` is the logic tier: no root, seconds."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & ROOT_FIXTURES:
+            item.add_marker(pytest.mark.root)
+        if used & ETCD_FIXTURES:
+            item.add_marker(pytest.mark.etcd)
+
 
 @pytest.fixture
 def node_root(tmp_path: Path) -> Path:

@@ -21,6 +21,9 @@ from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, Host
 from kubevol.testing.kube_api import KubeAPIServer
 from kubevol.testing.waiting import wait_until
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 def kubevol(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kubevol.cli.main", *argv],

@@ -51,6 +51,7 @@ def test_version_names_the_version_and_the_commit() -> None:
     assert done.stdout.strip() == f"kubevol {kubevol.__version__} (git commit {commit})"
 
 
+@pytest.mark.root
 def test_a_build_records_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """setup.py's build_py and sdist (a wheel's and an sdist's build) record the commit:
     the package copied away from the checkout still names it."""
@@ -89,6 +90,7 @@ def test_logging_flags_after_the_command() -> None:
     assert args.debug is True and args.verbosity == 5
 
 
+@pytest.mark.slow
 def test_bash_completion_comes_from_the_parser(tmp_path: Path) -> None:
     """The bash script completes the commands and a command's flags, as bash runs it."""
     done = subprocess.run([*KUBEVOL, "completion", "bash"], capture_output=True, text=True,
@@ -137,6 +139,7 @@ def test_a_driver_that_does_not_answer_is_not_remembered_and_drivers_are_forgott
     assert json.loads((root / "kubevol" / "csi-drivers.json").read_text()) == {}
 
 
+@pytest.mark.root
 def test_down_exits_1_naming_a_volume_left_staged(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -163,6 +166,7 @@ def test_down_exits_1_naming_a_volume_left_staged(
     assert mounts_under(tmp_path) == []
 
 
+@pytest.mark.root
 def test_the_agent_waits_for_a_static_pod_directory(tmp_path: Path) -> None:
     """A --manifests directory that does not exist yet is waited for (the agent runs, as
     the kubelet does); once it appears, its pods are run."""
@@ -216,6 +220,7 @@ def test_the_agents_metrics_default_to_no_kubelet_port() -> None:
     assert {10250, 10255} <= KUBELET_PORTS
 
 
+@pytest.mark.root
 def test_a_long_wait_says_on_a_terminal_what_it_waits_for(tmp_path: Path) -> None:
     """``up`` of a volume whose CSI driver is not there says, on a terminal, every few
     seconds what it waits for and why, and its final error says to give --csi-driver."""

@@ -216,6 +216,7 @@ def test_capability_flag_syntax() -> None:
             parse_capability(bad)
 
 
+@pytest.mark.root
 def test_against_the_hostpath_driver(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Against hostpath the CLI stages and publishes with real bind mounts and tears down."""
     config = HostPathConfig(state_dir=str(tmp_path / "state"), node_id="node-1")

@@ -12,6 +12,9 @@ import pytest
 from kubevol.cli.main import main
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 UIDS = {name: f"0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i, name in enumerate("abc")}
 
 

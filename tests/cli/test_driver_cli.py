@@ -100,6 +100,7 @@ def test_serve_mock_with_flags_and_stop_on_sigterm(
     assert "NodeGetInfo: REQ" in err
 
 
+@pytest.mark.root
 def test_serve_hostpath_keeps_volumes_across_restarts(
     processes: list[DriverProcess], tmp_path: Path
 ) -> None:

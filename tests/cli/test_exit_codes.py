@@ -78,6 +78,7 @@ USAGE_NAMES = [
 ]
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("case", USAGE_NAMES)
 def test_bad_input_exits_64_naming_it(
     case: str, tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
@@ -96,6 +97,7 @@ def test_bad_input_exits_64_naming_it(
     assert sorted(os.listdir(root)) == before
 
 
+@pytest.mark.root
 def test_a_typo_in_a_volume_source_names_the_field(
     tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -106,6 +108,7 @@ def test_a_typo_in_a_volume_source_names_the_field(
     assert 'unknown field "emtpyDir"' in err and 'did you mean "emptyDir"' in err
 
 
+@pytest.mark.root
 def test_down_of_a_pod_that_is_not_there_is_not_found(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,6 +141,7 @@ def test_success_exits_0() -> None:
     assert main(["plugins", "-o", "name"]) == exits.OK
 
 
+@pytest.mark.root
 def test_a_blocked_unmount_exits_3(
     rig: MountRig, kubelet: KubeletTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -214,6 +218,7 @@ def _wait_for(proc: subprocess.Popen[str], path: Path, needle: str, timeout: flo
     raise AssertionError(f"{needle!r} not seen: {path.read_text()}")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("argv", "sig", "expected"),
     [

@@ -25,6 +25,9 @@ from tests.cli.test_node_cli import (
     write_manifest,
 )
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 _HOLD_OPEN = (
     "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(600)"
 )

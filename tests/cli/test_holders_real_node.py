@@ -17,6 +17,9 @@ from kubevol.cli.main import main
 from kubevol.testing.kubelet_root import KubeletRoot
 from kubevol.testing.mount_rig import mounts_under
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 _HOLD_OPEN = (
     "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(600)"
 )

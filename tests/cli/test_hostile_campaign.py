@@ -29,6 +29,9 @@ from kubevol.cli.main import main
 from kubevol.testing.mount_rig import mounts_under
 from tests.hostile import snapshot
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 EXAMPLES = int(os.environ.get("KUBEVOL_CAMPAIGN_EXAMPLES", "20"))
 CAMPAIGN = settings(
     max_examples=EXAMPLES,

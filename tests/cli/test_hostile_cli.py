@@ -48,6 +48,7 @@ def run_kubevol(*argv: str, cap: int = MEMORY_CAP, timeout: float = 120
     )
 
 
+@pytest.mark.root
 def test_up_refuses_an_alias_bomb_in_bounded_memory(tmp_path: Path) -> None:
     """The 421-byte manifest that drove ``up`` to 3.9 GB: one line, exit 1, nothing recorded
     (issue 20, point 6)."""
@@ -130,6 +131,7 @@ spec:
     return manifest
 
 
+@pytest.mark.root
 def test_timeout_bounds_down_with_a_stopped_driver(
     tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str]
 ) -> None:
@@ -158,6 +160,7 @@ def test_timeout_bounds_down_with_a_stopped_driver(
     assert mounts_under(tmp_path / "root") == []
 
 
+@pytest.mark.root
 def test_a_second_writer_waits_with_a_message_then_gives_up(tmp_path: Path) -> None:
     """While another process holds the root (an agent, another ``up``), ``up`` says who holds
     it, waits until its --timeout, and fails in one line having recorded nothing (issue 20,
@@ -242,6 +245,7 @@ def plant(path: Path, kind: str) -> None:
             f.truncate(64 << 30)  # sparse: 64 GiB that read as zeros
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", HOSTILE_FILES)
 def test_hostile_vol_data_is_one_reported_volume(tmp_path: Path, kind: str) -> None:
     """A pod volume's vol_data.json (and a device mount's) that is a FIFO, a link to
@@ -280,6 +284,7 @@ GOOD_UID = "44444444-5555-6666-7777-888888888888"
 BAD_UID = "55555555-6666-7777-8888-999999999999"
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("content", [b"", b"null", b'{"uid": 5}', b"[" * 100_000, b"\xff"])
 def test_one_unreadable_record_blocks_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
@@ -305,6 +310,7 @@ def test_one_unreadable_record_blocks_nothing(
     assert os.listdir(records) == []
 
 
+@pytest.mark.root
 def test_up_validates_every_pod_before_recording_any(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -328,6 +334,7 @@ def test_up_validates_every_pod_before_recording_any(
     assert main(["down", *flags, str(good)]) == 0
 
 
+@pytest.mark.root
 def test_a_hidden_pod_uid_is_refused_by_up_and_down(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -366,6 +373,7 @@ CORRUPTIONS = ("truncated", "empty", "null", "list", "wrong-types", "no-handle",
                "other-handle", "binary")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("kind", CORRUPTIONS)
 def test_a_volume_with_corrupt_metadata_is_torn_down_from_the_mount_table(
     tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str], kind: str
@@ -393,6 +401,7 @@ def test_a_volume_with_corrupt_metadata_is_torn_down_from_the_mount_table(
         client.delete_volume(handle)
 
 
+@pytest.mark.root
 def test_a_block_volume_keeps_its_device_link_until_node_unpublish_succeeded(
     tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str]
 ) -> None:
@@ -421,6 +430,7 @@ def test_a_block_volume_keeps_its_device_link_until_node_unpublish_succeeded(
     assert not link.exists()
 
 
+@pytest.mark.root
 def test_status_timeout_bounds_metrics_of_a_stopped_driver(
     tmp_path: Path, driver_proc: tuple[subprocess.Popen[bytes], str]
 ) -> None:

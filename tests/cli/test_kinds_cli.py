@@ -64,6 +64,7 @@ def token_provider(tmp_path: Path) -> str:
     return f"{sys.executable} {script}"
 
 
+@pytest.mark.root
 def test_every_kind_up_reconstructed_and_down(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
@@ -119,6 +120,7 @@ def test_every_kind_up_reconstructed_and_down(
         assert canary not in caplog.text
 
 
+@pytest.mark.root
 def test_a_token_without_a_provider_is_a_clear_error(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,6 +138,7 @@ def test_a_token_without_a_provider_is_a_clear_error(
     assert mounts_under(tmp_path) == []
 
 
+@pytest.mark.root
 def test_up_reads_objects_and_tokens_from_an_api_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

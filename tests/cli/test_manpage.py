@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kubevol.cli.main import COMMANDS
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make-man.py"
 
 
+@pytest.mark.slow
 def test_the_man_page_renders_with_every_command(tmp_path: Path) -> None:
     page = tmp_path / "kubevol.1"
     made = subprocess.run([sys.executable, str(SCRIPT), str(page)], capture_output=True,

@@ -74,6 +74,7 @@ def test_json_fields_are_metrics_fields_with_du_figures(
     assert data["inodes"] == st.f_files
 
 
+@pytest.mark.root
 def test_statfs_provider_matches_df(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--provider statfs`` on a tmpfs reports df's size, used, avail and inode figures."""
     mnt = tmp_path / "t"
@@ -93,6 +94,7 @@ def test_statfs_provider_matches_df(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [*got, data["inodes_free"]] == expected
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("provider", ["block", "auto"])
 def test_block_device_capacity(
     loop_device: str, provider: str, capsys: pytest.CaptureFixture[str]

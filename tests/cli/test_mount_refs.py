@@ -24,6 +24,7 @@ def two_volumes(rig: MountRig, kubelet: KubeletTree) -> tuple[Path, Path]:
     )
 
 
+@pytest.mark.root
 def test_blocked_under_kubelet_exits_3_with_json(
     two_volumes: tuple[Path, Path], kubelet: KubeletTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -43,6 +44,7 @@ def test_blocked_under_kubelet_exits_3_with_json(
     ]
 
 
+@pytest.mark.root
 def test_allowed_under_safe_exits_0_with_table(
     two_volumes: tuple[Path, Path], kubelet: KubeletTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -55,6 +57,7 @@ def test_allowed_under_safe_exits_0_with_table(
     assert f"{b}  other-volume  false" in out
 
 
+@pytest.mark.root
 def test_detach_follows_blocks(
     two_volumes: tuple[Path, Path], kubelet: KubeletTree, capsys: pytest.CaptureFixture[str]
 ) -> None:

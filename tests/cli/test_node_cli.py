@@ -89,6 +89,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, objec
 UID = "11111111-2222-3333-4444-555555555555"
 
 
+@pytest.mark.root
 def test_up_status_reconstruct_down(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,6 +139,7 @@ def test_up_status_reconstruct_down(
     assert (tmp_path / "logs").is_dir()  # the node's own directory stays
 
 
+@pytest.mark.root
 def test_up_builds_each_volume_once_and_does_not_read_its_records_back(
     tmp_path: Path, driver: RunningDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,6 +171,7 @@ def test_up_builds_each_volume_once_and_does_not_read_its_records_back(
     assert mounts_under(tmp_path) == []
 
 
+@pytest.mark.root
 def test_up_refuses_bad_manifest_and_changes_nothing(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -195,6 +198,7 @@ def foreign_pod_root(tmp_path: Path, driver: RunningDriver) -> list[str]:
     return flags
 
 
+@pytest.mark.root
 def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,6 +214,7 @@ def test_down_by_uid_tears_down_a_pod_only_found_on_disk(
     assert mounts_under(tmp_path) == []
 
 
+@pytest.mark.root
 def test_reconstruct_repair_cleans_an_unreadable_volume_only_of_a_pod_named_gone(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -272,6 +277,7 @@ def test_pod_gone_needs_repair_and_valid_uids(
     assert "'../etc'" in capsys.readouterr().err
 
 
+@pytest.mark.root
 def test_privilege_errors_say_what_is_missing_and_how_to_run(tmp_path: Path) -> None:
     """Without CAP_SYS_ADMIN, up fails at once naming the capability and the fix."""
     result = subprocess.run(
@@ -301,6 +307,7 @@ def test_missing_privileges_reads_capabilities_and_namespaces(tmp_path: Path) ->
     assert len(missing) == 1 and "CAP_SYS_ADMIN" in missing[0]
 
 
+@pytest.mark.root
 def test_demo_runs_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """kubevol demo tells the whole story, passes every check and leaves nothing behind."""
     code = main(["demo", "--workdir", str(tmp_path)])
@@ -312,6 +319,7 @@ def test_demo_runs_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert mounts_under(tmp_path) == []
 
 
+@pytest.mark.root
 def test_demo_fails_when_a_check_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A broken example makes the demo exit 1 with the problem, still cleaning up."""
     examples = tmp_path / "examples"

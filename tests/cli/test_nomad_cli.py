@@ -23,6 +23,9 @@ from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.nomad.propagation import propagation_of
 from kubevol.testing.mount_rig import mounts_under
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 MiB = 1 << 20
 MULTI = ["--access-mode", "single-node-multi-writer"]
 USAGE = "rw-file-system-single-node-multi-writer"

@@ -98,6 +98,7 @@ class CountingStream(io.StringIO):
         return super().write(text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["json", "yaml", "table", "name"])
 def test_an_answer_is_written_in_one_call(kind: str) -> None:
     """10,000 records go out in one write (JSON used to be written token by token)."""

@@ -23,6 +23,9 @@ from kubevol.testing.kubelet_root import (
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_repair_plan import run_json, tree_digest
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 def flags(real_node: KubeletRoot) -> list[str]:
     return ["--root", str(real_node.root), "--node-name", real_node.node_name]

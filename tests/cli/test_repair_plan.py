@@ -60,6 +60,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, 
     return code, json.loads(out.out), out.err
 
 
+@pytest.mark.root
 def test_dry_run_plans_nothing_for_a_foreign_pod_and_changes_nothing(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -78,6 +79,7 @@ def test_dry_run_plans_nothing_for_a_foreign_pod_and_changes_nothing(
     assert tree_digest(tmp_path) == before
 
 
+@pytest.mark.root
 def test_dry_run_with_the_pod_named_gone_lists_its_tear_down_and_the_repair_does_it(
     tmp_path: Path, driver: RunningDriver, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -35,6 +35,7 @@ def _requirement_name(requirement: str) -> str:
     return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
+@pytest.mark.slow
 def test_every_mandatory_dependency_is_imported_by_kubevol() -> None:
     """Each of [project].dependencies provides a module some file under kubevol/ imports
     (psutil, used only by benchmarks/, was one that none did)."""
@@ -90,6 +91,7 @@ def test_make_wheel_keeps_the_docs_that_make_docs_wrote(tmp_path: Path) -> None:
     assert not (tmp_path / "build/lib").exists() and not (tmp_path / "dist/old.whl").exists()
 
 
+@pytest.mark.root
 def test_a_quiet_install_names_the_native_cores_it_could_not_build(tmp_path: Path) -> None:
     """The check ``make`` runs after ``pip install -q`` (which hides setup.py's notice)
     prints which native core is off, and nothing when both are built."""

@@ -56,6 +56,7 @@ def agent(env: AgentEnv) -> Iterator[Agent]:  # noqa: F811
             runtime.close()
 
 
+@pytest.mark.root
 def test_status_answers_from_the_agent_as_a_scan_would(
     env: AgentEnv, agent: Agent, capsys: pytest.CaptureFixture[str],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,

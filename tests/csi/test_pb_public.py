@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kubevol.csi import pb
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.redact import is_repeated
@@ -56,6 +58,7 @@ def test_messages_are_the_generated_ones() -> None:
     assert pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME == 1
 
 
+@pytest.mark.slow
 def test_mypy_strict_accepts_correct_driver_code_and_catches_mistakes(tmp_path: Path) -> None:
     """Correct field access type-checks cleanly; a misspelt field and a wrong value type are
     errors (they would be Any, and pass silently, through the private module)."""

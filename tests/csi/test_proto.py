@@ -217,6 +217,7 @@ def test_plugin_registration_api() -> None:
     assert (status["plugin_registered"].number, status["error"].number) == (1, 2)
 
 
+@pytest.mark.root
 def test_generated_code_is_up_to_date() -> None:
     """The committed generated modules are exactly what the generation script produces."""
     result = subprocess.run(

@@ -70,6 +70,7 @@ def _driver(mode: str, sock: Path, env: dict[str, str] | None = None) -> str:
     return _run([sys.executable, "-c", DRIVER, mode], sock, env)
 
 
+@pytest.mark.slow
 def test_a_driver_without_logging_set_up_logs_its_start_and_failed_calls(tmp_path: Path) -> None:
     """serve() in a process that configured no logging: timestamped lines on stderr say
     where the driver listens (INFO, gocsi's effective default) and which call failed with
@@ -83,6 +84,7 @@ def test_a_driver_without_logging_set_up_logs_its_start_and_failed_calls(tmp_pat
     assert "ERROR kubevol.csidriver.server: ListSnapshots failed: UNIMPLEMENTED" in err
 
 
+@pytest.mark.slow
 def test_log_level_and_request_logging_variables_apply(tmp_path: Path) -> None:
     """X_CSI_LOG_LEVEL=ERROR hides the start line and keeps failed calls; X_CSI_DEBUG and
     X_CSI_REQ_LOGGING log requests."""
@@ -95,6 +97,7 @@ def test_log_level_and_request_logging_variables_apply(tmp_path: Path) -> None:
     assert "Probe: REQ" in err and "Probe: REP" not in err
 
 
+@pytest.mark.slow
 def test_a_host_that_configured_logging_keeps_its_handlers_and_level(tmp_path: Path) -> None:
     """An application that set up logging (its format, WARNING) gets each line once, in its
     format, at its level: no second handler, no start line at INFO. X_CSI_LOG_LEVEL, when
@@ -126,6 +129,7 @@ def _cli(sock: Path, env: dict[str, str], *global_flags: str) -> str:
     return _run(argv, sock, env, call="NodeStageVolume")
 
 
+@pytest.mark.slow
 def test_kubevol_driver_serve_logs_start_and_failed_calls(tmp_path: Path) -> None:
     """``kubevol driver serve`` (verbosity 2 by default) logs its start and failed calls
     through the CLI's one handler; X_CSI_LOG_LEVEL=ERROR, when set, quiets the start."""
@@ -136,6 +140,7 @@ def test_kubevol_driver_serve_logs_start_and_failed_calls(tmp_path: Path) -> Non
     assert " serving " not in err and "NodeStageVolume failed" in err
 
 
+@pytest.mark.slow
 def test_explicit_verbosity_wins_over_x_csi_log_level(tmp_path: Path) -> None:
     """``kubevol -v 5 driver serve`` logs its start even with X_CSI_LOG_LEVEL=ERROR in the
     environment, and ``-v 0`` stays quiet with X_CSI_LOG_LEVEL=DEBUG: the operator's flag

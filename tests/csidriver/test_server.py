@@ -159,6 +159,7 @@ def test_socket_owner_from_user_and_group(serve_driver: ServeFactory, tmp_path: 
     assert not (tmp_path / "x.sock").exists()
 
 
+@pytest.mark.slow
 def test_stop_drains_and_removes_the_socket(serve_driver: ServeFactory, tmp_path: Path) -> None:
     """stop() lets an in-flight call finish, then removes the socket; it is idempotent."""
     served = serve_driver()
@@ -284,6 +285,7 @@ def test_missing_endpoint_is_refused() -> None:
         serve_in_background(plugin, env={})
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_calls_then_removes_socket(
     driver_process: ProcessFactory, tmp_path: Path
 ) -> None:

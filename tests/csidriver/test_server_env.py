@@ -151,6 +151,7 @@ def test_serve_help_lists_every_variable_with_its_default() -> None:
     assert not missing, f"read but not in ENVIRONMENT: {sorted(missing)}"
 
 
+@pytest.mark.slow
 def test_log_level_applies_to_a_served_driver(tmp_path: Path) -> None:
     """``kubevol driver serve`` logs its start at INFO by default (as gocsi's INFO default
     does); with X_CSI_LOG_LEVEL=WARN it does not."""

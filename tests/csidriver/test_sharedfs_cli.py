@@ -51,6 +51,7 @@ def test_source_without_fstype_is_a_usage_error(
     assert "source and fstype go together" in capsys.readouterr().err
 
 
+@pytest.mark.root
 def test_served_driver_keeps_its_staged_volume_across_a_restart(
     processes: list[DriverProcess], tmp_path: Path, glusterfs: GlusterServer
 ) -> None:

@@ -14,6 +14,9 @@ from kubevol.testing.glusterfs import GlusterServer
 from tests.csidriver.sanity.suite import run_suite
 from tests.csidriver.sanity.test_bundled_drivers import no_mounts_under
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 #: Tests sharedfs's capabilities skip, and only those: no snapshots, group snapshots or
 #: clones, no ControllerModifyVolume, no ControllerPublish (nothing to attach).
 SHAREDFS_SKIPS = frozenset(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kubevol.k8s.events import (
     AGGREGATE_MAX_EVENTS,
     SPAM_BURST,
@@ -84,6 +86,7 @@ def test_a_source_may_say_25_things_about_an_object_then_one_per_5_minutes() -> 
     assert len(sink.calls) == SPAM_BURST + 1
 
 
+@pytest.mark.slow
 def test_events_reach_the_api_server() -> None:
     with KubeAPIServer() as api:
         rec = EventRecorder(KubeEventSink(api.api_client()), component="kubevol", host="n1")

@@ -35,6 +35,7 @@ def df(sh: Sh, path: Path) -> dict[str, int]:
     return dict(zip(fields, map(int, out.split()), strict=True))
 
 
+@pytest.mark.root
 def test_du_metrics_match_du_and_df(
     loop_fs: MakeFs, make_tree: Callable[[Path], None], sh: Sh, gnu_du: Du
 ) -> None:
@@ -55,6 +56,7 @@ def test_du_metrics_match_du_and_df(
     assert metrics.message is None
 
 
+@pytest.mark.root
 def test_statfs_metrics_match_df_and_stat(loop_fs: MakeFs, sh: Sh) -> None:
     """MetricsStatFS equals df's size/used/avail/inodes and ``stat -f``'s block counts."""
     fs = loop_fs()
@@ -74,6 +76,7 @@ def test_statfs_metrics_match_df_and_stat(loop_fs: MakeFs, sh: Sh) -> None:
     assert metrics.available == bavail * frsize
 
 
+@pytest.mark.root
 def test_statfs_on_tmpfs_counts_whole_filesystem(
     mount_tmpfs: Callable[..., Path], tmp_path: Path, sh: Sh
 ) -> None:
@@ -137,6 +140,7 @@ def test_nil_is_not_supported() -> None:
     assert not is_not_supported(MetricsError.no_path_defined())
 
 
+@pytest.mark.root
 def test_block_capacity_of_loop_device(
     loop_image: Callable[[int], tuple[Path, str]], sh: Sh
 ) -> None:
@@ -263,6 +267,7 @@ def _project_fs(loop_fs: MakeFs) -> tuple[Path, bool]:
         return loop_fs("xfs", name="prj-ids", size=320 * 1024 * 1024), False
 
 
+@pytest.mark.root
 def test_project_quota_directory_matches_walk(loop_fs: MakeFs, gnu_du: Du) -> None:
     """On a project-id directory, MetricsDu answers from the quota where the kernel accounts
     project quotas and from the walk where it does not: the same figures either way."""
@@ -284,6 +289,7 @@ def test_project_quota_directory_matches_walk(loop_fs: MakeFs, gnu_du: Du) -> No
     assert (metrics.used, metrics.inodes_used) == gnu_du(vol)
 
 
+@pytest.mark.root
 def test_quota_figures_are_used_when_the_kernel_reports_them(
     loop_fs: MakeFs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -310,6 +316,7 @@ def test_quota_figures_are_used_when_the_kernel_reports_them(
     assert asked == [((0x800007 << 8) | 2, 7)]
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("outcome", "expected"),
     [("no-usage-flags", "walk"), ("esrch", "walk"), ("eio", "error")],
@@ -340,6 +347,7 @@ def test_quota_reader_falls_back_or_fails(
         assert str(vol) in str(info.value)
 
 
+@pytest.mark.root
 def test_no_project_id_means_walk(tmp_path: Path, mount_tmpfs: Callable[..., Path]) -> None:
     """Directories without a project id (ext4 root fs, tmpfs) are walked."""
     mnt = mount_tmpfs(tmp_path / "t")

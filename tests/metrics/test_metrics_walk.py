@@ -60,6 +60,7 @@ def test_sparse_file_counts_allocated_blocks_only(
     assert (usage.bytes, usage.inodes) == gnu_du(root)
 
 
+@pytest.mark.root
 def test_nested_mount_is_skipped(
     tree: Path, native: bool, mount_tmpfs: Mounter, gnu_du: Du
 ) -> None:
@@ -75,6 +76,7 @@ def test_nested_mount_is_skipped(
     assert usage.inodes == unmounted.inodes - 1
 
 
+@pytest.mark.root
 def test_root_on_its_own_mount_is_measured(
     tmp_path: Path,
     native: bool,
@@ -89,6 +91,7 @@ def test_root_on_its_own_mount_is_measured(
     assert (usage.bytes, usage.inodes) == gnu_du(mnt)
 
 
+@pytest.mark.root
 def test_bind_mount_cycle_terminates(tmp_path: Path, native: bool, sh: Sh) -> None:
     """A same-filesystem bind mount of the root inside itself is counted once, not forever."""
     root = tmp_path / "cyc"
@@ -161,6 +164,7 @@ def test_bad_root_raises_fs_info_failed(
     assert info.value.__cause__.errno == err
 
 
+@pytest.mark.root
 def test_unreadable_entry_raises_naming_it(
     tree: Path, native: bool, dead_fuse_mount: Callable[[Path], Path]
 ) -> None:

@@ -34,6 +34,7 @@ def blank_loop(rig: MountRig) -> str:
     return rig.loop(rig.image("blank.img", ext4=False))
 
 
+@pytest.mark.root
 def test_blank_device_is_formatted_and_mounted(
     rig: MountRig, safe: SafeFormatAndMount, tmp_path: Path
 ) -> None:
@@ -48,6 +49,7 @@ def test_blank_device_is_formatted_and_mounted(
     assert mounted_at(target)
 
 
+@pytest.mark.root
 def test_blank_device_read_only_is_refused(
     rig: MountRig, safe: SafeFormatAndMount, tmp_path: Path
 ) -> None:
@@ -58,6 +60,7 @@ def test_blank_device_read_only_is_refused(
     assert safe.get_disk_format(dev) == ""
 
 
+@pytest.mark.root
 def test_other_filesystem_is_never_reformatted(
     rig: MountRig, safe: SafeFormatAndMount, tmp_path: Path
 ) -> None:
@@ -68,6 +71,7 @@ def test_other_filesystem_is_never_reformatted(
     assert safe.get_disk_format(dev) == "ext4"
 
 
+@pytest.mark.root
 def test_existing_filesystem_is_kept_and_mounted(
     rig: MountRig, safe: SafeFormatAndMount, tmp_path: Path
 ) -> None:
@@ -83,6 +87,7 @@ def test_existing_filesystem_is_kept_and_mounted(
     assert (target / "keep").read_text() == "data"
 
 
+@pytest.mark.root
 def test_filesystem_errors_fail_a_read_write_mount(
     rig: MountRig, safe: SafeFormatAndMount, tmp_path: Path
 ) -> None:
@@ -108,6 +113,7 @@ def write_mbr(image: Path) -> None:
         f.write(b"\x55\xaa")
 
 
+@pytest.mark.root
 def test_partitioned_disk_is_not_formatted(
     rig: MountRig, safe: SafeFormatAndMount, tmp_path: Path
 ) -> None:

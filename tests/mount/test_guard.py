@@ -42,6 +42,7 @@ def kinds(verdict: UnmountVerdict) -> dict[str, RefKind]:
     return {r.mount_point: r.kind for r in verdict.refs}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("policy", BOTH)
 def test_staged_alone_is_allowed(rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy) -> None:
     """Row 1: a volume staged with no other mount of its device may be unstaged."""
@@ -51,6 +52,7 @@ def test_staged_alone_is_allowed(rig: MountRig, kubelet: KubeletTree, policy: Gu
     assert verdict.refs == ()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("policy", BOTH)
 def test_pod_of_same_volume_blocks(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy
@@ -64,6 +66,7 @@ def test_pod_of_same_volume_blocks(
     assert [r.blocking for r in verdict.refs] == [True]
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("policy", "allowed"), KUBELET_BLOCKS_SAFE_ALLOWS)
 def test_other_volume_staged_same_source(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, allowed: bool
@@ -78,6 +81,7 @@ def test_other_volume_staged_same_source(
     assert kinds(verdict) == {str(staging_b): RefKind.OTHER_VOLUME}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("policy", "allowed"), KUBELET_BLOCKS_SAFE_ALLOWS)
 def test_other_volume_staged_other_source(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, allowed: bool
@@ -93,6 +97,7 @@ def test_other_volume_staged_other_source(
     assert kinds(verdict) == {str(staging_b): RefKind.OTHER_VOLUME}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("policy", "allowed"), KUBELET_BLOCKS_SAFE_ALLOWS)
 def test_pod_of_other_volume(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, allowed: bool
@@ -110,6 +115,7 @@ def test_pod_of_other_volume(
     }
 
 
+@pytest.mark.root
 def test_other_volume_blocks_when_detach_follows(rig: MountRig, kubelet: KubeletTree) -> None:
     """Detaching the device would break another volume's mount: safe blocks then."""
     dev = rig.loop()
@@ -119,6 +125,7 @@ def test_other_volume_blocks_when_detach_follows(rig: MountRig, kubelet: Kubelet
     assert not verdict.allowed
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("policy", BOTH)
 def test_kubelet_root_bind_mounted_elsewhere(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, tmp_path: Path
@@ -133,6 +140,7 @@ def test_kubelet_root_bind_mounted_elsewhere(
     assert not verdict.refs[0].blocking
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("detach_follows", [False, True])
 def test_same_device_under_a_second_kubelet_root_blocks(
     rig: MountRig, kubelet: KubeletTree, tmp_path: Path, detach_follows: bool
@@ -151,6 +159,7 @@ def test_same_device_under_a_second_kubelet_root_blocks(
     assert verdict.blocking_refs[0].mount_point == str(elsewhere)
 
 
+@pytest.mark.root
 def test_whole_filesystem_elsewhere_blocks_a_sub_directory_staging_when_detach_follows(
     rig: MountRig, kubelet: KubeletTree, tmp_path: Path
 ) -> None:
@@ -167,6 +176,7 @@ def test_whole_filesystem_elsewhere_blocks_a_sub_directory_staging_when_detach_f
     assert check(staging, kubelet, GuardPolicy.SAFE).allowed
 
 
+@pytest.mark.root
 def test_bind_from_the_roots_own_filesystem_with_detach_is_allowed(
     rig: MountRig, kubelet: KubeletTree, tmp_path: Path
 ) -> None:
@@ -185,6 +195,7 @@ def test_bind_from_the_roots_own_filesystem_with_detach_is_allowed(
     assert [r.mount_point for r in verdict.blocking_refs] == [str(other)]
 
 
+@pytest.mark.root
 def test_a_bind_of_the_roots_parent_is_not_an_alias(
     rig: MountRig, kubelet: KubeletTree, tmp_path: Path
 ) -> None:
@@ -200,6 +211,7 @@ def test_a_bind_of_the_roots_parent_is_not_an_alias(
     assert not verdict.allowed
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("policy", BOTH)
 def test_foreign_mount_with_detach_blocks(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, tmp_path: Path
@@ -212,6 +224,7 @@ def test_foreign_mount_with_detach_blocks(
     assert kinds(verdict) == {str(foreign): RefKind.FOREIGN}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("policy", "allowed"), KUBELET_BLOCKS_SAFE_ALLOWS)
 def test_foreign_mount_of_network_fs_without_detach(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, allowed: bool, tmp_path: Path
@@ -229,6 +242,7 @@ def test_foreign_mount_of_network_fs_without_detach(
         assert "warning" in verdict.refs[0].reason
 
 
+@pytest.mark.root
 def test_foreign_mount_of_local_block_device_blocks(
     rig: MountRig, kubelet: KubeletTree, tmp_path: Path
 ) -> None:
@@ -240,6 +254,7 @@ def test_foreign_mount_of_local_block_device_blocks(
     assert verdict.warnings == ()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("policy", "allowed"), KUBELET_ALLOWS_SAFE_BLOCKS)
 def test_subdirectory_bind_in_pod_of_same_volume(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy, allowed: bool
@@ -258,6 +273,7 @@ def test_subdirectory_bind_in_pod_of_same_volume(
         assert verdict.refs == ()
 
 
+@pytest.mark.root
 def test_subpath_bind_is_attributed_to_its_volume(rig: MountRig, kubelet: KubeletTree) -> None:
     """A subPath bind (pods/<uid>/volume-subpaths/<vol>/...) counts as its volume's user."""
     staging = rig.mount(rig.loop(), kubelet.global_mount("vol-a"))
@@ -279,6 +295,7 @@ def test_missing_path_is_allowed(kubelet: KubeletTree, policy: GuardPolicy) -> N
     assert verdict.refs == ()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("policy", BOTH)
 def test_corrupted_mount_is_allowed(
     rig: MountRig, kubelet: KubeletTree, policy: GuardPolicy
@@ -291,6 +308,7 @@ def test_corrupted_mount_is_allowed(
     assert "corrupted" in verdict.message
 
 
+@pytest.mark.root
 def test_kubelet_policy_reproduces_kubernetes_error_text(
     rig: MountRig, kubelet: KubeletTree
 ) -> None:
@@ -309,6 +327,7 @@ def test_kubelet_policy_reproduces_kubernetes_error_text(
     assert info.value.refs == (str(staging_b), str(pod))
 
 
+@pytest.mark.root
 def test_kubelet_policy_refs_match_get_mount_refs(rig: MountRig, kubelet: KubeletTree) -> None:
     """The kubelet policy's refs are exactly LinuxMounter.get_mount_refs (SearchMountPoints)."""
     dev = rig.loop()
@@ -326,6 +345,7 @@ def test_kubelet_policy_refs_match_get_mount_refs(rig: MountRig, kubelet: Kubele
     assert len(verdict.refs) == 2
 
 
+@pytest.mark.root
 def test_kubelet_rule_on_a_plugins_refs_matches_the_table_verdict(
     rig: MountRig, kubelet: KubeletTree
 ) -> None:
@@ -356,6 +376,7 @@ def test_kubelet_rule_on_a_plugins_refs_matches_the_table_verdict(
     assert kubelet_refs_verdict(str(staging_a), []).allowed
 
 
+@pytest.mark.root
 def test_guard_rereads_table_only_after_a_change(rig: MountRig, kubelet: KubeletTree) -> None:
     """UnmountGuard reads the mount table once while it is unchanged, again after a mount."""
     dev = rig.loop()

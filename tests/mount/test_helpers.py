@@ -36,6 +36,7 @@ def test_path_exists(tmp_path: Path) -> None:
     assert not path_exists(str(tmp_path / "missing"))
 
 
+@pytest.mark.root
 def test_corrupted_mount_is_told_apart(rig: MountRig, tmp_path: Path) -> None:
     """A FUSE mount whose daemon died: path_exists raises CorruptedMountError (ENOTCONN),
     is_corrupted_mount is True; a healthy path is not corrupted."""
@@ -49,6 +50,7 @@ def test_corrupted_mount_is_told_apart(rig: MountRig, tmp_path: Path) -> None:
     assert not is_corrupted_mount(str(tmp_path / "missing"))
 
 
+@pytest.mark.root
 def test_cleanup_unmounts_and_removes(rig: MountRig, mounter: LinuxMounter, tmp_path: Path) -> None:
     """A mounted directory is unmounted, re-checked and removed."""
     target = rig.tmpfs(tmp_path / "vol")
@@ -58,6 +60,7 @@ def test_cleanup_unmounts_and_removes(rig: MountRig, mounter: LinuxMounter, tmp_
     assert not target.exists()
 
 
+@pytest.mark.root
 def test_cleanup_of_corrupted_mount(rig: MountRig, mounter: LinuxMounter, tmp_path: Path) -> None:
     """A corrupted mount is unmounted and its directory removed."""
     broken = rig.corrupted(tmp_path / "fuse")
@@ -84,6 +87,7 @@ def test_cleanup_never_deletes_recursively(mounter: LinuxMounter, tmp_path: Path
     assert (target / "precious").read_text() == "keep me"
 
 
+@pytest.mark.root
 def test_failed_unmount_leaves_every_file(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path
 ) -> None:

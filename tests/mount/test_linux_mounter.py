@@ -30,6 +30,7 @@ def track(rig: MountRig, target: Path) -> None:
     rig._mounts.append(target)
 
 
+@pytest.mark.root
 def test_mount_and_unmount_tmpfs(rig: MountRig, mounter: LinuxMounter, tmp_path: Path) -> None:
     """mount() puts a tmpfs in the table with its options; unmount() takes it out."""
     target = tmp_path / "t"
@@ -47,6 +48,7 @@ def test_mount_and_unmount_tmpfs(rig: MountRig, mounter: LinuxMounter, tmp_path:
     assert mounter.is_likely_not_mount_point(str(target))
 
 
+@pytest.mark.root
 def test_read_only_bind_is_bind_then_remount(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path
 ) -> None:
@@ -65,6 +67,7 @@ def test_read_only_bind_is_bind_then_remount(
     assert (target / "f").read_text() == "still writable at the source"
 
 
+@pytest.mark.root
 def test_bind_of_same_filesystem_is_seen_by_statx(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path
 ) -> None:
@@ -79,6 +82,7 @@ def test_bind_of_same_filesystem_is_seen_by_statx(
     assert mounter.is_likely_not_mount_point(str(tmp_path / "a"))
 
 
+@pytest.mark.root
 def test_is_likely_not_mount_point_raises_for_missing_path(
     mounter: LinuxMounter, tmp_path: Path
 ) -> None:
@@ -87,6 +91,7 @@ def test_is_likely_not_mount_point_raises_for_missing_path(
         mounter.is_likely_not_mount_point(str(tmp_path / "missing"))
 
 
+@pytest.mark.root
 def test_failed_mount_never_shows_sensitive_options(
     mounter: LinuxMounter, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -105,6 +110,7 @@ def test_failed_mount_never_shows_sensitive_options(
     assert not mounted_at(target)
 
 
+@pytest.mark.root
 def test_failed_mount_names_the_command(mounter: LinuxMounter, tmp_path: Path) -> None:
     """The error of a failed mount names the command, target and output."""
     with pytest.raises(MountError) as info:
@@ -113,6 +119,7 @@ def test_failed_mount_names_the_command(mounter: LinuxMounter, tmp_path: Path) -
     assert "mount failed" in str(info.value)
 
 
+@pytest.mark.root
 def test_failed_remount_undoes_the_bind(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,6 +142,7 @@ def test_failed_remount_undoes_the_bind(
     assert not mounted_at(target)
 
 
+@pytest.mark.root
 def test_unmount_is_idempotent(mounter: LinuxMounter, rig: MountRig, tmp_path: Path) -> None:
     """Unmounting a directory that is not a mount point succeeds (the kubelet's safe
     "not mounted" behaviour); a missing path raises MountError naming it."""
@@ -146,6 +154,7 @@ def test_unmount_is_idempotent(mounter: LinuxMounter, rig: MountRig, tmp_path: P
         mounter.unmount(str(tmp_path / "missing"))
 
 
+@pytest.mark.root
 def test_bind_and_tmpfs_mounts_are_kernel_calls(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,6 +205,7 @@ def test_only_kernel_only_requests_skip_mount8(
     assert (syscalls.mount_call(fstype, options) is not None) is direct
 
 
+@pytest.mark.root
 def test_get_mount_refs_lists_other_mounts_of_the_same_root(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path
 ) -> None:
@@ -212,6 +222,7 @@ def test_get_mount_refs_lists_other_mounts_of_the_same_root(
     assert mounter.get_mount_refs(str(tmp_path / "gone")) == []
 
 
+@pytest.mark.root
 def test_get_mount_refs_of_a_corrupted_mount_is_empty(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path
 ) -> None:
@@ -220,6 +231,7 @@ def test_get_mount_refs_of_a_corrupted_mount_is_empty(
     assert mounter.get_mount_refs(str(broken)) == []
 
 
+@pytest.mark.root
 def test_sensitive_options_reach_the_mount(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -235,6 +247,7 @@ def test_sensitive_options_reach_the_mount(
     assert "<masked>" in caplog.text
 
 
+@pytest.mark.root
 def test_device_number_fallback(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -251,6 +264,7 @@ def test_device_number_fallback(
     assert mounter.is_likely_not_mount_point(str(tmp_path / "a"))
 
 
+@pytest.mark.root
 def test_corrupted_mount_is_still_a_mount_point(
     rig: MountRig, mounter: LinuxMounter, tmp_path: Path
 ) -> None:

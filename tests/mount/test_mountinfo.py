@@ -195,6 +195,7 @@ def _render(e: MountInfo) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(entries=_tables(), path=_path)
 def test_table_search_equals_full_parse(entries: list[MountInfo], path: str) -> None:
@@ -241,6 +242,7 @@ def _native_scans(native: bool) -> Iterator[None]:
         yield
 
 
+@pytest.mark.root
 def test_cache_rereads_proc_table_only_after_a_change(rig: MountRig) -> None:
     """/proc/self/mountinfo is read once while unchanged; a new mount triggers one re-read."""
     with MountTableCache() as cache:
@@ -382,6 +384,7 @@ def _outcome(data: bytes, *, native: bool) -> object:
         return ("error", str(exc))
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(data=_line_bytes)
 def test_native_parser_equals_the_python_one(data: bytes) -> None:

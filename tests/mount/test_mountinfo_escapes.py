@@ -97,6 +97,7 @@ def _line_parser_calls() -> Iterator[mock.MagicMock]:
         yield spy
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(data=_tables)
 @example(data=b"1 0 8:1 /a\\040b /mnt/\\011\\012\\134 rw - tmpfs my\\040src rw\n")

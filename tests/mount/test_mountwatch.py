@@ -44,6 +44,7 @@ def _dirs(base: Path, *names: str) -> list[Path]:
     return out
 
 
+@pytest.mark.root
 def test_attach_and_move_are_reported_detach_is_not(
     watch: AttachWatch, rig: MountRig, tmp_path: Path
 ) -> None:
@@ -60,6 +61,7 @@ def test_attach_and_move_are_reported_detach_is_not(
     assert not watch.attached()
 
 
+@pytest.mark.root
 def test_a_superset_table_is_kept_while_mounts_only_go(
     watch: AttachWatch, rig: MountRig, tmp_path: Path
 ) -> None:  # watch: the kernel has mount events
@@ -80,6 +82,7 @@ def test_a_superset_table_is_kept_while_mounts_only_go(
         assert cache.table(superset=True) is fresh
 
 
+@pytest.mark.root
 def test_a_superset_table_is_read_again_after_an_attach(
     watch: AttachWatch, rig: MountRig, tmp_path: Path
 ) -> None:  # watch: the kernel has mount events
@@ -91,6 +94,7 @@ def test_a_superset_table_is_read_again_after_an_attach(
         assert after is not before and after.find_mount_point(str(a)) is not None
 
 
+@pytest.mark.root
 def test_without_mount_events_a_superset_table_is_an_exact_one(
     rig: MountRig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -75,6 +75,7 @@ def swapper(volume: Path, names: list[str], target: Path, stop: threading.Event)
                     os.close(fd)
 
 
+@pytest.mark.slow
 def test_racing_symlink_swaps_never_change_anything_outside_the_tree(
     tmp_path: Path, fast_switching: None
 ) -> None:
@@ -102,6 +103,7 @@ def test_racing_symlink_swaps_never_change_anything_outside_the_tree(
     assert snapshot(victim) == before
 
 
+@pytest.mark.slow
 def test_a_workload_exchanging_directories_with_links_never_makes_it_delete_outside(
     tmp_path: Path,
 ) -> None:
@@ -175,6 +177,7 @@ def test_missing_path_raises_file_not_found(tmp_path: Path) -> None:
         remove_tree_on_one_device(str(tmp_path / "gone"))
 
 
+@pytest.mark.slow
 def test_a_tree_deeper_than_the_open_descriptor_window_is_removed(tmp_path: Path) -> None:
     """3,000 levels (made through descriptors, beyond PATH_MAX): no RecursionError, no
     descriptor exhaustion, everything removed."""

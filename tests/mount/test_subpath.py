@@ -55,6 +55,7 @@ def subpath(volume: Path, sub: str, index: int = 0, container: str = "app") -> S
                    container_name=container)
 
 
+@pytest.mark.root
 def test_directory_subpath_is_bound_at_the_kubelet_path(
     mounter: LinuxMounter, volume: Path, tmp_path: Path
 ) -> None:
@@ -72,6 +73,7 @@ def test_directory_subpath_is_bound_at_the_kubelet_path(
     clean_subpaths(mounter, str(pod_dir), "data")  # idempotent
 
 
+@pytest.mark.root
 def test_single_file_subpath(mounter: LinuxMounter, volume: Path) -> None:
     """A subPath naming a file is bound onto a file."""
     target = prepare_safe_subpath(mounter, subpath(volume, "file.txt"))
@@ -81,6 +83,7 @@ def test_single_file_subpath(mounter: LinuxMounter, volume: Path) -> None:
     assert not os.path.exists(target)
 
 
+@pytest.mark.root
 def test_link_inside_the_volume_is_followed(mounter: LinuxMounter, volume: Path) -> None:
     """A symlink to another place inside the volume is allowed (resolved first)."""
     os.symlink("conf", volume / "alias")
@@ -135,6 +138,7 @@ def _exchange(a: Path, b: Path) -> None:
         raise OSError(err, os.strerror(err), str(a))
 
 
+@pytest.mark.slow
 def test_racing_swaps_never_bind_outside(
     mounter: LinuxMounter, volume: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,6 +203,7 @@ def test_safe_make_dir_creates_missing_directories(volume: Path, tmp_path: Path)
         safe_make_dir("file.txt", str(volume), 0o755)
 
 
+@pytest.mark.root
 def test_a_target_bound_elsewhere_is_rebound(mounter: LinuxMounter, volume: Path) -> None:
     """A stale bind at the target (another file) is replaced by the right one."""
     first = prepare_safe_subpath(mounter, subpath(volume, "conf"))
@@ -211,6 +216,7 @@ def test_a_target_bound_elsewhere_is_rebound(mounter: LinuxMounter, volume: Path
     assert mounts_under(volume.parents[2]) == []
 
 
+@pytest.mark.root
 def test_clean_leaves_data_when_unmount_fails(
     mounter: LinuxMounter, volume: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +234,7 @@ def test_clean_leaves_data_when_unmount_fails(
     clean_subpaths(mounter, str(volume.parents[2]), "data")
 
 
+@pytest.mark.root
 def test_subpath_of_a_csi_volume_blocks_its_unstage(
     mounter: LinuxMounter, tmp_path: Path
 ) -> None:

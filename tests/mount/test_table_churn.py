@@ -16,6 +16,9 @@ from kubevol.mount.table import MountTable
 from kubevol.testing.mount_churn import MountChurn
 from kubevol.testing.mount_rig import MountRig
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 #: Enough mounts that the table spans many read(2) calls (one page each).
 STABLE = 150
 

@@ -35,6 +35,7 @@ def api_pod(name: str, volumes: list[dict[str, Any]]) -> dict[str, Any]:
             "status": {"phase": "Pending"}}
 
 
+@pytest.mark.slow
 def test_an_invalid_pod_is_reported_and_skipped_and_the_others_run(api: KubeAPIServer) -> None:
     """A pod with a setuid defaultMode beside a valid one: the valid one is in manifests(),
     the invalid one in errors with the field (its claim never read) and among the
@@ -55,6 +56,7 @@ def test_an_invalid_pod_is_reported_and_skipped_and_the_others_run(api: KubeAPIS
         assert not [q for q in api.queries if "persistentvolumeclaims" in q[1]]
 
 
+@pytest.mark.slow
 def test_an_invalid_sub_path_from_the_api_server_is_refused(api: KubeAPIServer) -> None:
     """A container's subPath out of its volume is reported the same way."""
     pod = api_pod("escape", [{"name": "scratch", "emptyDir": {}}])

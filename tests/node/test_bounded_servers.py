@@ -178,6 +178,7 @@ def target(request: pytest.FixtureRequest) -> Target:
 OTHER_USERS_PYTHON = "/usr/bin/python3"
 
 
+@pytest.mark.root
 def test_idle_connections_are_capped_and_cut(target: Target) -> None:
     """Idle connections of another user: answers go on, threads stay capped, timeouts end them."""
     # (root's own connections for the status socket: it is 0600, nobody else can connect.)
@@ -217,6 +218,7 @@ def test_idle_connections_are_capped_and_cut(target: Target) -> None:
     assert target.answers()
 
 
+@pytest.mark.slow
 def test_a_request_dripped_a_byte_at_a_time_is_cut_at_the_deadline(target: Target) -> None:
     """A request dripped a byte at a time is cut at its deadline, not kept alive by each byte."""
     with target.connect() as sock:
@@ -237,6 +239,7 @@ def test_a_request_dripped_a_byte_at_a_time_is_cut_at_the_deadline(target: Targe
     assert target.answers()
 
 
+@pytest.mark.slow
 def test_clients_that_hang_up_leave_no_traceback(
     target: Target, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -284,6 +287,7 @@ class ForgetfulAPI(KubeAPIServer):
         super()._watch(req, path, query)
 
 
+@pytest.mark.slow
 def test_relists_after_410_back_off_and_recover() -> None:
     """While every watch is answered 410, relists back off (0.8 s doubling); an event resets it."""
     with ForgetfulAPI() as api:
@@ -310,6 +314,7 @@ def test_relists_after_410_back_off_and_recover() -> None:
             wait_until(lambda: source.lists == lists + 1, 3.5, "the relist")
 
 
+@pytest.mark.slow
 def test_watches_that_end_at_once_back_off() -> None:
     """Watches that end at once without an event (timeoutSeconds=0) restart after a backoff."""
     with KubeAPIServer() as api, APIServerPods(api.api_client(), "n1",

@@ -39,6 +39,9 @@ from kubevol.node.state import MountState
 from kubevol.testing.mount_rig import unmount_all_under
 from kubevol.testing.waiting import wait_until
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 HERE = Path(__file__).resolve().parent
 #: Pods started during the churn, and the CSI volumes they share.
 PODS = int(os.environ.get("KUBEVOL_CRASH_PODS", "100"))

@@ -22,6 +22,9 @@ from kubevol.cli import exits
 from kubevol.testing.glusterfs import GlusterServer
 from kubevol.testing.mount_rig import mounted_at
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 HUNG = "11111111-2222-3333-4444-555555555555"
 HEALTHY = "22222222-2222-3333-4444-555555555555"
 #: The command's --timeout, and what start-up and the last steps may add to it.

@@ -15,6 +15,9 @@ from kubevol.cli.main import main
 from kubevol.testing.csi_driver import DRIVER_NAME
 from tests.csi.support import Served, ServeFactory
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 UID = "88888888-2222-3333-4444-555555555555"
 
 

@@ -111,6 +111,7 @@ def test_a_deleted_file_still_open_holds_its_directory(
     assert [h.pid for h in Holders.take(str(tmp_path)).of(str(tmp_path))] == [pid]
 
 
+@pytest.mark.root
 def test_a_mount_only_another_namespace_sees_is_named_by_namespace(
     tmp_path: Path, children: list[subprocess.Popen[str]]
 ) -> None:
@@ -144,6 +145,7 @@ def shared_mount(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(vol)], check=False)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("propagation", "held"), [
     ("private", True), ("slave", False), ("unchanged", False),
 ])
@@ -159,6 +161,7 @@ def test_a_copy_of_our_mount_holds_it_unless_our_unmount_propagates_to_it(
     assert bool(found) is held, found
 
 
+@pytest.mark.root
 def test_a_bind_of_the_volume_elsewhere_in_another_namespace_holds_it(
     tmp_path: Path, children: list[subprocess.Popen[str]]
 ) -> None:
@@ -174,6 +177,7 @@ def test_a_bind_of_the_volume_elsewhere_in_another_namespace_holds_it(
     assert held.what == MOUNT and held.path == os.path.realpath(tmp_path / "elsewhere")
 
 
+@pytest.mark.root
 def test_a_slave_bind_of_a_shared_volume_elsewhere_still_holds_it(
     shared_mount: Path, tmp_path: Path, children: list[subprocess.Popen[str]]
 ) -> None:
@@ -203,6 +207,7 @@ def test_one_snapshot_per_batch_taken_only_when_asked(tmp_path: Path) -> None:
     assert once.get() is first and len(taken) == 1
 
 
+@pytest.mark.root
 def test_a_proc_tree_is_read_for_links_and_descriptors_and_unreadable_ones_counted(
     tmp_path: Path,
 ) -> None:

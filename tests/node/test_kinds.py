@@ -98,6 +98,7 @@ def env(tmp_path: Path, clock: list[datetime.datetime]) -> Iterator[Env]:
         unmount_all_under(tmp_path)
 
 
+@pytest.mark.root
 def test_subpath_bound_after_set_up_and_removed_before_tear_down(env: Env) -> None:
     """The hostPath subPath is bound at volume-subpaths/host/c/0; removing the pod removes
     the bind, then the volumes, then the pod directory."""
@@ -112,6 +113,7 @@ def test_subpath_bound_after_set_up_and_removed_before_tear_down(env: Env) -> No
     assert not (env.root / "pods/uid-1").exists()
 
 
+@pytest.mark.root
 def test_escaping_subpath_is_refused_and_the_volume_torn_down_later(env: Env) -> None:
     """A subPath that is a link to /etc: not converged, the error says why, nothing of /etc
     is mounted; the volume is uncertain, and goes with the pod."""
@@ -129,6 +131,7 @@ def test_escaping_subpath_is_refused_and_the_volume_torn_down_later(env: Env) ->
     assert (env.hostdir / "inside/file").exists()
 
 
+@pytest.mark.root
 def test_remounts_bring_updates_and_fresh_tokens(
     env: Env, clock: list[datetime.datetime]
 ) -> None:

@@ -26,6 +26,9 @@ from kubevol.testing.waiting import wait_until
 from tests.node.conftest import NodeEnv
 from tests.node.fakes import PLUGIN_NAME, claim_manifest, local_pv_manifest, pod_manifest
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 def manifests(*objects: dict[str, Any]) -> Manifests:
     pods = tuple(o for o in objects if o["kind"] == "Pod")

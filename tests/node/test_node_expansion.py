@@ -30,6 +30,9 @@ from kubevol.testing.waiting import wait_until
 from tests.node.hostpath_calls import MiB, RecordedHostPath, device_size, recorded_hostpath
 from tests.node.test_agent import UIDS, AgentThreads, pod, pv, write_atomically
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 EXPAND = "node_expand_volume"
 #: ReadWriteOnce as the kubelet sends it to a driver with the SINGLE_NODE_MULTI_WRITER node
 #: capability, which the hostpath driver has (csi_client.go's getNodeV1AccessModeMapper).

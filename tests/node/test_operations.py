@@ -25,6 +25,9 @@ from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import AttachedVolume, MountState
 from kubevol.testing.mount_rig import MountRig, mounted_at, mounts_under, unmount_all_under
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 @pytest.fixture
 def hostpath(tmp_path: Path) -> Iterator[str]:

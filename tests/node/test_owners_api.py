@@ -116,6 +116,7 @@ spec:
     return path
 
 
+@pytest.mark.root
 def test_reconstruct_repair_with_kubeconfig_leaves_pods_the_api_never_listed(
     tmp_path: Path, api: KubeAPIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +148,7 @@ def test_reconstruct_repair_with_kubeconfig_leaves_pods_the_api_never_listed(
         assert os.path.isdir(scratch(uid)), uid
 
 
+@pytest.mark.root
 def test_up_with_kubeconfig_tears_down_no_pod_it_was_not_asked_about(
     tmp_path: Path, api: KubeAPIServer
 ) -> None:

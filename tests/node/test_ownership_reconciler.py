@@ -11,12 +11,17 @@ import subprocess
 import threading
 from pathlib import Path
 
+import pytest
+
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.owners import Ownership
 from kubevol.testing.mount_rig import mounts_under
 from tests.node.conftest import NodeEnv
 from tests.node.fakes import claim_manifest, local_pv_manifest, pod_manifest
 from tests.node.test_reconstruct import set_up, staged_pod
+
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
 
 
 def _run_passes(manager: NodeVolumeManager, seconds: float) -> None:

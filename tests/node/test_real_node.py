@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from kubevol.mount.mountinfo import parse_mountinfo
 from kubevol.node.reconstruct import scan
 from kubevol.node.runtime import NodeRuntime
@@ -18,6 +20,9 @@ from kubevol.testing.kubelet_root import (
     sha256_hex,
 )
 from kubevol.testing.mount_rig import mounts_under
+
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
 
 
 def test_the_fixture_has_a_real_nodes_shape(real_node: KubeletRoot) -> None:

@@ -56,6 +56,7 @@ def staged_pod(name: str) -> dict[str, Any]:
     return pod_manifest(name, [claim])
 
 
+@pytest.mark.root
 def test_walk_unescapes_plugins_and_checks_mounts(env: NodeEnv) -> None:
     """Each pod volume is found under its unescaped plugin with its mount checked."""
     pv = local_pv_manifest("pv1", str(env.source("pv1")))
@@ -93,6 +94,7 @@ def test_walk_unescapes_plugins_and_checks_mounts(env: NodeEnv) -> None:
     manager.close()
 
 
+@pytest.mark.root
 def test_a_pass_looks_each_plugin_up_once(env: NodeEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """A scan is one pass: its volumes share one lookup per plugin name; the next scan (a
     new pass) looks them up again, so a plugin change between passes is seen."""
@@ -121,6 +123,7 @@ def test_a_pass_looks_each_plugin_up_once(env: NodeEnv, monkeypatch: pytest.Monk
     manager.close()
 
 
+@pytest.mark.root
 def test_corrupted_pod_mount_is_reported_and_torn_down(env: NodeEnv, rig: MountRig) -> None:
     """A pod mount whose filesystem died reads as corrupted, and tear-down removes it."""
     pod = pod_manifest("web", [{"name": "mem", "emptyDir": {"medium": "Memory"}}])
@@ -138,6 +141,7 @@ def test_corrupted_pod_mount_is_reported_and_torn_down(env: NodeEnv, rig: MountR
     manager.close()
 
 
+@pytest.mark.root
 def test_unreconstructable_volume_is_reported_then_cleaned_once(env: NodeEnv) -> None:
     """Corrupt plugin metadata: the volume is reported (never dropped) and cleaned once."""
     pv = local_pv_manifest("pv1", str(env.source("pv1")))
@@ -165,6 +169,7 @@ def test_unreconstructable_volume_is_reported_then_cleaned_once(env: NodeEnv) ->
     manager.close()
 
 
+@pytest.mark.root
 def test_failure_of_a_desired_pod_is_left_for_set_up(env: NodeEnv) -> None:
     """A volume that fails reconstruction but whose pod is still wanted is not cleaned."""
     pv, pvc = local_pv_manifest("pv1", str(env.source("pv1"))), claim_manifest("pv1")
@@ -189,6 +194,7 @@ def test_failure_of_a_desired_pod_is_left_for_set_up(env: NodeEnv) -> None:
     manager.close()
 
 
+@pytest.mark.root
 def test_unknown_plugin_is_listed_as_left_alone_not_as_a_failure(
     env: NodeEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -245,6 +251,7 @@ def mount_table_under(base: Path) -> list[str]:
         return [line for line in f if str(base) in line]
 
 
+@pytest.mark.root
 def test_scan_changes_nothing_on_disk(env: NodeEnv, rig: MountRig) -> None:
     """A read-only scan of a tree with mounts, failures and orphans leaves the tree and the
     mount table exactly as they were."""
@@ -268,6 +275,7 @@ def test_scan_changes_nothing_on_disk(env: NodeEnv, rig: MountRig) -> None:
     assert uid_db in {f.dir.pod_uid for f in result.failures}
 
 
+@pytest.mark.root
 def test_leftovers_of_an_interrupted_tear_down_are_told_from_data(env: NodeEnv) -> None:
     """Metadata (and a half-written copy) plus an empty mount dir are leftovers and go;
     any other file makes the directory pod data, which is never removed."""
@@ -288,6 +296,7 @@ def test_leftovers_of_an_interrupted_tear_down_are_told_from_data(env: NodeEnv) 
     assert not vol.exists()
 
 
+@pytest.mark.root
 def test_leftovers_are_what_the_plugin_says_they_are(env: NodeEnv) -> None:
     """CSI's file names mean nothing to another plugin: in an emptyDir volume directory a
     vol_data.json and an empty ``mount`` directory are pod data, so nothing is removed; for
@@ -304,6 +313,7 @@ def test_leftovers_are_what_the_plugin_says_they_are(env: NodeEnv) -> None:
     assert (vol / "vol_data.json").read_text() == "{}" and (vol / "mount").is_dir()
 
 
+@pytest.mark.root
 def test_failure_and_orphan_of_a_pod_not_owned_are_left_alone(env: NodeEnv) -> None:
     """A manager that does not own the pod (no record, not named gone) neither cleans its
     volume that could not be rebuilt nor unmounts the device mount it led to: both are

@@ -41,6 +41,9 @@ from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.plugins.csi.plugin.rig import make_pod, pv_spec
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 MULTI = t.VolumeCapability.mount(t.AccessMode.MULTI_NODE_MULTI_WRITER)
 #: The two volumes' pods: pv-a is used by a1 and a2, pv-b by b1 and b2.
 PODS = {"pv-a": ("pod-a1", "pod-a2"), "pv-b": ("pod-b1", "pod-b2")}

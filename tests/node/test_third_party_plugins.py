@@ -143,6 +143,7 @@ def installed(site_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return site_dir
 
 
+@pytest.mark.root
 def test_up_and_down_use_an_installed_plugin(
     installed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -174,6 +175,7 @@ def test_up_and_down_use_an_installed_plugin(
     assert not os.path.exists(volume)
 
 
+@pytest.mark.slow
 def test_the_agent_uses_an_installed_plugin(installed: Path, tmp_path: Path) -> None:
     """The agent loads entry-point plugins too: a static pod with the scratch volume runs."""
     manifests = tmp_path / "manifests"

@@ -54,6 +54,7 @@ def other_gets_the_turn_during(wait_outside: Callable[[], object]) -> float:
     return got[0]
 
 
+@pytest.mark.slow
 def test_the_node_hosts_mounter_gives_the_turn_up_while_a_mount_helper_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,6 +76,7 @@ def test_the_node_hosts_mounter_gives_the_turn_up_while_a_mount_helper_runs(
     assert got >= WAIT, f"the other operation got the turn after {got:.2f} s"
 
 
+@pytest.mark.slow
 def test_the_node_runtimes_csi_clients_give_the_turn_up_while_the_driver_works(
     tmp_path: Path, served: Served
 ) -> None:
@@ -89,6 +91,7 @@ def test_the_node_runtimes_csi_clients_give_the_turn_up_while_the_driver_works(
     assert got < WAIT / 2, f"the other operation waited {got:.2f} s for the driver"
 
 
+@pytest.mark.slow
 def test_a_client_made_outside_the_node_layer_keeps_its_turn(served: Served) -> None:
     """The counter-check: the same wait through a plain CSIClient holds the turn, so the
     tests above see the node layer's hook and not an accident of timing."""

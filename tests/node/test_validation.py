@@ -270,6 +270,7 @@ UP_BAD = {
 }
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("source", "mounts", "field"), UP_BAD.values(), ids=UP_BAD.keys())
 def test_up_refuses_an_invalid_pod_and_records_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, mounts: str, field: str

@@ -31,6 +31,9 @@ from kubevol.nomad import (
 from kubevol.testing.mount_rig import mounts_under
 from tests.nomad.conftest import HostPathFactory
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 USAGE = UsageOptions(access_mode=AccessMode.SINGLE_NODE_WRITER)
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER)
 

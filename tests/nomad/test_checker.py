@@ -23,6 +23,9 @@ from kubevol.testing.mount_rig import mounts_under
 from kubevol.testing.waiting import wait_until
 from tests.nomad.conftest import PluginFactory
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 USAGE = UsageOptions()
 
 

@@ -20,6 +20,9 @@ from kubevol.nomad import (
     VolumeKey,
 )
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 KEY = VolumeKey(namespace="default", volume_id="vol", usage="rw-file-system-single-node-writer")
 
 

@@ -31,6 +31,9 @@ from kubevol.util.backoff import Backoff
 from tests.nomad.conftest import PluginFactory
 from tests.nomad.recorder import CallWatch, Recorder
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 @pytest.fixture
 def recorder() -> Recorder:

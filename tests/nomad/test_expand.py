@@ -26,6 +26,9 @@ from kubevol.nomad import (
 )
 from tests.nomad.conftest import HostPathFactory, PluginFactory
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 MiB = 1 << 20
 USAGE = UsageOptions(access_mode=AccessMode.SINGLE_NODE_WRITER)
 CAP = t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER)

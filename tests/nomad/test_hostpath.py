@@ -25,6 +25,9 @@ from kubevol.nomad import (
 from kubevol.testing.mount_rig import mounts_under
 from kubevol.testing.waiting import wait_until
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 SCRIPT = Path(__file__).with_name("hostpath_process.py")
 
 

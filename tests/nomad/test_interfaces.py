@@ -36,6 +36,9 @@ from kubevol.testing import FakeCSIManager, FakeNodeController
 from kubevol.testing.mount_rig import mounts_under
 from tests.nomad.conftest import PluginFactory
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 USAGE = UsageOptions(access_mode=AccessMode.SINGLE_NODE_MULTI_WRITER)
 
 

@@ -27,6 +27,9 @@ from kubevol.testing.mount_rig import mounts_under
 from kubevol.testing.waiting import wait_until
 from tests.nomad.conftest import accepts
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 def in_task_namespace(root: Path, view: Path, then: str) -> list[str]:
     """The command that runs ``then`` (a shell command) as a plugin task would: in a mount

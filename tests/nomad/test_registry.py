@@ -21,6 +21,9 @@ from kubevol.nomad import (
 )
 from kubevol.util.backoff import Backoff
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 NODE = PluginType.CSI_NODE
 CONTROLLER = PluginType.CSI_CONTROLLER
 

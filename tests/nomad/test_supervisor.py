@@ -25,6 +25,9 @@ from kubevol.testing.waiting import wait_until
 from tests.nomad.conftest import PluginFactory, PluginProcess
 from tests.nomad.recorder import Recorder
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 
 class Events:
     """Collects task events."""

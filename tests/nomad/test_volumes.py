@@ -32,6 +32,9 @@ from kubevol.testing.mount_rig import mounts_under
 from kubevol.util.backoff import Backoff
 from tests.nomad.conftest import PluginFactory, PluginProcess
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 RW = UsageOptions(
     read_only=False,
     attachment_mode=AttachmentMode.FILE_SYSTEM,

@@ -159,6 +159,7 @@ def test_items_paths_and_modes(set_up: Any, node_root: Path) -> None:
     assert stat.S_IMODE((path / "b").stat().st_mode) == 0o400
 
 
+@pytest.mark.root
 def test_missing_objects_and_keys(set_up: Any, mgr: VolumePluginMgr, node_root: Path) -> None:
     """Not optional: the kubelet's errors and nothing left; optional: an empty volume."""
     with pytest.raises(ObjectNotFoundError, match=r'^configmap "nope" not found$'):
@@ -196,6 +197,7 @@ def test_update_brings_added_changed_and_removed_keys(
     assert not os.path.exists(os.path.join(path, first))
 
 
+@pytest.mark.root
 def test_secret_on_tmpfs_and_torn_down(set_up: Any, mgr: VolumePluginMgr,
                                        node_root: Path) -> None:
     """tmpfs at the kubelet path, decoded values; tear-down unmounts and removes all."""
@@ -215,6 +217,7 @@ def test_secret_on_tmpfs_and_torn_down(set_up: Any, mgr: VolumePluginMgr,
     assert not ready(node_root, "creds").parent.exists()
 
 
+@pytest.mark.root
 def test_fs_group_makes_files_group_readable(set_up: Any) -> None:
     """fsGroup: group ownership everywhere, files +0440, dirs setgid and group rx."""
     m = set_up(volume("cfg", configMap={"name": "app", "defaultMode": 0o400, "items": [
@@ -231,6 +234,7 @@ def test_fs_group_makes_files_group_readable(set_up: Any) -> None:
     assert os.lstat(path / "d").st_gid == 4242  # the user-visible link too
 
 
+@pytest.mark.root
 def test_downward_api_fields(set_up: Any) -> None:
     """Labels as quoted lines, name, and a CPU limit in millicores; on tmpfs."""
     m = set_up(volume("info", downwardAPI={"items": [
@@ -268,6 +272,7 @@ def kube_api_access(**token: Any) -> Spec:
     ]})
 
 
+@pytest.mark.root
 def test_projected_volume_with_a_token(set_up: Any, node_root: Path) -> None:
     """Every source in one tmpfs; the token from the provider for the pod's service account."""
     m = set_up(kube_api_access(audience="vault"), pod=make_pod(serviceAccountName="app"))
@@ -281,6 +286,7 @@ def test_projected_volume_with_a_token(set_up: Any, node_root: Path) -> None:
     assert ready(node_root, "kube-api-access").is_file()
 
 
+@pytest.mark.root
 def test_token_file_with_fs_group_is_0640(set_up: Any) -> None:
     """With fsGroup the token is written 0600 and fsGroup makes it 0640."""
     m = set_up(kube_api_access(), args=MounterArgs(fs_group=4242))
@@ -298,6 +304,7 @@ def test_token_file_owned_by_fs_user(set_up: Any) -> None:
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
 
 
+@pytest.mark.root
 def test_token_refreshed_at_80_percent(set_up: Any, provider: FakeClockProvider) -> None:
     """Set-up again before 80% of the lifetime keeps the token; after, writes a new one."""
     m = set_up(kube_api_access())
@@ -341,6 +348,7 @@ def test_reconstructed_specs(mgr: VolumePluginMgr, host: NodeVolumeHost) -> None
         assert plugin.requires_remount(spec)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bad=st.sampled_from(["/abs", "../up", "a/../../b", "..data", "..x/y", ""])
@@ -354,6 +362,7 @@ def test_bad_item_paths_write_nothing(set_up: Any, node_root: Path, bad: str) ->
     assert not ready(node_root, "bad").exists()
 
 
+@pytest.mark.root
 def test_readers_of_a_secret_volume_never_see_a_mix_during_updates(
     set_up: Any, objects: ManifestObjects
 ) -> None:

@@ -262,6 +262,7 @@ def _read_snapshot(target: Path) -> tuple[str, str] | None:
         os.close(dir_fd)
 
 
+@pytest.mark.slow
 def test_concurrent_reader_never_sees_a_mix(tmp_path: Path) -> None:
     """While versions are written in a loop, readers see whole versions: a file never
     empty or torn, and the files of one ``..data`` always from the same version."""

@@ -81,6 +81,7 @@ def test_disk_medium_tear_down_removes_everything(plugin: EmptyDirPlugin, node_r
     unmounter.tear_down()
 
 
+@pytest.mark.root
 def test_fs_group_applied(plugin: EmptyDirPlugin) -> None:
     """fsGroup gives the volume the group and setgid."""
     mounter = plugin.new_mounter(ed_spec(), pod(), VolumeOptions())
@@ -89,6 +90,7 @@ def test_fs_group_applied(plugin: EmptyDirPlugin) -> None:
     assert st.st_gid == 3456 and st.st_mode & stat.S_ISGID
 
 
+@pytest.mark.root
 def test_memory_medium_mounts_sized_tmpfs(plugin: EmptyDirPlugin) -> None:
     """Medium Memory mounts a tmpfs sized by sizeLimit; tear-down unmounts and removes it."""
     mounter = plugin.new_mounter(ed_spec(medium="Memory", size="8Mi"), pod(), VolumeOptions())
@@ -111,6 +113,7 @@ def test_memory_medium_mounts_sized_tmpfs(plugin: EmptyDirPlugin) -> None:
     assert not os.path.exists(path)
 
 
+@pytest.mark.root
 def test_tear_down_never_deletes_through_a_nested_mount(
     plugin: EmptyDirPlugin, tmp_path: Path
 ) -> None:
@@ -189,6 +192,7 @@ def test_hostpath_metrics_not_supported() -> None:
     assert is_not_supported(info.value)
 
 
+@pytest.mark.root
 def test_tear_down_unmounts_a_dead_fuse_mount(plugin: EmptyDirPlugin, tmp_path: Path) -> None:
     """A corrupted mount (bindfs whose daemon was killed) is unmounted and removed."""
     mounter = plugin.new_mounter(ed_spec(), pod(), VolumeOptions())

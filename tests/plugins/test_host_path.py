@@ -164,6 +164,7 @@ def test_deleter_refuses_outside_provisioning_dir(plugin: HostPathPlugin, tmp_pa
     assert (tmp_path / "precious").is_dir()
 
 
+@pytest.mark.root
 def test_deleter_never_deletes_through_a_mount(plugin: HostPathPlugin, tmp_path: Path) -> None:
     """A mount inside the volume stops the delete before anything is removed."""
     vol = tmp_path / "provisioned" / "pv-m"

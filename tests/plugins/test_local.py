@@ -59,6 +59,7 @@ def mounted(path: str) -> bool:
     return any(m.mount_point == path for m in parse_mountinfo())
 
 
+@pytest.mark.root
 def test_bind_mount_and_tear_down(plugin: LocalVolumePlugin, disk: Path, node_root: Path) -> None:
     """The path is bound at the kubelet's pod path; tear-down unmounts and removes it."""
     (disk / "data.txt").write_text("hello")
@@ -75,6 +76,7 @@ def test_bind_mount_and_tear_down(plugin: LocalVolumePlugin, disk: Path, node_ro
     assert (disk / "data.txt").exists()
 
 
+@pytest.mark.root
 def test_fs_group_only_on_the_first_mount(plugin: LocalVolumePlugin, disk: Path) -> None:
     """The first pod's fsGroup is applied; a second pod's is not (the kubelet warns)."""
     (disk / "f").write_text("x")
@@ -89,6 +91,7 @@ def test_fs_group_only_on_the_first_mount(plugin: LocalVolumePlugin, disk: Path)
         plugin.new_unmounter("local-pv", uid).tear_down()
 
 
+@pytest.mark.root
 def test_read_only_bind(plugin: LocalVolumePlugin, disk: Path) -> None:
     """A read-only PV spec gives a read-only bind."""
     m = plugin.new_mounter(local_pv(str(disk), read_only=True), make_pod("p1"), VolumeOptions())
@@ -100,6 +103,7 @@ def test_read_only_bind(plugin: LocalVolumePlugin, disk: Path) -> None:
         plugin.new_unmounter("local-pv", "p1").tear_down()
 
 
+@pytest.mark.root
 def test_node_affinity_is_checked(plugin: LocalVolumePlugin, disk: Path) -> None:
     """A PV pinned to another node is refused before anything is mounted."""
     other = [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
@@ -143,6 +147,7 @@ def test_bad_paths_are_refused(plugin: LocalVolumePlugin) -> None:
         assert not os.path.exists(m.get_path())
 
 
+@pytest.mark.root
 def test_reconstruction_recovers_the_local_path(plugin: LocalVolumePlugin, disk: Path) -> None:
     """From the mount table alone, the rebuilt PV names the bound directory."""
     sub = disk / "vol1"

@@ -34,6 +34,7 @@ def test_none_fs_group_changes_nothing(tree: Path) -> None:
     assert os.stat(tree / "top") == before
 
 
+@pytest.mark.root
 def test_always_sets_group_setgid_and_group_rw(tree: Path) -> None:
     """Every entry gets the group; dirs get setgid+group x; files get group rw."""
     assert set_volume_ownership(str(tree), GROUP, FSGroupChangePolicy.ALWAYS) is True
@@ -52,6 +53,7 @@ def test_always_sets_group_setgid_and_group_rw(tree: Path) -> None:
     assert os.stat("/etc/hostname").st_gid != GROUP
 
 
+@pytest.mark.root
 def test_read_only_grants_group_read_only(tree: Path) -> None:
     """A read-only volume gets group read, not write."""
     os.chmod(tree / "top", 0o400)
@@ -59,6 +61,7 @@ def test_read_only_grants_group_read_only(tree: Path) -> None:
     assert os.stat(tree / "top").st_mode & 0o070 == 0o040
 
 
+@pytest.mark.root
 def test_on_root_mismatch_skips_walk_when_root_matches(tree: Path) -> None:
     """OnRootMismatch skips the walk when the root already has the group and bits."""
     os.chown(tree, -1, GROUP)

@@ -72,6 +72,7 @@ def test_atomic_volume_sources_read_like_their_models(
     assert_reads_like(known, mounter.source)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("memory", [False, True])
 def test_empty_dir_sources_read_like_their_models(
     mgr: VolumePluginMgr, host: NodeVolumeHost, node_root: Path,

@@ -62,6 +62,7 @@ def test_list_with_field_selector_and_resource_version(api: KubeAPIServer) -> No
     assert err.value.status == 400
 
 
+@pytest.mark.slow
 def test_watch_from_a_resource_version_replays_later_changes(api: KubeAPIServer) -> None:
     """A watch from the list's resourceVersion gets exactly the later changes of the
     selected pods: ADDED, MODIFIED, DELETED, and DELETED/ADDED for a pod leaving or
@@ -84,6 +85,7 @@ def test_watch_from_a_resource_version_replays_later_changes(api: KubeAPIServer)
                       ("DELETED", "old", "7"), ("DELETED", "a", "8")]
 
 
+@pytest.mark.slow
 def test_watch_without_resource_version_starts_with_the_current_state(
     api: KubeAPIServer,
 ) -> None:
@@ -100,6 +102,7 @@ def test_watch_without_resource_version_starts_with_the_current_state(
     assert seen == [("ADDED", "a"), ("ADDED", "b")]
 
 
+@pytest.mark.slow
 def test_too_old_resource_version_is_410_expired(api: KubeAPIServer) -> None:
     """A watch from a compacted resourceVersion gets, in a 200 stream, one ERROR event whose
     object is the API's Expired Status; the client's Watch turns it into ApiException 410."""
@@ -122,6 +125,7 @@ def test_too_old_resource_version_is_410_expired(api: KubeAPIServer) -> None:
         "ADDED"]
 
 
+@pytest.mark.slow
 def test_changes_beyond_the_window_expire_old_versions(api: KubeAPIServer) -> None:
     """Only ``event_window`` changes are kept: a resume from before them is 410."""
     api.add(pod("a", "n1"))
@@ -134,6 +138,7 @@ def test_changes_beyond_the_window_expire_old_versions(api: KubeAPIServer) -> No
     assert len(events) == 3
 
 
+@pytest.mark.slow
 def test_bookmarks_carry_only_the_resource_version(api: KubeAPIServer) -> None:
     """With allowWatchBookmarks a BOOKMARK carries kind, apiVersion and the current
     resourceVersion, including changes the selector filtered out; without it none is sent."""

@@ -112,6 +112,7 @@ def test_keyed_locks_serialise_one_key_only() -> None:
     assert locks._entries == {}
 
 
+@pytest.mark.slow
 def test_a_change_saves_only_its_records() -> None:
     """With 500 volumes stored, creating one and removing another hands the store one
     record each: the cost of a change does not grow with the state."""

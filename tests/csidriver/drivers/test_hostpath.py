@@ -60,6 +60,7 @@ def stage_and_publish(
     return vol.volume_id, target
 
 
+@pytest.mark.root
 def test_mount_lifecycle_uses_real_bind_mounts(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -84,6 +85,7 @@ def test_mount_lifecycle_uses_real_bind_mounts(
     assert not voldir.exists()
 
 
+@pytest.mark.root
 def test_read_only_publish_refuses_writes(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -101,6 +103,7 @@ def test_read_only_publish_refuses_writes(
     c.node_unstage_volume(vol.volume_id, staging)
 
 
+@pytest.mark.root
 def test_second_target_needs_a_multi_writer_mode(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -124,6 +127,7 @@ def test_second_target_needs_a_multi_writer_mode(
     c.node_unstage_volume(vid2, staging2)
 
 
+@pytest.mark.root
 def test_block_volume_binds_the_loop_device_onto_a_file(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -148,6 +152,7 @@ def test_block_volume_binds_the_loop_device_onto_a_file(
     assert not image.exists()
 
 
+@pytest.mark.root
 def test_read_only_block_publish_cannot_write(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -177,6 +182,7 @@ def test_read_only_block_publish_cannot_write(
     assert loops_under(tmp_path) == []
 
 
+@pytest.mark.root
 def test_block_expansion_reaches_the_device(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -194,6 +200,7 @@ def test_block_expansion_reaches_the_device(
     c.node_unstage_volume(vid, staging)
 
 
+@pytest.mark.root
 def test_stats_and_volume_condition(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -253,6 +260,7 @@ def test_snapshots_are_copies_and_restore(
     assert code_of(lambda: c.get_snapshot(snap.snapshot_id)) == grpc.StatusCode.NOT_FOUND
 
 
+@pytest.mark.root
 def test_restarted_driver_keeps_volumes_and_publications(
     hostpath_factory: HostPathFactory, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -309,6 +317,7 @@ def test_capacity_is_accounted(hostpath_factory: HostPathFactory) -> None:
     )
 
 
+@pytest.mark.root
 def test_attach_is_optional_and_limited(
     hostpath_factory: HostPathFactory, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -348,6 +357,7 @@ def test_attach_is_optional_and_limited(
     c.controller_unpublish_volume(b.volume_id)
 
 
+@pytest.mark.root
 def test_shared_filesystem_has_lustres_mount_shape(
     hostpath_factory: HostPathFactory, tmp_path: Path, staging_dir: StagingDir
 ) -> None:
@@ -378,6 +388,7 @@ def test_shared_filesystem_has_lustres_mount_shape(
     assert code_of(lambda: c.create_volume("blk", [BLOCK])) == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.root
 def test_block_stats_at_a_bind_of_the_published_device(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir
 ) -> None:

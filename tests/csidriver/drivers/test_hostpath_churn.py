@@ -14,6 +14,9 @@ from kubevol.testing.mount_churn import MountChurn
 from kubevol.testing.mount_rig import mounts_under
 from tests.csidriver.drivers.conftest import Served, target_path
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 MOUNT = t.VolumeCapability.mount()
 #: Mounts that stay for the whole test, so the table spans many read(2) calls.
 STABLE = 150

@@ -53,6 +53,7 @@ def foreign_tmpfs() -> Iterator[Callable[[str], None]]:
         subprocess.run(["umount", path], capture_output=True, check=False)
 
 
+@pytest.mark.root
 def test_stage_refuses_a_path_that_is_already_a_mount_point(
     hostpath: Served, staging_dir: StagingDir, foreign_tmpfs: Callable[[str], None]
 ) -> None:
@@ -73,6 +74,7 @@ def test_stage_refuses_a_path_that_is_already_a_mount_point(
     c.delete_volume(vid)
 
 
+@pytest.mark.root
 def test_unstage_leaves_a_mount_stacked_over_the_drivers(
     hostpath: Served, staging_dir: StagingDir, foreign_tmpfs: Callable[[str], None]
 ) -> None:
@@ -118,6 +120,7 @@ def test_root_and_links_to_it_are_refused_as_staging_paths(
     c.delete_volume(vid)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("cap", [MOUNT, BLOCK], ids=["mount", "block"])
 def test_publish_refuses_an_existing_target_and_unpublish_keeps_it(
     hostpath: Served, tmp_path: Path, staging_dir: StagingDir, cap: t.VolumeCapability

@@ -47,6 +47,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_every_acknowledged_change_survives_sigkill(tmp_path: Path) -> None:
     """A writer killed with SIGKILL at random instants, twenty times over: the state always
     loads, holds every change the writer acknowledged and nothing half-written."""

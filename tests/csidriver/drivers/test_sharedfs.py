@@ -126,6 +126,7 @@ def sharedfs(tmp_path: Path, glusterfs: GlusterServer) -> Iterator[CSIClient]:
         assert mounts_under(tmp_path / "node") == []
 
 
+@pytest.mark.root
 def test_create_is_idempotent_and_a_taken_sub_directory_already_exists(
     sharedfs: CSIClient, glusterfs: GlusterServer
 ) -> None:
@@ -145,6 +146,7 @@ def test_create_is_idempotent_and_a_taken_sub_directory_already_exists(
     assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("policy", ["delete", "retain", "archive"])
 def test_delete_volume_follows_on_delete(
     sharedfs: CSIClient, glusterfs: GlusterServer, policy: str
@@ -162,6 +164,7 @@ def test_delete_volume_follows_on_delete(
         assert (glusterfs.brick / "archived-pvc-x" / "data").read_text() == "kept?"
 
 
+@pytest.mark.root
 def test_capacity_is_the_filesystems_free_space(
     sharedfs: CSIClient, glusterfs: GlusterServer
 ) -> None:
@@ -173,6 +176,7 @@ def test_capacity_is_the_filesystems_free_space(
     assert abs(free - brick.f_bavail * brick.f_frsize) < 8 << 20
 
 
+@pytest.mark.root
 def test_static_volume_is_staged_from_its_context_and_never_deleted(
     sharedfs: CSIClient, glusterfs: GlusterServer, tmp_path: Path
 ) -> None:
@@ -203,6 +207,7 @@ def test_static_volume_is_staged_from_its_context_and_never_deleted(
     assert (glusterfs.brick / "static" / "dir" / "f").read_text() == "hand-made"
 
 
+@pytest.mark.root
 def test_a_foreign_mount_at_the_staging_path_is_refused_and_left(
     sharedfs: CSIClient, tmp_path: Path
 ) -> None:

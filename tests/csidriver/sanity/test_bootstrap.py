@@ -63,6 +63,7 @@ def test_an_occupied_directory_is_refused(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["keep.txt"]
 
 
+@pytest.mark.root
 def test_generated_project_installs_and_passes_in_a_fresh_venv(tmp_path: Path) -> None:
     """Generated, installed with pip into a new virtual environment (kubevol from this
     source tree, the rest from the package index), the project's own test -- the

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import grpc
+import pytest
 
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.errors import CSIRPCError
@@ -59,6 +60,7 @@ class WrongTokenController(EngineController):
         return super().list_volumes(request, context)
 
 
+@pytest.mark.slow
 def test_invalid_argument_for_a_bad_token_fails(tmp_path: Path) -> None:
     """ListVolumes with an unknown token must be ABORTED (csi-test #222)."""
     plugin, _ = mock_with(controller=WrongTokenController)
@@ -77,6 +79,7 @@ class StrictModifyController(EngineController):
         return super().controller_modify_volume(request, context)
 
 
+@pytest.mark.slow
 def test_modify_without_not_found_fails(tmp_path: Path) -> None:
     """A ModifyVolume that refuses the empty map before looking the volume up fails the
     modify test on its NOT_FOUND check."""
@@ -86,6 +89,7 @@ def test_modify_without_not_found_fails(tmp_path: Path) -> None:
     assert "expected NOT_FOUND, got INVALID_ARGUMENT" in result.output
 
 
+@pytest.mark.slow
 def test_accepting_an_invalid_volume_attributes_class_fails(tmp_path: Path) -> None:
     """A driver that takes any mutable parameter (a mock configured to) fails the
     VolumeAttributesClass tests: XXX_FakeKey must be INVALID_ARGUMENT."""
@@ -98,6 +102,7 @@ def test_accepting_an_invalid_volume_attributes_class_fails(tmp_path: Path) -> N
     }, result.describe()
 
 
+@pytest.mark.slow
 def test_a_driver_that_leaves_targets_missing_fails(tmp_path: Path) -> None:
     """A driver that never creates (or removes) the target path fails the tests that look
     at it (csi-test #196: the target must be removed on NodeUnpublish)."""
@@ -123,6 +128,7 @@ class KeepsTargetNode(EngineNode):
         return csi_pb2.NodeUnpublishVolumeResponse()
 
 
+@pytest.mark.slow
 def test_a_driver_that_keeps_the_target_fails(tmp_path: Path) -> None:
     """Not removing the target on NodeUnpublish fails the target-removal test."""
     plugin, _ = mock_with(node=KeepsTargetNode)
@@ -140,6 +146,7 @@ class UnknownCapabilityController(EngineController):
         return resp
 
 
+@pytest.mark.slow
 def test_an_unknown_capability_fails(tmp_path: Path) -> None:
     """A capability number outside the spec fails the capability test (the class of
     csi-sanity's "Unknown capability: 15"; the spec defines 15, so that one passes here)."""
@@ -166,6 +173,7 @@ class SpecTableNode(EngineNode):
         return super().node_unstage_volume(request, context)
 
 
+@pytest.mark.slow
 def test_a_driver_written_from_the_spec_error_table_passes(tmp_path: Path) -> None:
     """NOT_FOUND for NodeUnpublish/NodeUnstage of an unknown volume passes every test
     (kubevol's suite used to demand OK there, stricter than the spec)."""

@@ -47,6 +47,7 @@ def loops_under(base: Path) -> str:
     return "".join(line for line in out.splitlines(keepends=True) if str(base) in line)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("access_type", "get_snapshot"), [("mount", False), ("block", True)], ids=["mount", "block"]
 )
@@ -71,6 +72,7 @@ def test_mock_passes(tmp_path: Path, access_type: str, get_snapshot: bool) -> No
     assert_clean(result, frozenset() if get_snapshot else frozenset({"test_get_snapshot"}))
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("access_type", ["mount", "block"])
 def test_hostpath_passes(tmp_path: Path, access_type: str) -> None:
     """The hostpath driver with attach on passes the suite on real mounts and loop devices
@@ -89,6 +91,7 @@ def test_hostpath_passes(tmp_path: Path, access_type: str) -> None:
     assert no_mounts_under(tmp_path) and not loops_under(tmp_path)
 
 
+@pytest.mark.root
 def test_hostpath_shared_filesystem_passes(tmp_path: Path) -> None:
     """In shared-filesystem mode the hostpath driver passes the suite too."""
     config = HostPathConfig(
@@ -107,6 +110,7 @@ def test_hostpath_shared_filesystem_passes(tmp_path: Path) -> None:
     assert no_mounts_under(tmp_path) and not loops_under(tmp_path)
 
 
+@pytest.mark.slow
 def test_suite_needs_an_endpoint(tmp_path: Path) -> None:
     """Collected without --csi-endpoint, the suite stops with a usage error."""
     proc = subprocess.run(
@@ -117,6 +121,7 @@ def test_suite_needs_an_endpoint(tmp_path: Path) -> None:
     assert proc.returncode == 4 and "--csi-endpoint" in proc.stderr
 
 
+@pytest.mark.slow
 def test_plugin_adds_nothing_to_other_runs(tmp_path: Path) -> None:
     """In an unrelated pytest run the plugin only adds its options: one test, one pass."""
     (tmp_path / "test_other.py").write_text("def test_one():\n    assert True\n")

@@ -52,6 +52,7 @@ def test_csi_sanity_flags_are_translated() -> None:
         translate(["--csi.nosuchflag", "x"])
 
 
+@pytest.mark.slow
 def test_version_flag(tmp_path: Path) -> None:
     """``--version`` (csi-sanity's) and ``--csi-version`` (the pytest option) print the
     suite's version."""
@@ -63,6 +64,7 @@ def test_version_flag(tmp_path: Path) -> None:
         assert proc.returncode == 0 and proc.stdout.startswith("kubevol.csidriver.sanity "), proc
 
 
+@pytest.mark.slow
 def test_runner_with_csi_sanity_flags_and_path_commands(tmp_path: Path) -> None:
     """The runner, given csi-sanity's flags and its path commands (scripts that create,
     check and remove directories, printing what csi-sanity's commands print), runs the

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from kubevol.csi import convert, pb
 from kubevol.csi import types as t
@@ -19,6 +20,9 @@ from kubevol.csi.errors import CSIRPCError
 from kubevol.csidriver.drivers.common import serve_plugin
 from kubevol.csidriver.server import ControllerService, IdentityService, NodeService, StoragePlugin
 from tests.csidriver.sanity.suite import run_suite
+
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
 
 
 class Identity(IdentityService):

@@ -47,6 +47,7 @@ def _pytest(project: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_64mib_driver_passes_its_own_test(tmp_path: Path) -> None:
     """The generated driver holds at most 64 MiB per volume, and its test passes: it asks
     the suite for volumes of that size (the suite's own default, 10 GiB, would fail)."""
@@ -57,6 +58,7 @@ def test_a_64mib_driver_passes_its_own_test(tmp_path: Path) -> None:
     assert "1 passed" in run.stdout
 
 
+@pytest.mark.slow
 def test_a_failure_says_which_test_failed_and_why_first(tmp_path: Path) -> None:
     """With the suite's 10 GiB default instead of the driver's size, the project's test
     fails, and the first lines of its failure name the failed suite tests, the rule each

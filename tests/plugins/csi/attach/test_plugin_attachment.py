@@ -23,6 +23,9 @@ from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.plugins.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID
 from tests.plugins.csi.plugin.rig import NODE_NAME, POD_UID, Rig, RigFactory, make_pod, pv_spec
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 VA = attachment_name("vol-9", DRIVER_NAME, NODE_NAME)
 
 

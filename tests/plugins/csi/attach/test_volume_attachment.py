@@ -38,6 +38,7 @@ def test_attachment_name_is_the_kubelets() -> None:
     assert "csi-" + __import__("hashlib").sha256(b"vol-1d.example.comnode-1").hexdigest() == NAME
 
 
+@pytest.mark.slow
 def test_attach_creates_the_volume_attachment_and_waits_for_attached(api: KubeAPIServer) -> None:
     """Attach creates csi-<sha> (attacher, nodeName, source.persistentVolumeName) and returns
     once the external attacher marks it attached; the publish context is its metadata."""
@@ -92,6 +93,7 @@ def test_wait_for_attach_is_a_single_check(api: KubeAPIServer) -> None:
     assert backend.wait_for_attach(REQ) == NAME
 
 
+@pytest.mark.slow
 def test_detach_deletes_and_waits_until_gone(api: KubeAPIServer) -> None:
     """Detach deletes the VolumeAttachment and waits until it is gone (the attacher's
     finalizer released); a detachError is surfaced; detaching again is a no-op."""

@@ -23,6 +23,9 @@ from tests.plugins.csi.plugin.rig import (
     pv_spec,
 )
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
 
 

@@ -35,6 +35,9 @@ from tests.plugins.csi.plugin.rig import (
     pv_spec,
 )
 
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
+
 MiB = 1 << 20
 CSI_DIR = f"plugins/kubernetes.io/csi/{HP}"
 BLOCK = "plugins/kubernetes.io/csi/volumeDevices"

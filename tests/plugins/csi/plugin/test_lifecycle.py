@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from kubevol.csi import types as t
 from kubevol.layout import sha256_hex
 from kubevol.plugins.csi.attach import attachment_name
@@ -15,6 +17,9 @@ from kubevol.testing.mount_rig import mounts_under
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.plugins.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID, tree
 from tests.plugins.csi.plugin.rig import NODE_NAME, POD_UID, Rig, RigFactory, make_pod, pv_spec
+
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
 
 HANDLE = "vol-0001"
 SHA = sha256_hex(HANDLE)

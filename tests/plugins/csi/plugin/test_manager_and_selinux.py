@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.host import node_plugins
 from kubevol.plugins.csi import CSI_PLUGIN_NAME, CSIPlugin
@@ -12,6 +14,9 @@ from kubevol.plugins.csi.driverinfo import LocalCSIDrivers
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.plugins.csi.plugin.csiplugin_driver import DRIVER_NAME
 from tests.plugins.csi.plugin.rig import POD_UID, Rig, RigFactory, inline_spec, make_pod, pv_spec
+
+#: Every test here mounts or otherwise needs root.
+pytestmark = pytest.mark.root
 
 
 def test_plugin_manager_finds_the_csi_plugin_for_every_role(rig: Rig) -> None:

@@ -30,6 +30,7 @@ def _drivers(**spec: Any) -> LocalCSIDrivers:
     return LocalCSIDrivers([{"kind": "CSIDriver", "metadata": {"name": DRIVER_NAME}, "spec": spec}])
 
 
+@pytest.mark.root
 def test_ephemeral_inline_volume_lifecycle(make_rig: RigFactory) -> None:
     """An inline volume gets handle csi-<sha256(podUID+name)>, pod information when the
     CSIDriver asks for it, no staging, vol_data.json marked Ephemeral; it is rebuilt from disk
@@ -64,6 +65,7 @@ def test_ephemeral_inline_volume_lifecycle(make_rig: RigFactory) -> None:
     assert not os.path.exists(vol_dir)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("drivers", "why"),
     [
@@ -87,6 +89,7 @@ def test_ephemeral_volume_refused_without_the_lifecycle_mode(
     assert rig.driver.names() == []
 
 
+@pytest.mark.root
 def test_pod_info_only_when_csidriver_asks(rig: Rig) -> None:
     """Without podInfoOnMount the volume context is exactly the PV's attributes."""
     spec = pv_spec("pv-a", "h-1", attributes={"k": "v"})
@@ -107,6 +110,7 @@ def _publish(rig: Rig, spec: Any, fs_group: int | None) -> str:
     return mounter.get_path()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("policy", "fs_type", "modes", "applied"),
     [
@@ -127,6 +131,7 @@ def test_fs_group_applied_by_the_kubelet_per_policy(
     assert (os.stat(path).st_gid == 4321) is applied
 
 
+@pytest.mark.root
 def test_volume_mount_group_delegates_fs_group_to_the_driver(make_rig: RigFactory) -> None:
     """A driver with VOLUME_MOUNT_GROUP receives the fsGroup in NodeStage and NodePublish and
     the plugin leaves ownership alone."""
@@ -140,6 +145,7 @@ def test_volume_mount_group_delegates_fs_group_to_the_driver(make_rig: RigFactor
     assert os.stat(path).st_gid != 4321
 
 
+@pytest.mark.root
 def test_csidriver_without_fs_group_policy_is_transient(make_rig: RigFactory) -> None:
     """A CSIDriver object carrying no fsGroupPolicy (an API server always sets one) makes
     set-up fail transiently, as the kubelet does."""
@@ -166,6 +172,7 @@ def test_access_mode_mapping(mode: str, plain: str, snmw: str) -> None:
     assert csi_access_mode(mode, single_node_multi_writer=True).name == snmw
 
 
+@pytest.mark.root
 def test_single_node_multi_writer_driver_gets_snmw_modes(make_rig: RigFactory) -> None:
     """Against a driver advertising SINGLE_NODE_MULTI_WRITER, a ReadWriteOncePod PV is staged
     and published as SINGLE_NODE_SINGLE_WRITER."""
@@ -177,6 +184,7 @@ def test_single_node_multi_writer_driver_gets_snmw_modes(make_rig: RigFactory) -
         assert mode == "SINGLE_NODE_SINGLE_WRITER"
 
 
+@pytest.mark.root
 def test_final_publish_error_removes_what_set_up_created(rig: Rig) -> None:
     """A final NodePublish failure (INVALID_ARGUMENT) is final and removes the pod volume
     directory and its vol_data.json."""
@@ -189,6 +197,7 @@ def test_final_publish_error_removes_what_set_up_created(rig: Rig) -> None:
     assert not os.path.exists(os.path.dirname(mounter.get_path()))
 
 
+@pytest.mark.root
 def test_uncertain_publish_error_keeps_vol_data_for_teardown(rig: Rig) -> None:
     """A non-final NodePublish failure (UNAVAILABLE) is uncertain and keeps vol_data.json, so
     the volume can be torn down later."""
@@ -202,6 +211,7 @@ def test_uncertain_publish_error_keeps_vol_data_for_teardown(rig: Rig) -> None:
     assert not os.path.exists(os.path.dirname(mounter.get_path()))
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("code", "kept"), [(grpc.StatusCode.INTERNAL, False), (grpc.StatusCode.ABORTED, True)]
 )
@@ -220,6 +230,7 @@ def test_stage_error_cleans_up_only_when_final(
     assert os.path.exists(os.path.join(os.path.dirname(dmp), "vol_data.json")) is kept
 
 
+@pytest.mark.root
 def test_unregistered_driver_is_transient_everywhere(make_rig: RigFactory) -> None:
     """Until the driver registers, stage, publish, unstage and unpublish fail transiently
     (kubernetes#120268) without touching the disk."""
@@ -248,6 +259,7 @@ def test_unregistered_driver_is_transient_everywhere(make_rig: RigFactory) -> No
     assert dmp in mounts_under(rig.root)
 
 
+@pytest.mark.root
 def test_unpublish_failure_is_final_and_keeps_files(rig: Rig) -> None:
     """A failed NodeUnpublish is a final error that leaves the mount and vol_data.json."""
     spec = pv_spec("pv-a", "h-1")

@@ -36,6 +36,7 @@ def _publish(rig: Rig, name: str = "pv-a", handle: str = "h-1") -> tuple[str, st
     return dmp, mounter.get_path()
 
 
+@pytest.mark.root
 def test_construct_volume_spec_from_vol_data(rig: Rig) -> None:
     """A published persistent volume is rebuilt as a Filesystem CSI PersistentVolume named by
     specVolID with its driver and handle, and gets the same volume name."""
@@ -48,6 +49,7 @@ def test_construct_volume_spec_from_vol_data(rig: Rig) -> None:
     assert rig.plugin.get_volume_name(rebuilt) == f"{DRIVER_NAME}^h-1"
 
 
+@pytest.mark.root
 def test_construct_volume_spec_refuses_missing_and_corrupt_files(rig: Rig) -> None:
     """A missing vol_data.json, a corrupt one, or one lacking a key is a clear error naming
     the file, never a guess."""
@@ -68,6 +70,7 @@ def test_construct_volume_spec_refuses_missing_and_corrupt_files(rig: Rig) -> No
         rig.plugin.new_unmounter("pv-missing", POD_UID)
 
 
+@pytest.mark.root
 def test_construct_block_volume_spec(rig: Rig) -> None:
     """A block volume is rebuilt from volumeDevices/<spec>/data/vol_data.json as a Block PV."""
     spec = pv_spec("pv-b", "blk-1", block=True, fs_type="")
@@ -109,6 +112,7 @@ def test_load_volume_data_reads_large_files_whole_and_refuses_bad_ones(
         load_volume_data(str(tmp_path))
 
 
+@pytest.mark.root
 def test_plugin_reads_a_spec_once_and_errors_are_not_remembered(rig: Rig) -> None:
     """The CSI source of a Spec is parsed once per Spec (the same object comes back); a Spec
     that is not CSI fails every time, and an inline volume is refused where a
@@ -128,12 +132,14 @@ def test_plugin_reads_a_spec_once_and_errors_are_not_remembered(rig: Rig) -> Non
         rig.plugin.persistent_source(inline_spec("inl"))
 
 
+@pytest.mark.root
 def test_unmount_device_without_vol_data_is_a_no_op(rig: Rig) -> None:
     """UnmountDevice on a path with no vol_data.json beside it succeeds without any call."""
     rig.plugin.new_detacher().unmount_device(str(rig.root / "nowhere" / "globalmount"))
     assert rig.driver.names() == []
 
 
+@pytest.mark.root
 def test_metrics_from_node_get_volume_stats(make_rig: RigFactory) -> None:
     """Metrics come from NodeGetVolumeStats on the pod's path; the volume condition is
     reported only when the driver advertises VOLUME_CONDITION."""
@@ -150,6 +156,7 @@ def test_metrics_from_node_get_volume_stats(make_rig: RigFactory) -> None:
     assert rig.driver.requests("NodeGetVolumeStats")[0]["volume_path"] == path
 
 
+@pytest.mark.root
 def test_metrics_not_supported_without_get_volume_stats(make_rig: RigFactory) -> None:
     """A driver without GET_VOLUME_STATS gives a NOT_SUPPORTED MetricsError naming it."""
     rig = make_rig(node_caps={t.NodeCapability.STAGE_UNSTAGE_VOLUME})
@@ -160,6 +167,7 @@ def test_metrics_not_supported_without_get_volume_stats(make_rig: RigFactory) ->
     assert DRIVER_NAME in str(err.value)
 
 
+@pytest.mark.root
 def test_node_expand_and_controller_expand(make_rig: RigFactory) -> None:
     """NodeExpand sends the pod path, staging path and new size; without node EXPAND_VOLUME it
     is refused as not supported. Controller expansion uses ControllerExpandVolume."""
@@ -183,6 +191,7 @@ def test_node_expand_and_controller_expand(make_rig: RigFactory) -> None:
         rig.plugin.node_expand(options)
 
 
+@pytest.mark.root
 def test_volume_names_limits_and_republish(make_rig: RigFactory) -> None:
     """driver^handle names (inline volumes have none), attach limits per registered driver
     from NodeGetInfo, and requiresRepublish from the CSIDriver."""
@@ -200,6 +209,7 @@ def test_volume_names_limits_and_republish(make_rig: RigFactory) -> None:
     assert len(long_key) < 63 and long_key.startswith("attachable-volumes-csi-" + "x" * 23)
 
 
+@pytest.mark.root
 def test_reconstructed_specs_carry_the_source_their_models_give(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ def test_removes_mount_dir_vol_data_and_interrupted_write_leftovers(
     assert not volume_dir.exists()
 
 
+@pytest.mark.root
 def test_leaves_a_mounted_path_and_its_metadata(host: NodeVolumeHost, tmp_path: Path) -> None:
     """A path that is still mounted keeps everything, vol_data.json included."""
     volume_dir = tmp_path / "pv"

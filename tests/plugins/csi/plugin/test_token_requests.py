@@ -57,6 +57,7 @@ def driver(serve_driver: ServeFactory) -> Served:
     return serve_driver()
 
 
+@pytest.mark.root
 def test_the_driver_gets_the_pods_tokens_by_audience(
     tmp_path: Path, driver: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -93,6 +94,7 @@ def test_logged_requests_never_show_the_tokens() -> None:
     assert "abc" not in text and STRIPPED in text and "1Mi" in text
 
 
+@pytest.mark.slow
 def test_a_driver_that_requires_republish_is_published_again(
     tmp_path: Path, driver: Served
 ) -> None:

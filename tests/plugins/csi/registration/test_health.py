@@ -98,6 +98,7 @@ def test_at_least_one_failure_is_needed(node: Node) -> None:
         PluginWatcher.for_registry(str(node.registry_dir), node.registry, max_ping_failures=0)
 
 
+@pytest.mark.slow
 def test_killed_registrar_is_deregistered_after_two_failed_pings_and_registered_again(
     node: Node, registrar: Registrar, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -136,6 +137,7 @@ def test_killed_registrar_is_deregistered_after_two_failed_pings_and_registered_
     assert [k.registered for k in watcher.known()] == [True]
 
 
+@pytest.mark.slow
 def test_frozen_registrar_is_deregistered_and_registered_again_when_it_answers(
     node: Node, registrar: Registrar
 ) -> None:
@@ -165,6 +167,7 @@ def test_frozen_registrar_is_deregistered_and_registered_again_when_it_answers(
     ]
 
 
+@pytest.mark.slow
 def test_background_threads_deregister_a_killed_registrar_and_register_its_successor(
     node: Node, registrar: Registrar
 ) -> None:

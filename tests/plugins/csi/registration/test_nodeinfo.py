@@ -93,6 +93,7 @@ def test_registry_closing_keeps_the_entries(node: Node, api: KubeAPIServer) -> N
     assert annotation(api) is None and drivers(api) == []
 
 
+@pytest.mark.slow
 def test_updates_retry_conflicts_and_respect_upstream_rules(api: KubeAPIServer) -> None:
     """A CSINode update that meets a newer object (409) is retried on a fresh read; an
     unchanged entry is not rewritten; no allocatable count without a limit; an empty node ID
