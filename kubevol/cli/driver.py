@@ -41,9 +41,16 @@ DEFAULT_STATE_DIR = "/var/lib/kubevol/csi-hostpath"
 E2E_HELP = """Play the kubelet against the CSI driver at --endpoint: kubevol's node volume
 manager and kubernetes.io/csi plugin, on a private kubelet-style root, run the node-side
 patterns of Kubernetes' storage e2e suites (volumes, volume_io, multivolume, volumemode,
-volume_expand, subpath, disruptive) that apply to what the driver advertises. Each check
-names the upstream test it mirrors; a failure shows what the kubelet sent, what the driver
-answered, what was expected and why.
+volume_expand, subpath, ephemeral, fsgroupchangepolicy, selinuxmount, readwriteoncepod,
+volumelimits, topology, disruptive) that apply to what the driver advertises. Each check
+names the upstream test it mirrors (--list shows them); a failure shows what the kubelet
+sent, what the driver answered, what was expected and why.
+
+Give the driver's CSIDriver object (--csidriver FILE, as its deployment installs it): it
+says whether the driver makes inline ephemeral volumes (volumeLifecycleModes), how fsGroup
+applies (fsGroupPolicy) and whether volumes are mounted with the pod's SELinux label
+(seLinuxMount). Without it the checks that need such an object use fsGroupPolicy File,
+and the inline ephemeral and SELinux checks are skipped, saying so.
 
 Needs root, and the driver's mount namespace: with --driver-command the suite starts the
 driver itself, both in a private mount namespace (it re-executes itself under
@@ -185,6 +192,7 @@ def e2e(args: argparse.Namespace) -> int:
         selected,
     )
     from kubevol.testing.e2e.runner import mount_namespace, private_mounts, server_pid
+    from kubevol.testing.e2e.session import load_csidriver
 
     def usage(message: str) -> int:
         print(f"kubevol driver e2e: {message}", file=sys.stderr)
@@ -211,6 +219,9 @@ def e2e(args: argparse.Namespace) -> int:
             mount_options=tuple(o for o in args.mount_options.split(",") if o),
             timeout=args.timeout, work_dir=os.path.abspath(args.work_dir) if args.work_dir
             else "", select=args.select,
+            csidriver=load_csidriver(args.csidriver) if args.csidriver else None,
+            ephemeral_attributes=load_parameters(args.ephemeral_attributes)
+            if args.ephemeral_attributes else {}, mock=args.mock,
         )
     except ValueError as exc:
         return usage(str(exc))
@@ -306,6 +317,17 @@ def _configure_e2e(verbs: Any) -> None:
         "--csi.secrets", dest="secrets", default="", metavar="FILE",
         help="secrets (csi-sanity's YAML: CreateVolumeSecret, NodeStageVolumeSecret, ...; "
         "the node ones reach the driver through the PV's secret references)")
+    e2e_parser.add_argument(
+        "--csidriver", default="", metavar="FILE",
+        help="the driver's CSIDriver object (YAML): volumeLifecycleModes, fsGroupPolicy, "
+        "seLinuxMount, podInfoOnMount, attachRequired as the kubelet reads them")
+    e2e_parser.add_argument(
+        "--ephemeral-attributes", default="", metavar="FILE",
+        help="volumeAttributes of the inline ephemeral volumes (YAML mapping)")
+    e2e_parser.add_argument(
+        "--mock", action="store_true",
+        help="the driver mounts nothing and keeps no data (a mock, e.g. 'kubevol driver serve "
+        "mock'): run only the checks of what the kubelet sends and the driver answers")
     e2e_parser.add_argument("-k", dest="select", default="", metavar="EXPRESSION",
                             help="run the checks whose names match, e.g. 'subpath or "
                             "disruptive and not block'")

@@ -1,6 +1,8 @@
 """A kubelet in a box for CSI driver authors (issue 33): the node-side patterns of
 Kubernetes' storage e2e suites (``volumes``, ``volume_io``, ``multivolume``,
-``volumemode``, ``volume_expand``, ``subpath``, ``disruptive``), run against any driver
+``volumemode``, ``volume_expand``, ``subpath``, ``ephemeral``, ``fsgroupchangepolicy``,
+``selinuxmount``, ``readwriteoncepod``, ``volumelimits``, ``topology``, ``disruptive``;
+:mod:`kubevol.testing.e2e.checks`), run against any driver
 without a cluster, through kubevol's own ``kubernetes.io/csi`` plugin and node volume
 manager on a private kubelet-style root. ``kubevol driver e2e`` runs it; so does pytest with
 the plugin :mod:`kubevol.testing.e2e.plugin`.

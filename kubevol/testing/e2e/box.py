@@ -18,6 +18,7 @@ import attrs
 
 from kubevol.node.desired import new_pods
 from kubevol.node.host import NodeVolumeHost
+from kubevol.node.manager import SyncResult
 from kubevol.node.manifests import manifests_from_objects
 from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import PodRecords, PodState
@@ -138,6 +139,17 @@ class KubeletBox(ClosesOnExit):
         self.running |= {p.record.uid for p in adding}
         self.sync(doing)
         return [p.record.uid for p in adding]
+
+    def try_pods(self, objects: Sequence[Manifest], doing: str, timeout: float) -> SyncResult:
+        """Record and run the pods of ``objects`` as :meth:`run_pods` does, for a pod the
+        node side or the driver should refuse: sync for at most ``timeout`` seconds and
+        return how it ended (unconverged, with the failures), raising nothing."""
+        manifests = manifests_from_objects(objects, doing)
+        self.runtime.learn(manifests)
+        adding = new_pods(self.runtime.mgr, manifests)
+        self.pods.apply(adding=adding)
+        self.running |= {p.record.uid for p in adding}
+        return self.pods.sync(timeout=timeout)
 
     def delete_pod(self, uid: str) -> None:
         """Stop wanting pod ``uid`` (the next :meth:`sync` tears its volumes down)."""

@@ -34,6 +34,10 @@ OPTIONS: tuple[tuple[str, Mapping[str, object]], ...] = (
     ("--e2e-mount-options", {"default": "nodev,noexec",
                              "help": "mountOptions of the mount options check"}),
     ("--e2e-timeout", {"default": "60s", "help": "how long the node side may take per step"}),
+    ("--e2e-mock", {"action": "store_true", "help": "the driver is a mock: mounts nothing"}),
+    ("--e2e-csidriver", {"default": "", "help": "the driver's CSIDriver object (YAML)"}),
+    ("--e2e-ephemeral-attributes", {"default": "", "help": "volumeAttributes of inline "
+                                    "ephemeral volumes (YAML)"}),
 )  # fmt: skip
 
 
@@ -59,7 +63,7 @@ def kubelet_e2e(request: pytest.FixtureRequest) -> Iterator[E2ESuite]:
     session; the driver started and stopped here with ``--e2e-driver-command``)."""
     from kubevol.csidriver.sanity.inputs import Secrets, load_parameters, load_secrets
     from kubevol.testing.e2e.runner import DriverProcess, E2ESuite
-    from kubevol.testing.e2e.session import E2EConfig
+    from kubevol.testing.e2e.session import E2EConfig, load_csidriver
     from kubevol.util.units import duration_seconds, quantity_bytes
 
     opt = request.config.getoption
@@ -72,6 +76,10 @@ def kubelet_e2e(request: pytest.FixtureRequest) -> Iterator[E2ESuite]:
             if opt("--e2e-secrets-file") else Secrets(),
             mount_options=tuple(o for o in opt("--e2e-mount-options").split(",") if o),
             timeout=duration_seconds(opt("--e2e-timeout")),
+            csidriver=load_csidriver(opt("--e2e-csidriver")) if opt("--e2e-csidriver")
+            else None,
+            ephemeral_attributes=load_parameters(opt("--e2e-ephemeral-attributes"))
+            if opt("--e2e-ephemeral-attributes") else {}, mock=opt("--e2e-mock"),
         )
     except ValueError as exc:
         raise pytest.UsageError(f"kubevol.testing.e2e: {exc}") from exc

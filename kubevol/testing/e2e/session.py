@@ -21,10 +21,12 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.e2e import RecordingRelay
 from kubevol.csidriver.sanity.inputs import Secrets
-from kubevol.errors import KubevolError
+from kubevol.errors import KubevolError, UntrustedDataError
 from kubevol.mount.mountinfo import parse_mountinfo
+from kubevol.plugins.csi.driverinfo import CSIDriverInfoError, check_csidriver
 from kubevol.testing.e2e.box import KubeletBox, Manifest
 from kubevol.testing.e2e.report import CheckFailed, CheckSkipped
+from kubevol.util import safeyaml
 
 MiB = 1 << 20
 #: The logger of the node side's operations (what it warns of, a check reads).
@@ -32,6 +34,13 @@ NODE_LOGGER = "kubevol.node"
 NAMESPACE = "e2e"
 #: The secret the PersistentVolumes' node secret references name.
 SECRET_NAME = "e2e-node-secrets"
+#: The CSIDriver spec the checks that need one use when the driver's own was not given
+#: (``--csidriver``): what the upstream hostpath driver's deployment installs, less the
+#: ephemeral lifecycle mode (a driver makes inline volumes only when it says so).
+DEFAULT_CSIDRIVER_SPEC: Mapping[str, object] = {
+    "podInfoOnMount": False, "fsGroupPolicy": "File",
+    "volumeLifecycleModes": ["Persistent"],
+}
 #: PV secret references and the RPC whose secrets they carry (csi-sanity's file sections).
 SECRET_REFS = {
     "nodeStageSecretRef": "NodeStageVolume",
@@ -47,7 +56,13 @@ class E2EConfig:
     ``--csi.testvolumeparameters``, ``--csi.secrets``); ``mount_options`` for the mount
     options check (empty: skipped); ``timeout`` per node-side sync (seconds);
     ``work_dir`` for the kubelet root and the relay socket (default: a temporary directory);
-    ``select``, a ``-k`` expression over check names."""
+    ``select``, a ``-k`` expression over check names; ``csidriver``, the driver's own
+    ``CSIDriver`` object (what its deployment installs: ``volumeLifecycleModes``,
+    ``fsGroupPolicy``, ``seLinuxMount``...; None: the checks that need one use
+    :data:`DEFAULT_CSIDRIVER_SPEC`, and the inline ephemeral checks are skipped);
+    ``ephemeral_attributes``, the ``volumeAttributes`` of inline ephemeral volumes;
+    ``mock`` for a driver that mounts nothing and keeps no data (csi-test's mock, kubevol's):
+    only the checks of what the kubelet sends and the driver answers run."""
 
     endpoint: str
     volume_size: int = 64 * MiB
@@ -58,6 +73,24 @@ class E2EConfig:
     work_dir: str = ""
     select: str = ""
     node_name: str = "e2e-node"
+    csidriver: Mapping[str, object] | None = None
+    ephemeral_attributes: Mapping[str, str] = attrs.field(factory=dict)
+    mock: bool = False
+
+
+def load_csidriver(path: str) -> dict[str, object]:
+    """The driver's CSIDriver object from a YAML file (``--csidriver``), with the API
+    server's defaults applied. Raises ValueError naming what is wrong."""
+    try:
+        doc = safeyaml.load(safeyaml.read_manifest(path), path)
+    except (OSError, UntrustedDataError) as exc:
+        raise ValueError(f"cannot read the CSIDriver object {path!r}: {exc}") from exc
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{path}: a CSIDriver object must be a mapping")
+    try:
+        return dict(check_csidriver(doc))
+    except CSIDriverInfoError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
 
 
 @attrs.frozen(kw_only=True)
@@ -89,6 +122,10 @@ class Volume:
     capacity: int
     block: bool
     context: Mapping[str, str]
+    #: The claim's access mode (``ReadWriteOnce`` or ``ReadWriteOncePod``).
+    access_mode: str = "ReadWriteOnce"
+    #: Where CreateVolume said the volume is accessible.
+    topology: tuple[t.Topology, ...] = ()
 
 
 #: Restarts the driver and returns once it serves again (``--driver-command``).
@@ -124,6 +161,9 @@ class Session:
         logging.getLogger(NODE_LOGGER).addHandler(self._warnings)
         self.box = KubeletBox(root, driver_name=info.name, endpoint=relay.endpoint,
                               node_name=config.node_name, timeout=config.timeout)
+        if config.csidriver is not None:
+            # The driver's own object says how the kubelet treats every volume of it.
+            self.box.add_api_objects([self.csidriver_object()])
         self._secrets_served = False
 
     def close(self) -> None:
@@ -186,22 +226,30 @@ class Session:
 
     # -- provisioning ----------------------------------------------------------------------------
 
-    def create_volume(self, *, block: bool = False, size: int = 0) -> Volume:
-        """CreateVolume as the external-provisioner sends it for a ReadWriteOnce claim.
-        CheckSkipped when the driver cannot provision (no CREATE_DELETE_VOLUME) or refuses a
-        block volume; CheckFailed for any other refusal."""
+    def create_volume(self, *, block: bool = False, size: int = 0,
+                      access_mode: str = "ReadWriteOnce",
+                      topology: t.TopologyRequirement | None = None) -> Volume:
+        """CreateVolume as the external-provisioner sends it for a claim of ``access_mode``
+        (``ReadWriteOncePod`` is SINGLE_NODE_SINGLE_WRITER when the controller advertises
+        SINGLE_NODE_MULTI_WRITER), with ``topology`` when given. CheckSkipped when the driver
+        cannot provision (no CREATE_DELETE_VOLUME) or refuses a block volume; CheckFailed
+        for any other refusal."""
         if t.ControllerCapability.CREATE_DELETE_VOLUME not in self.info.controller:
             raise CheckSkipped("the driver does not advertise CREATE_DELETE_VOLUME: the suite "
                                "provisions its volumes")
         name = self.unique("pv-e2e")
-        cap = (t.VolumeCapability.block() if block
-               else t.VolumeCapability.mount(t.AccessMode.SINGLE_NODE_WRITER))
+        mode = t.AccessMode.SINGLE_NODE_WRITER
+        if access_mode == "ReadWriteOncePod" and (
+                t.ControllerCapability.SINGLE_NODE_MULTI_WRITER in self.info.controller):
+            mode = t.AccessMode.SINGLE_NODE_SINGLE_WRITER
+        cap = t.VolumeCapability.block(mode) if block else t.VolumeCapability.mount(mode)
         size = size or self.config.volume_size
         try:
             created = self.client.create_volume(
                 name, [cap], capacity_range=t.CapacityRange(required_bytes=size),
                 parameters=self.config.parameters,
                 secrets=self.config.secrets.for_rpc("CreateVolume"),
+                accessibility_requirements=topology,
             )
         except KubevolError as exc:
             if block:
@@ -213,7 +261,8 @@ class Session:
             ) from exc
         volume = Volume(name=name, handle=created.volume_id,
                         capacity=created.capacity_bytes or size, block=block,
-                        context=dict(created.volume_context))
+                        context=dict(created.volume_context), access_mode=access_mode,
+                        topology=created.accessible_topology)
         self.volumes.append(volume)
         return volume
 
@@ -243,7 +292,7 @@ class Session:
         mode = "Block" if volume.block else "Filesystem"
         pv_spec: dict[str, object] = {
             "capacity": {"storage": str(capacity or volume.capacity)},
-            "accessModes": ["ReadWriteOnce"], "volumeMode": mode, "csi": csi,
+            "accessModes": [volume.access_mode], "volumeMode": mode, "csi": csi,
             "persistentVolumeReclaimPolicy": "Delete",
         }
         if mount_options:
@@ -253,27 +302,30 @@ class Session:
              "metadata": {"name": volume.name}, "spec": pv_spec},
             {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
              "metadata": {"name": volume.name, "namespace": NAMESPACE},
-             "spec": {"volumeName": volume.name, "accessModes": ["ReadWriteOnce"],
+             "spec": {"volumeName": volume.name, "accessModes": [volume.access_mode],
                       "volumeMode": mode}},
         ]
 
     # -- pods ------------------------------------------------------------------------------------
 
     def pod(self, volumes: Sequence[Volume], *, read_only: bool = False,
-            mounts: Sequence[Mapping[str, object]] = ()) -> tuple[str, Manifest]:
+            mounts: Sequence[Mapping[str, object]] = (),
+            pod_volumes: Sequence[Mapping[str, object]] = (),
+            security_context: Mapping[str, object] | None = None) -> tuple[str, Manifest]:
         """A pod using ``volumes`` through their claims (volume ``v<i>`` each, mounted in
         container ``c`` or, block, its device); ``mounts`` are extra volumeMounts of ``c``
-        (subPaths). Returns its UID and manifest."""
+        (subPaths, the ``pod_volumes`` given as they are: inline or generic ephemeral
+        volumes); ``security_context`` the pod's (fsGroup). Returns its UID and manifest."""
         uid = str(uuid.uuid4())
         mount_list: list[Mapping[str, object]] = []
         devices: list[Mapping[str, object]] = []
-        pod_volumes: list[Mapping[str, object]] = []
+        spec_volumes: list[Mapping[str, object]] = []
         for i, volume in enumerate(volumes):
             name = f"v{i}"
             claim: dict[str, object] = {"claimName": volume.name}
             if read_only:
                 claim["readOnly"] = True
-            pod_volumes.append({"name": name, "persistentVolumeClaim": claim})
+            spec_volumes.append({"name": name, "persistentVolumeClaim": claim})
             if volume.block:
                 devices.append({"name": name, "devicePath": f"/dev/xvd{chr(97 + i)}"})
             else:
@@ -284,22 +336,53 @@ class Session:
         }
         if devices:
             container["volumeDevices"] = devices
+        spec: dict[str, object] = {"containers": [container],
+                                   "volumes": [*spec_volumes, *pod_volumes],
+                                   "nodeName": self.config.node_name}
+        if security_context:
+            spec["securityContext"] = dict(security_context)
         return uid, {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": self.unique("pod"), "namespace": NAMESPACE, "uid": uid},
-            "spec": {"containers": [container], "volumes": pod_volumes,
-                     "nodeName": self.config.node_name},
+            "spec": spec,
         }
 
     def run_pod(self, volumes: Sequence[Volume], doing: str, *, read_only: bool = False,
                 mounts: Sequence[Mapping[str, object]] = (),
-                mount_options: Sequence[str] = ()) -> str:
-        """Run a pod using ``volumes`` (see :meth:`pod`) and wait for its volumes; its UID."""
-        uid, pod = self.pod(volumes, read_only=read_only, mounts=mounts)
-        objects = [o for v in volumes for o in self.claim_objects(
+                mount_options: Sequence[str] = (),
+                pod_volumes: Sequence[Mapping[str, object]] = (),
+                security_context: Mapping[str, object] | None = None,
+                objects: Sequence[Manifest] = ()) -> str:
+        """Run a pod using ``volumes`` (see :meth:`pod`) with the API ``objects`` it needs
+        besides their claims, and wait for its volumes; its UID."""
+        uid, pod = self.pod(volumes, read_only=read_only, mounts=mounts,
+                            pod_volumes=pod_volumes, security_context=security_context)
+        claims = [o for v in volumes for o in self.claim_objects(
             v, mount_options=mount_options) if o.get("kind") != "Secret"]
-        self.box.run_pods([*objects, pod], doing)
+        self.box.run_pods([*objects, *claims, pod], doing)
         return uid
+
+    def csidriver_object(self, **spec: object) -> Manifest:
+        """The driver's CSIDriver object, as the API server serves it: the one given
+        (``config.csidriver``) or :data:`DEFAULT_CSIDRIVER_SPEC` with ``attachRequired``
+        as the controller advertises it; ``spec`` fields override."""
+        given = self.config.csidriver
+        base: Mapping[str, object] = DEFAULT_CSIDRIVER_SPEC
+        if given is not None:
+            found = given.get("spec")
+            base = found if isinstance(found, Mapping) else {}
+        merged: dict[str, object] = {
+            "attachRequired": t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME
+            in self.info.controller,
+            **base, **spec,
+        }
+        return {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                "metadata": {"name": self.info.name}, "spec": merged}
+
+    def csidriver_spec(self, key: str) -> object:
+        """A field of the CSIDriver object the checks use (None when unset)."""
+        spec = self.csidriver_object()["spec"]
+        return spec.get(key) if isinstance(spec, Mapping) else None
 
     def delete_pod(self, uid: str, doing: str) -> None:
         """Delete the pod and wait until its volumes are torn down."""

@@ -59,10 +59,12 @@ def test_a_failing_check_exits_1_with_the_report(
         ["driver", "e2e"],  # no endpoint
         ["driver", "e2e", "--endpoint", "unix:///nowhere.sock", "-k", "not"],
         ["driver", "e2e", "--endpoint", "unix:///nowhere.sock", "--csi.secrets", "/no/such"],
+        ["driver", "e2e", "--endpoint", "unix:///nowhere.sock", "--csidriver", "/no/such"],
     ],
 )
 def test_usage_errors_exit_64(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """No endpoint, a bad -k expression or an unreadable input file: exit 64."""
+    """No endpoint, a bad -k expression or an unreadable input file (secrets, the CSIDriver
+    object): exit 64."""
     monkeypatch.delenv("CSI_ENDPOINT", raising=False)
     assert main(argv) == 64
 
@@ -106,7 +108,31 @@ def test_the_pytest_plugin_runs_the_checks(tmp: Path) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider", "-q",
              "--pyargs", "kubevol.testing.e2e", "--e2e-endpoint",
-             driver.endpoint, "--e2e-volume-size", "16Mi", "-k", "store or subpath"],
+             driver.endpoint, "--e2e-volume-size", "16Mi",
+             "-k", "store or directory or subpathexpr"],
             capture_output=True, text=True, timeout=120, check=False, cwd=tmp)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def test_the_csidriver_object_turns_the_selinux_check_on(
+    tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--csidriver FILE gives the driver's CSIDriver object: with seLinuxMount the SELinux
+    check runs (and passes against hostpath); a CSIDriver with an unknown fsGroupPolicy is
+    a usage error naming it."""
+    good, bad = tmp / "csidriver.yaml", tmp / "bad.yaml"
+    good.write_text("apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n"
+                    "  name: hostpath.csi.kubevol.io\nspec:\n  attachRequired: false\n"
+                    "  seLinuxMount: true\n", encoding="utf-8")
+    bad.write_text("kind: CSIDriver\nmetadata: {name: x}\nspec: {fsGroupPolicy: Sometimes}\n",
+                   encoding="utf-8")
+    for driver in hostpath(tmp):
+        code = main(["driver", "e2e", "--endpoint", driver.endpoint, "--csi.testvolumesize",
+                     "16Mi", "--csidriver", str(good), "-k", "selinuxmount"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "PASSED  selinuxmount/context-mount-option" in out
+        assert main(["driver", "e2e", "--endpoint", driver.endpoint,
+                     "--csidriver", str(bad)]) == 64
+    assert "Sometimes" in capsys.readouterr().err

@@ -1,6 +1,6 @@
-"""The checks: each plays one node-side pattern of Kubernetes' storage e2e suites
-(kubernetes/kubernetes ``test/e2e/storage/testsuites/<file>.go``, the ``It`` it names)
-through the kubelet in the box, and fails naming what the driver did wrong.
+"""The helpers every check uses, and the first patterns: ``volumes``, ``volume_io``,
+``multivolume``, ``volumemode``, ``volume_expand`` (online), ``subpath`` (existing file and
+directory) and ``disruptive``.
 
 A "pod's container" is the node side's view of it: the pod volume directory (what the
 container runtime would bind into the container), the subPath binds, the pod's device link.
@@ -36,17 +36,21 @@ NC = t.NodeCapability
 
 @attrs.frozen(kw_only=True)
 class Check:
-    """One check: its name (``pattern/case``), the upstream test it mirrors, its body."""
+    """One check: its name (``pattern/case``), the upstream test it mirrors, its body;
+    ``data`` when it needs the volume really mounted and keeping data (skipped against a
+    mock driver, ``E2EConfig.mock``)."""
 
     name: str
     mirrors: str
     body: Callable[[Session], None]
+    data: bool = True
 
 
 # -- data in a pod ------------------------------------------------------------------------------
 
 
-def _payload(size: int, seed: str) -> bytes:
+def payload(size: int, seed: str) -> bytes:
+    """``size`` bytes, distinct per ``seed``."""
     block = hashlib.sha256(seed.encode()).digest() * 2048  # 64 KiB, distinct per seed
     return (block * (size // len(block) + 1))[:size]
 
@@ -96,7 +100,8 @@ def expect_mounted(path: str, rpc: str) -> None:
         )
 
 
-def _device_size(path: str) -> int:
+def device_size(path: str) -> int:
+    """The size of the block device at ``path``."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.lseek(fd, 0, os.SEEK_END)
@@ -104,7 +109,8 @@ def _device_size(path: str) -> int:
         os.close(fd)
 
 
-def _pwrite(path: str, data: bytes, offset: int) -> None:
+def pwrite(path: str, data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` of the device at ``path`` and flush it."""
     fd = os.open(path, os.O_WRONLY)
     try:
         os.pwrite(fd, data, offset)
@@ -113,7 +119,8 @@ def _pwrite(path: str, data: bytes, offset: int) -> None:
         os.close(fd)
 
 
-def _pread(path: str, size: int, offset: int) -> bytes:
+def pread(path: str, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` of the device at ``path``."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.pread(fd, size, offset)
@@ -146,7 +153,7 @@ def store_data(s: Session) -> None:
     first = s.run_pod([vol], "starting the writer pod")
     path = s.box.volume_path(first, vol.name)
     expect_mounted(path, "NodePublishVolume")
-    data = _payload(4096, vol.handle)
+    data = payload(4096, vol.handle)
     write_file(os.path.join(path, "index.html"), data, "the writer pod")
     s.delete_pod(first, "deleting the writer pod")
     second = s.run_pod([vol], "starting the reader pod")
@@ -163,7 +170,7 @@ def various_sizes(s: Session) -> None:
     sizes = sorted({MiB, largest})
     first = s.run_pod([vol], "starting the writer pod")
     path = s.box.volume_path(first, vol.name)
-    files = {size: _payload(size, f"{vol.handle}-{size}") for size in sizes}
+    files = {size: payload(size, f"{vol.handle}-{size}") for size in sizes}
     for size, data in files.items():
         write_file(os.path.join(path, f"io-test-{size}"), data, "the writer pod")
         read_back(os.path.join(path, f"io-test-{size}"), data, "the writer pod",
@@ -182,7 +189,7 @@ def volume_stats(s: Session) -> None:
     uid = s.run_pod([vol], "starting the pod")
     written = 4 * MiB
     write_file(os.path.join(s.box.volume_path(uid, vol.name), "fill"),
-               _payload(written, "stats"), "the pod")
+               payload(written, "stats"), "the pod")
     try:
         m = s.box.metrics(uid, vol.name)
     except (MetricsError, KubevolError) as exc:
@@ -260,7 +267,7 @@ def read_only(s: Session) -> None:
 def two_volumes(s: Session) -> None:
     a, b = s.create_volume(), s.create_volume()
     first = s.run_pod([a, b], "starting a pod with two volumes")
-    data = {v.name: _payload(8192, v.handle) for v in (a, b)}
+    data = {v.name: payload(8192, v.handle) for v in (a, b)}
     for v in (a, b):
         write_file(os.path.join(s.box.volume_path(first, v.name), "own"), data[v.name],
                    "the first pod")
@@ -288,7 +295,7 @@ def one_volume_two_pods(s: Session) -> None:
     if NC.STAGE_UNSTAGE_VOLUME in s.info.node and len(staged) != 1:
         raise CheckFailed(f"the volume was staged {len(staged)} times for two pods",
                           expected="one NodeStageVolume (the pods share the staging)", why=why)
-    one, two = _payload(4096, "one"), _payload(4096, "two")
+    one, two = payload(4096, "one"), payload(4096, "two")
     write_file(os.path.join(p1, "from-1"), one, "the first pod")
     read_back(os.path.join(p2, "from-1"), one, "the second pod, while the first runs", why)
     write_file(os.path.join(p2, "from-2"), two, "the second pod")
@@ -319,18 +326,18 @@ def block_io(s: Session) -> None:
     expect_block_device(dev)
     why = ("volumemode.go 'should create sc, pod, pv, and pvc, read/write to the pv, and "
            "delete all created resources' (Block): the pod's device is the volume")
-    size = _device_size(dev)
+    size = device_size(dev)
     if size < vol.capacity:
         raise CheckFailed(f"the pod's device has {size} bytes, the volume {vol.capacity}",
                           expected=f"at least {vol.capacity} bytes", why=why)
-    data = _payload(MiB, vol.handle)
+    data = payload(MiB, vol.handle)
     offset = (size // 2) & ~(MiB - 1)
-    _pwrite(dev, data, offset)
+    pwrite(dev, data, offset)
     s.delete_pod(first, "deleting the pod")
     second = s.run_pod([vol], "starting a second pod with the block volume")
     dev2 = s.box.device_path(second, vol.name)
     expect_block_device(dev2)
-    if _pread(dev2, len(data), offset) != data:
+    if pread(dev2, len(data), offset) != data:
         raise CheckFailed(
             f"what the first pod wrote at offset {offset} of its device is not on the "
             "second pod's device",
@@ -354,7 +361,7 @@ def _expand(s: Session, *, block: bool) -> None:
 
     def size_now() -> int:
         if block:
-            return _device_size(where)
+            return device_size(where)
         st = os.statvfs(where)
         return st.f_blocks * st.f_frsize
 
@@ -410,7 +417,7 @@ def subpath_directory(s: Session) -> None:
     if not is_mount_point(bound):
         raise CheckFailed(f"the subPath bind {bound} is not a mount", expected="a bind mount",
                           why=why)
-    data = _payload(4096, "subpath")
+    data = payload(4096, "subpath")
     write_file(os.path.join(bound, "file"), data, "the pod, through its subPath")
     read_back(os.path.join(s.box.volume_path(first, vol.name), "sub", "dir", "file"), data,
               "the pod, through the volume root", why)
@@ -423,7 +430,7 @@ def subpath_directory(s: Session) -> None:
 def subpath_file(s: Session) -> None:
     vol = s.create_volume()
     first = s.run_pod([vol], "starting a pod that writes a file")
-    data = _payload(3000, "file")
+    data = payload(3000, "file")
     write_file(os.path.join(s.box.volume_path(first, vol.name), "conf"), data, "the pod")
     s.delete_pod(first, "deleting the pod")
     mounts = [{"name": "v0", "mountPath": "/etc/conf", "subPath": "conf"}]
@@ -440,11 +447,11 @@ def subpath_file(s: Session) -> None:
 def _kubelet_restart(s: Session, *, block: bool) -> None:
     vol = s.create_volume(block=block)
     uid = s.run_pod([vol], "starting the pod")
-    data = _payload(MiB, vol.handle)
+    data = payload(MiB, vol.handle)
     where = s.box.device_path(uid, vol.name) if block else os.path.join(
         s.box.volume_path(uid, vol.name), "before-restart")
     if block:
-        _pwrite(where, data, 0)
+        pwrite(where, data, 0)
     else:
         write_file(where, data, "the pod")
     mark = s.relay.mark()
@@ -461,7 +468,7 @@ def _kubelet_restart(s: Session, *, block: bool) -> None:
         raise CheckFailed(f"the restarted node side tore down a volume in use: {torn[0]}",
                           expected="nothing unmounted", why=why)
     if block:
-        if _pread(where, len(data), 0) != data:
+        if pread(where, len(data), 0) != data:
             raise CheckFailed("the pod's device lost what was written before the restart",
                               expected="the same bytes", why=why)
     else:
@@ -529,7 +536,7 @@ def driver_restart(s: Session) -> None:
         raise CheckSkipped("no --driver-command: the suite cannot restart the driver")
     vol = s.create_volume()
     uid = s.run_pod([vol], "starting the pod")
-    data = _payload(MiB, vol.handle)
+    data = payload(MiB, vol.handle)
     path = s.box.volume_path(uid, vol.name)
     write_file(os.path.join(path, "before"), data, "the pod")
     s.restart_driver()
@@ -543,12 +550,16 @@ def driver_restart(s: Session) -> None:
         raise
 
 
-def _c(name: str, mirrors: str, body: Callable[[Session], None]) -> Check:
-    return Check(name=name, mirrors=UPSTREAM + mirrors, body=body)
+def check(name: str, mirrors: str, body: Callable[[Session], None], *,
+          data: bool = True) -> Check:
+    """A :class:`Check` mirroring ``mirrors`` (a file of :data:`UPSTREAM` and its ``It``)."""
+    return Check(name=name, mirrors=UPSTREAM + mirrors, body=body, data=data)
 
 
-#: Every check, in the order they run.
-CHECKS: tuple[Check, ...] = (
+_c = check
+
+#: The checks of this module, in the order they run.
+CORE_CHECKS: tuple[Check, ...] = (
     _c("volumes/store-data", "volumes.go: should store data", store_data),
     _c("volume_io/various-sizes",
        "volume_io.go: should write files of various sizes, verify size, validate content",
@@ -579,12 +590,13 @@ CHECKS: tuple[Check, ...] = (
        "kubelet restart is readable after restart. (Block)", kubelet_restart_block),
     _c("disruptive/deleted-while-down-filesystem", "disruptive.go: Should test that pv used in "
        "a pod that is deleted while the kubelet is down cleans up when the kubelet returns.",
-       deleted_while_down_filesystem),
+       deleted_while_down_filesystem, data=False),
     _c("disruptive/deleted-while-down-block", "disruptive.go: Should test that pv used in a "
        "pod that is deleted while the kubelet is down cleans up when the kubelet returns. "
-       "(Block)", deleted_while_down_block),
+       "(Block)", deleted_while_down_block, data=False),
     _c("disruptive/unpublish-repeated-after-crash", "disruptive.go (deleted while down) with "
-       "NodeUnpublishVolume already sent before the crash", unpublish_repeated_after_crash),
+       "NodeUnpublishVolume already sent before the crash", unpublish_repeated_after_crash,
+       data=False),
     _c("disruptive/driver-restart", "(issue 33: the driver restarted with volumes in use)",
        driver_restart),
 )
