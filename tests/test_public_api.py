@@ -144,7 +144,7 @@ def test_public_names_are_pinned(package: str) -> None:
 # Explicit `Any` in kubevol's annotations. Issue 34's target is under 100; the day this test
 # was written (2026-11-27) the count was 640; 623 on 2026-11-28. Lower the ceiling whenever
 # the count drops; never raise it.
-ANY_CEILING = 623
+ANY_CEILING = 394
 
 
 def _is_any(node: ast.AST) -> bool:
@@ -220,6 +220,7 @@ def count_any() -> Counter[str]:
     return counts
 
 
+@pytest.mark.slow
 def test_explicit_any_only_goes_down() -> None:
     """kubevol's explicit `Any` count stays at or under the ceiling, and the counter sees
     some (so the test cannot pass by counting nothing)."""

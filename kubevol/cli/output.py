@@ -123,7 +123,7 @@ def columns(*specs: str | Column) -> tuple[Column, ...]:
     return tuple(c if isinstance(c, Column) else Column(c) for c in specs)
 
 
-def emit(data: Any, tables: Table | Sequence[Table], args: argparse.Namespace,
+def emit(data: object, tables: Table | Sequence[Table], args: argparse.Namespace,
          out: TextIO) -> None:
     """Write ``data`` to ``out`` in the format ``args.output`` names (``args.no_headers``
     for tables)."""
@@ -132,7 +132,7 @@ def emit(data: Any, tables: Table | Sequence[Table], args: argparse.Namespace,
            no_headers=bool(getattr(args, "no_headers", False)))
 
 
-def render(data: Any, tables: Sequence[Table], fmt: OutputFormat, out: TextIO, *,
+def render(data: object, tables: Sequence[Table], fmt: OutputFormat, out: TextIO, *,
            no_headers: bool = False) -> None:
     """Write ``data`` to ``out`` as ``fmt`` says, in one ``write`` call."""
     plain = to_plain(data)
@@ -152,12 +152,12 @@ def render(data: Any, tables: Sequence[Table], fmt: OutputFormat, out: TextIO, *
     out.write(text)
 
 
-def write_table(records: Sequence[Any], specs: Sequence[str | Column], out: TextIO) -> None:
+def write_table(records: Sequence[object], specs: Sequence[str | Column], out: TextIO) -> None:
     """``records`` as a table of these columns (paths or :class:`Column` s) on ``out``."""
     render(records, (Table(columns=columns(*specs)),), OutputFormat("table"), out)
 
 
-def yaml_text(data: Any) -> str:
+def yaml_text(data: object) -> str:
     """``data`` as block YAML, keys in their order; libyaml's emitter when available."""
     import yaml
 
@@ -167,7 +167,7 @@ def yaml_text(data: Any) -> str:
     return text
 
 
-def json_text(plain: Any) -> str:
+def json_text(plain: object) -> str:
     """``plain`` (JSON values) as ``json.dumps(plain, indent=2)`` writes it, byte for byte
     (:func:`kubevol.util.jsontext.dumps`)."""
     return jsontext.dumps(plain, indent=True)
@@ -178,16 +178,16 @@ def json_text(plain: Any) -> str:
 _PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
-def to_plain(value: Any) -> Any:
+def to_plain(value: object) -> object:
     """Enums, datetimes, attrs instances and containers as JSON/YAML values (sets sorted)."""
     cls = type(value)
     # Exact types first: a command's data is mostly plain already (10,000 volumes are
     # 100,000 values), and these checks cost less than the isinstance chain.
     if cls in _PLAIN_TYPES:
         return value
-    if cls is dict:
+    if type(value) is dict:
         return {k if type(k) is str else str(k): to_plain(v) for k, v in value.items()}
-    if cls is list:
+    if type(value) is list:
         return [to_plain(v) for v in value]
     if isinstance(value, str | int | float | bool) or value is None:
         return value
@@ -195,8 +195,8 @@ def to_plain(value: Any) -> Any:
         return to_plain(value.value)
     if isinstance(value, datetime.datetime):
         return value.isoformat()
-    if attrs.has(type(value)):
-        return {k: to_plain(v) for k, v in attrs.asdict(value, recurse=False).items()}
+    if attrs.has(cls):
+        return {a.name: to_plain(getattr(value, a.name)) for a in attrs.fields(cls)}
     if isinstance(value, Mapping):
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, set | frozenset):
@@ -206,7 +206,7 @@ def to_plain(value: Any) -> Any:
     return str(value)
 
 
-def lookup(record: Any, path: str) -> Any:
+def lookup(record: object, path: str) -> object:
     """The value at dotted ``path`` in ``record``; None where any part is missing."""
     value = record
     for part in path.split(".") if path else ():
@@ -228,7 +228,7 @@ def human_bytes(value: int | None) -> str:
     return f"{value} B"  # pragma: no cover - the loop always returns
 
 
-def cell(value: Any, *, size: bool = False) -> str:
+def cell(value: object, *, size: bool = False) -> str:
     """One table cell: human sizes, ``k=v`` maps, comma lists, ``-`` for nothing."""
     if value is None or value in ("", [], {}):
         return "-"
@@ -243,25 +243,27 @@ def cell(value: Any, *, size: bool = False) -> str:
     return str(value)
 
 
-def _records(data: Any, table: Table) -> list[Any]:
+def _records(data: object, table: Table) -> list[object]:
     found = lookup(data, table.at)
     if found is None:
         return []
     return list(found) if isinstance(found, list) else [found]
 
 
-def _rows(data: Any, table: Table) -> list[Any]:
+def _rows(data: object, table: Table) -> list[object]:
     records = _records(data, table)
     if not table.explode:
         return records
-    return [
-        {**record, table.explode: element}
-        for record in records
-        for element in (record.get(table.explode) or [None])
-    ]
+    rows: list[object] = []
+    for record in records:
+        if not isinstance(record, Mapping):
+            raise TypeError(f"{table.explode!r} is exploded in records that are not mappings")
+        rows += ({**record, table.explode: element}
+                 for element in (record.get(table.explode) or [None]))
+    return rows
 
 
-def _tables_text(data: Any, tables: Sequence[Table], *, wide: bool, no_headers: bool) -> str:
+def _tables_text(data: object, tables: Sequence[Table], *, wide: bool, no_headers: bool) -> str:
     parts: list[str] = []
     for i, table in enumerate(tables):
         records = _rows(data, table)
@@ -275,7 +277,7 @@ def _tables_text(data: Any, tables: Sequence[Table], *, wide: bool, no_headers: 
     return "".join(parts)
 
 
-def _cell_of(record: Any, column: Column) -> str:
+def _cell_of(record: object, column: Column) -> str:
     value = lookup(record, column.path)
     return column.show(value) if column.show is not None else cell(value, size=column.size)
 
@@ -293,7 +295,7 @@ def format_rows(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     )
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value)
     if value is None:
@@ -312,7 +314,7 @@ def _compile_jsonpath(expression: str) -> Template:
         raise argparse.ArgumentTypeError(f"bad JSONPath template {expression!r}: {exc}") from None
 
 
-def _jsonpath_text(expression: str, plain: Any) -> str:
+def _jsonpath_text(expression: str, plain: object) -> str:
     try:
         text = _compile_jsonpath(expression).execute(plain)
     except TemplateError as exc:

@@ -9,9 +9,11 @@ messages is found too (gocsi only drops top-level fields named "Secrets").
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from kubevol.csi._pb import csi_pb2
 
@@ -21,14 +23,14 @@ STRIPPED = "***stripped***"
 #: (the pod's service-account tokens the kubelet hands drivers with ``tokenRequests``).
 SECRET_CONTEXT_KEYS = frozenset({"csi.storage.k8s.io/serviceAccount.tokens"})
 
-Message = Any
+_M = TypeVar("_M", bound=Message)
 
 
-def _is_secret(field: Any) -> bool:
+def _is_secret(field: FieldDescriptor) -> bool:
     return bool(field.GetOptions().Extensions[csi_pb2.csi_secret])
 
 
-def _is_map(field: Any) -> bool:
+def _is_map(field: FieldDescriptor) -> bool:
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
@@ -50,7 +52,7 @@ class Redactor:
         self._lock = threading.Lock()
         self._sensitive: dict[str, bool] = {}
 
-    def _has_sensitive(self, descriptor: Any, seen: frozenset[str] = frozenset()) -> bool:
+    def _has_sensitive(self, descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
         """Whether messages of this type can hold anything to strip (cached per type)."""
         name = descriptor.full_name
         with self._lock:
@@ -74,7 +76,7 @@ class Redactor:
             self._sensitive[name] = found
         return found
 
-    def redact(self, message: Message) -> Message:
+    def redact(self, message: _M) -> _M:
         """A copy of ``message`` with every secret value replaced by :data:`STRIPPED`.
 
         Map keys are kept (they name the secrets, not their values); a secret sub-message is
@@ -109,12 +111,15 @@ class Redactor:
                 else:
                     self._strip(value)
 
-    def to_text(self, message: Message) -> str:
-        """The redacted message on one line, in protobuf text format."""
+    def to_text(self, message: object) -> str:
+        """The redacted message on one line, in protobuf text format (``message`` must be a
+        protobuf message: a relay hands on whatever it was given)."""
+        if not isinstance(message, Message):
+            raise TypeError(f"not a protobuf message: {type(message).__name__}")
         return str(text_format.MessageToString(self.redact(message), as_one_line=True))
 
 
-def _strip_field(message: Message, field: Any, value: Any) -> None:
+def _strip_field(message: Message, field: FieldDescriptor, value: Any) -> None:
     if _is_map(field):
         value_field = field.message_type.fields_by_name["value"]
         if value_field.type == value_field.TYPE_STRING:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from kubevol.csi.redact import Redactor
 
@@ -30,12 +30,15 @@ class _LoggingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
         self._redactor = Redactor()
         self._log = logging.getLogger(LOGGER_NAME)
 
-    def _method(self, details: Any) -> str:
+    def _method(self, details: grpc.ClientCallDetails) -> str:
         return str(details.method).rsplit("/", 1)[-1]
 
     def intercept_unary_unary(
-        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
-    ) -> Any:
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Message], grpc.Future],
+        details: grpc.ClientCallDetails,
+        request: Message,
+    ) -> grpc.Future:
         method, n = self._method(details), next(self._ids)
         if self.requests:
             self._log.info("%s: REQ %04d: %s", method, n, self._redactor.to_text(request))
@@ -53,15 +56,18 @@ class _LoggingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
         return outcome
 
     def intercept_unary_stream(
-        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
-    ) -> Any:
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Message], grpc.Call],
+        details: grpc.ClientCallDetails,
+        request: Message,
+    ) -> grpc.Call:
         method, n = self._method(details), next(self._ids)
         if self.requests:
             self._log.info("%s: REQ %04d: %s", method, n, self._redactor.to_text(request))
         return continuation(details, request)  # streamed responses are not logged one by one
 
 
-def logging_interceptor(*, requests: bool, responses: bool) -> Any:
+def logging_interceptor(*, requests: bool, responses: bool) -> grpc.UnaryUnaryClientInterceptor:
     """An interceptor for :class:`~kubevol.csi.client.CSIClient` that logs what it sends
     (``requests``) and what comes back (``responses``)."""
     return _LoggingInterceptor(requests=requests, responses=responses)

@@ -28,16 +28,16 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 
-from kubevol.csi import convert
+from kubevol.csi import convert, pb
 from kubevol.csi import types as t
-from kubevol.csi._pb import csi_pb2
 from kubevol.csi.errors import CSIRPCError, StatusCode
 from kubevol.csidriver.server import (
     ControllerService,
@@ -67,6 +67,14 @@ QUERIES = frozenset({
 ABNORMAL_MARKER = ".abnormal"
 
 
+class CallContext(Protocol):
+    """What the driver reads of the gRPC servicer context it is called with."""
+
+    def invocation_metadata(self) -> Sequence[tuple[str, str]]:
+        """The call's metadata as (key, value) pairs."""
+        ...
+
+
 @attrs.define
 class Fault:
     """Fail a call with ``code``: forever (``times`` < 0) or the next ``times`` calls."""
@@ -82,6 +90,7 @@ class Record:
     volume path), ``staging`` the staging path a publish names (both ``""`` when none)."""
 
     rpc: str
+    #: The request in protobuf's JSON form (``MessageToDict``): its shape is the RPC's.
     request: dict[str, Any]
     metadata: dict[str, str]
     request_id: str
@@ -89,7 +98,7 @@ class Record:
     staging: str
     time: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The log line's fields."""
         return {"rpc": self.rpc, "pid": os.getpid(), "t": self.time, "path": self.path,
                 "staging": self.staging, "request": self.request}
@@ -169,7 +178,7 @@ class FakeCSIDriver:
         self,
         *,
         env_defaults: Mapping[str, str] | None = None,
-        interceptors: tuple[Any, ...] = (),
+        interceptors: tuple[object, ...] = (),
         before_serve: Callable[[StoragePlugin, ServerConfig], None] | None = None,
     ) -> StoragePlugin:
         """This driver with every CSI service, ready for :func:`kubevol.csidriver.server.serve`."""
@@ -233,7 +242,7 @@ class FakeCSIDriver:
 
     # --- the call path ----------------------------------------------------------------
 
-    def enter(self, rpc: str, request: Any, context: Any, *, path: str = "",
+    def enter(self, rpc: str, request: Message, context: CallContext, *, path: str = "",
               staging: str = "") -> None:
         """Record the call, then fail, sleep or block as configured."""
         record = Record(
@@ -278,7 +287,9 @@ class FakeCSIDriver:
             fault.times -= 1
         return fault.code, fault.message
 
-    def volume_source(self, request: Any) -> str:
+    def volume_source(
+        self, request: pb.NodeStageVolumeRequest | pb.NodePublishVolumeRequest
+    ) -> str:
         """The directory backing the request's volume."""
         return request.volume_context.get("source") or str(self.volume_dir(request.volume_id))
 
@@ -293,14 +304,18 @@ class _Identity(IdentityService):
     def __init__(self, d: FakeCSIDriver) -> None:
         self.d = d
 
-    def get_plugin_info(self, request: Any, context: Any) -> Any:
+    def get_plugin_info(
+        self, request: pb.GetPluginInfoRequest, context: CallContext
+    ) -> pb.GetPluginInfoResponse:
         self.d.enter("GetPluginInfo", request, context)
         return convert.plugin_info_to_pb(t.PluginInfo(
             name=self.d.plugin_name, vendor_version=self.d.vendor_version,
             manifest=self.d.manifest,
         ))
 
-    def get_plugin_capabilities(self, request: Any, context: Any) -> Any:
+    def get_plugin_capabilities(
+        self, request: pb.GetPluginCapabilitiesRequest, context: CallContext
+    ) -> pb.GetPluginCapabilitiesResponse:
         self.d.enter("GetPluginCapabilities", request, context)
         services = self.d.services
         if services is None:
@@ -309,11 +324,11 @@ class _Identity(IdentityService):
             services=services, volume_expansion={t.VolumeExpansionType.ONLINE},
         ))
 
-    def probe(self, request: Any, context: Any) -> Any:
+    def probe(self, request: pb.ProbeRequest, context: CallContext) -> pb.ProbeResponse:
         self.d.enter("Probe", request, context)
         if self.d.probe_delay:
             time.sleep(self.d.probe_delay)
-        resp = csi_pb2.ProbeResponse()
+        resp = pb.ProbeResponse()
         resp.ready.value = self.d.ready
         return resp
 
@@ -324,11 +339,15 @@ class _Controller(ControllerService):
     def __init__(self, d: FakeCSIDriver) -> None:
         self.d = d
 
-    def controller_get_capabilities(self, request: Any, context: Any) -> Any:
+    def controller_get_capabilities(
+        self, request: pb.ControllerGetCapabilitiesRequest, context: CallContext
+    ) -> pb.ControllerGetCapabilitiesResponse:
         self.d.enter("ControllerGetCapabilities", request, context)
         return convert.controller_capabilities_to_pb(self.d.controller_caps)
 
-    def create_volume(self, request: Any, context: Any) -> Any:
+    def create_volume(
+        self, request: pb.CreateVolumeRequest, context: CallContext
+    ) -> pb.CreateVolumeResponse:
         self.d.enter("CreateVolume", request, context)
         with self.d.lock:
             vol = self.d.volumes.get(request.name)
@@ -346,51 +365,65 @@ class _Controller(ControllerService):
                     ],
                 )
                 self.d.volumes[request.name] = vol
-        return csi_pb2.CreateVolumeResponse(volume=convert.volume_to_pb(vol))
+        return pb.CreateVolumeResponse(volume=convert.volume_to_pb(vol))
 
-    def delete_volume(self, request: Any, context: Any) -> Any:
+    def delete_volume(
+        self, request: pb.DeleteVolumeRequest, context: CallContext
+    ) -> pb.DeleteVolumeResponse:
         self.d.enter("DeleteVolume", request, context)
-        return csi_pb2.DeleteVolumeResponse()
+        return pb.DeleteVolumeResponse()
 
-    def controller_publish_volume(self, request: Any, context: Any) -> Any:
+    def controller_publish_volume(
+        self, request: pb.ControllerPublishVolumeRequest, context: CallContext
+    ) -> pb.ControllerPublishVolumeResponse:
         self.d.enter("ControllerPublishVolume", request, context)
         with self.d.lock:
             self.d.published[request.volume_id] = request.node_id
-        return csi_pb2.ControllerPublishVolumeResponse(
+        return pb.ControllerPublishVolumeResponse(
             publish_context=self.d.publish_context(request.volume_id, request.node_id)
         )
 
-    def controller_unpublish_volume(self, request: Any, context: Any) -> Any:
+    def controller_unpublish_volume(
+        self, request: pb.ControllerUnpublishVolumeRequest, context: CallContext
+    ) -> pb.ControllerUnpublishVolumeResponse:
         self.d.enter("ControllerUnpublishVolume", request, context)
         with self.d.lock:
             self.d.published.pop(request.volume_id, None)
-        return csi_pb2.ControllerUnpublishVolumeResponse()
+        return pb.ControllerUnpublishVolumeResponse()
 
-    def validate_volume_capabilities(self, request: Any, context: Any) -> Any:
+    def validate_volume_capabilities(
+        self, request: pb.ValidateVolumeCapabilitiesRequest, context: CallContext
+    ) -> pb.ValidateVolumeCapabilitiesResponse:
         self.d.enter("ValidateVolumeCapabilities", request, context)
-        resp = csi_pb2.ValidateVolumeCapabilitiesResponse()
+        resp = pb.ValidateVolumeCapabilitiesResponse()
         resp.confirmed.volume_capabilities.extend(request.volume_capabilities)
         resp.confirmed.volume_context.update(request.volume_context)
         return resp
 
-    def list_volumes(self, request: Any, context: Any) -> Any:
+    def list_volumes(
+        self, request: pb.ListVolumesRequest, context: CallContext
+    ) -> pb.ListVolumesResponse:
         self.d.enter("ListVolumes", request, context)
         with self.d.lock:
             vols = sorted(self.d.volumes.values(), key=lambda v: v.volume_id)
-        resp = csi_pb2.ListVolumesResponse(next_token="more" if vols else "")
+        resp = pb.ListVolumesResponse(next_token="more" if vols else "")
         for vol in vols:
             entry = resp.entries.add()
             entry.volume.CopyFrom(convert.volume_to_pb(vol))
             entry.status.published_node_ids.append(self.d.node_id)
         return resp
 
-    def get_capacity(self, request: Any, context: Any) -> Any:
+    def get_capacity(
+        self, request: pb.GetCapacityRequest, context: CallContext
+    ) -> pb.GetCapacityResponse:
         self.d.enter("GetCapacity", request, context)
-        resp = csi_pb2.GetCapacityResponse(available_capacity=1 << 40)
+        resp = pb.GetCapacityResponse(available_capacity=1 << 40)
         resp.maximum_volume_size.value = 1 << 30
         return resp
 
-    def create_snapshot(self, request: Any, context: Any) -> Any:
+    def create_snapshot(
+        self, request: pb.CreateSnapshotRequest, context: CallContext
+    ) -> pb.CreateSnapshotResponse:
         self.d.enter("CreateSnapshot", request, context)
         snap = t.Snapshot(
             snapshot_id=f"snap-{request.name}",
@@ -399,32 +432,40 @@ class _Controller(ControllerService):
             creation_time=datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
             ready_to_use=True,
         )
-        return csi_pb2.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
+        return pb.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
 
-    def controller_expand_volume(self, request: Any, context: Any) -> Any:
+    def controller_expand_volume(
+        self, request: pb.ControllerExpandVolumeRequest, context: CallContext
+    ) -> pb.ControllerExpandVolumeResponse:
         self.d.enter("ControllerExpandVolume", request, context)
-        return csi_pb2.ControllerExpandVolumeResponse(
+        return pb.ControllerExpandVolumeResponse(
             capacity_bytes=request.capacity_range.required_bytes, node_expansion_required=True
         )
 
-    def controller_modify_volume(self, request: Any, context: Any) -> Any:
+    def controller_modify_volume(
+        self, request: pb.ControllerModifyVolumeRequest, context: CallContext
+    ) -> pb.ControllerModifyVolumeResponse:
         self.d.enter("ControllerModifyVolume", request, context)
-        return csi_pb2.ControllerModifyVolumeResponse()
+        return pb.ControllerModifyVolumeResponse()
 
 
 class _GroupController(GroupControllerService):
     def __init__(self, d: FakeCSIDriver) -> None:
         self.d = d
 
-    def group_controller_get_capabilities(self, request: Any, context: Any) -> Any:
+    def group_controller_get_capabilities(
+        self, request: pb.GroupControllerGetCapabilitiesRequest, context: CallContext
+    ) -> pb.GroupControllerGetCapabilitiesResponse:
         self.d.enter("GroupControllerGetCapabilities", request, context)
         return convert.group_capabilities_to_pb(
             [t.GroupControllerCapability.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT]
         )
 
-    def create_volume_group_snapshot(self, request: Any, context: Any) -> Any:
+    def create_volume_group_snapshot(
+        self, request: pb.CreateVolumeGroupSnapshotRequest, context: CallContext
+    ) -> pb.CreateVolumeGroupSnapshotResponse:
         self.d.enter("CreateVolumeGroupSnapshot", request, context)
-        resp = csi_pb2.CreateVolumeGroupSnapshotResponse()
+        resp = pb.CreateVolumeGroupSnapshotResponse()
         resp.group_snapshot.group_snapshot_id = f"group-{request.name}"
         resp.group_snapshot.ready_to_use = True
         for vol in request.source_volume_ids:
@@ -441,11 +482,13 @@ class _SnapshotMetadata(SnapshotMetadataService):
     def __init__(self, d: FakeCSIDriver) -> None:
         self.d = d
 
-    def get_metadata_allocated(self, request: Any, context: Any) -> Iterator[Any]:
+    def get_metadata_allocated(
+        self, request: pb.GetMetadataAllocatedRequest, context: CallContext
+    ) -> Iterator[pb.GetMetadataAllocatedResponse]:
         self.d.enter("GetMetadataAllocated", request, context)
         for chunk in range(2):
-            resp = csi_pb2.GetMetadataAllocatedResponse(
-                block_metadata_type=csi_pb2.FIXED_LENGTH, volume_capacity_bytes=1 << 20
+            resp = pb.GetMetadataAllocatedResponse(
+                block_metadata_type=pb.FIXED_LENGTH, volume_capacity_bytes=1 << 20
             )
             offset = request.starting_offset + chunk * 8192
             resp.block_metadata.add(byte_offset=offset, size_bytes=4096)
@@ -458,13 +501,17 @@ class _Node(NodeService):
     def __init__(self, d: FakeCSIDriver) -> None:
         self.d = d
 
-    def node_get_capabilities(self, request: Any, context: Any) -> Any:
+    def node_get_capabilities(
+        self, request: pb.NodeGetCapabilitiesRequest, context: CallContext
+    ) -> pb.NodeGetCapabilitiesResponse:
         self.d.enter("NodeGetCapabilities", request, context)
         with self.d.lock:
             caps = set(self.d.node_caps)
         return convert.node_capabilities_to_pb(caps)
 
-    def node_get_info(self, request: Any, context: Any) -> Any:
+    def node_get_info(
+        self, request: pb.NodeGetInfoRequest, context: CallContext
+    ) -> pb.NodeGetInfoResponse:
         self.d.enter("NodeGetInfo", request, context)
         return convert.node_info_to_pb(t.NodeInfo(
             node_id=self.d.node_id,
@@ -472,40 +519,46 @@ class _Node(NodeService):
             accessible_topology=t.Topology(segments=self.d.topology),
         ))
 
-    def node_stage_volume(self, request: Any, context: Any) -> Any:
+    def node_stage_volume(
+        self, request: pb.NodeStageVolumeRequest, context: CallContext
+    ) -> pb.NodeStageVolumeResponse:
         target = request.staging_target_path
         self.d.enter("NodeStageVolume", request, context, path=target)
         if not self.d.mounts:
-            return csi_pb2.NodeStageVolumeResponse()
+            return pb.NodeStageVolumeResponse()
         if not os.path.isdir(target):
             raise CSIRPCError(StatusCode.FAILED_PRECONDITION, f"{target} does not exist")
         if request.volume_capability.WhichOneof("access_type") == "block" or self.d.is_mounted(
             target
         ):
-            return csi_pb2.NodeStageVolumeResponse()
+            return pb.NodeStageVolumeResponse()
         if self.d.shared_device:
             self.d.mounter.mount(self.d.shared_device, target, "ext4", [])
             os.makedirs(os.path.join(target, request.volume_id), exist_ok=True)
         else:
             self.d.mounter.mount(self.d.volume_source(request), target, "", ["bind"])
-        return csi_pb2.NodeStageVolumeResponse()
+        return pb.NodeStageVolumeResponse()
 
-    def node_unstage_volume(self, request: Any, context: Any) -> Any:
+    def node_unstage_volume(
+        self, request: pb.NodeUnstageVolumeRequest, context: CallContext
+    ) -> pb.NodeUnstageVolumeResponse:
         target = request.staging_target_path
         self.d.enter("NodeUnstageVolume", request, context, path=target)
         while self.d.mounts and self.d.is_mounted(target):
             self.d.mounter.unmount(target)
-        return csi_pb2.NodeUnstageVolumeResponse()
+        return pb.NodeUnstageVolumeResponse()
 
-    def node_publish_volume(self, request: Any, context: Any) -> Any:
+    def node_publish_volume(
+        self, request: pb.NodePublishVolumeRequest, context: CallContext
+    ) -> pb.NodePublishVolumeResponse:
         target = request.target_path
         self.d.enter("NodePublishVolume", request, context, path=target,
                      staging=request.staging_target_path)
         if not self.d.mounts:
             os.makedirs(target, exist_ok=True)
-            return csi_pb2.NodePublishVolumeResponse()
+            return pb.NodePublishVolumeResponse()
         if self.d.is_mounted(target):
-            return csi_pb2.NodePublishVolumeResponse()
+            return pb.NodePublishVolumeResponse()
         options = ["bind", "ro"] if request.readonly else ["bind"]
         if request.volume_capability.WhichOneof("access_type") == "block":
             device = request.volume_context.get("device", "")
@@ -514,15 +567,17 @@ class _Node(NodeService):
             with open(target, "a"):
                 pass
             self.d.mounter.mount(device, target, "", options)
-            return csi_pb2.NodePublishVolumeResponse()
+            return pb.NodePublishVolumeResponse()
         source = request.staging_target_path or self.d.volume_source(request)
         if self.d.shared_device and request.staging_target_path:
             source = os.path.join(request.staging_target_path, request.volume_id)
         os.makedirs(target, exist_ok=True)
         self.d.mounter.mount(source, target, "", options)
-        return csi_pb2.NodePublishVolumeResponse()
+        return pb.NodePublishVolumeResponse()
 
-    def node_unpublish_volume(self, request: Any, context: Any) -> Any:
+    def node_unpublish_volume(
+        self, request: pb.NodeUnpublishVolumeRequest, context: CallContext
+    ) -> pb.NodeUnpublishVolumeResponse:
         target = request.target_path
         self.d.enter("NodeUnpublishVolume", request, context, path=target)
         while self.d.mounts and self.d.is_mounted(target):
@@ -531,9 +586,11 @@ class _Node(NodeService):
             os.rmdir(target)
         elif self.d.mounts and os.path.lexists(target):
             os.unlink(target)
-        return csi_pb2.NodeUnpublishVolumeResponse()
+        return pb.NodeUnpublishVolumeResponse()
 
-    def node_get_volume_stats(self, request: Any, context: Any) -> Any:
+    def node_get_volume_stats(
+        self, request: pb.NodeGetVolumeStatsRequest, context: CallContext
+    ) -> pb.NodeGetVolumeStatsResponse:
         path = request.volume_path
         self.d.enter("NodeGetVolumeStats", request, context, path=path)
         if not os.path.exists(path):
@@ -550,9 +607,11 @@ class _Node(NodeService):
             volume_condition=self.d.volume_condition(path),
         ))
 
-    def node_expand_volume(self, request: Any, context: Any) -> Any:
+    def node_expand_volume(
+        self, request: pb.NodeExpandVolumeRequest, context: CallContext
+    ) -> pb.NodeExpandVolumeResponse:
         self.d.enter("NodeExpandVolume", request, context, path=request.volume_path)
-        return csi_pb2.NodeExpandVolumeResponse(
+        return pb.NodeExpandVolumeResponse(
             capacity_bytes=request.capacity_range.required_bytes
         )
 

@@ -57,12 +57,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
 from kubevol.util.lifecycle import RunsWhileEntered
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from kubevol.node.manifests import ApiDict, ApiObject
 
 _STORAGE = "/apis/storage.k8s.io/v1"
 _CLUSTER = "csidrivers|volumeattachments|csinodes"
@@ -112,13 +117,13 @@ def _now() -> str:
 class APIStatusError(Exception):
     """An error answered as a Kubernetes ``Status`` object."""
 
-    def __init__(self, code: int, reason: str, message: str, details: Mapping[str, Any]) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: Mapping[str, object]) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.details = dict(details)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         """The ``Status`` object."""
         return {
             "kind": "Status",
@@ -151,7 +156,7 @@ def _already_exists(resource: str, name: str) -> APIStatusError:
                          '{qualified} "{name}" already exists')
 
 
-def default_csidriver(obj: dict[str, Any]) -> dict[str, Any]:
+def default_csidriver(obj: ApiDict) -> ApiDict:
     """What storage/v1 defaulting does to a CSIDriver on create (kubernetes/kubernetes
     ``pkg/apis/storage/v1/defaults.go``, ``SetDefaults_CSIDriver``)."""
     spec = obj.setdefault("spec", {})
@@ -174,7 +179,7 @@ def _conflict(resource: str, name: str) -> APIStatusError:
     )
 
 
-def expired_status(resource_version: int, oldest: int) -> dict[str, Any]:
+def expired_status(resource_version: int, oldest: int) -> dict[str, object]:
     """The Status a watch from a compacted resourceVersion gets (the watch cache's
     ``NewResourceExpired``), inside an ERROR event of a 200 stream."""
     return APIStatusError(410, "Expired",
@@ -190,8 +195,8 @@ class _Event:
     type: str
     resource: str
     namespace: str
-    obj: dict[str, Any]
-    old: dict[str, Any] | None = None
+    obj: ApiDict
+    old: ApiDict | None = None
 
 
 @attrs.frozen
@@ -219,12 +224,12 @@ class FieldSelector:
             terms.append((field, equal, value))
         return cls(tuple(terms))
 
-    def matches(self, obj: Mapping[str, Any] | None) -> bool:
+    def matches(self, obj: ApiObject | None) -> bool:
         """Whether ``obj`` has every selected field value (None never matches)."""
         if obj is None:
             return False
         for field, equal, value in self.terms:
-            found: Any = obj
+            found: object = obj
             for part in field.split("."):
                 found = found.get(part) if isinstance(found, Mapping) else None
             if ((found or "") == value) != equal:
@@ -232,7 +237,7 @@ class FieldSelector:
         return True
 
 
-def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+def _merge(target: ApiDict, patch: ApiObject) -> None:
     """JSON merge patch (RFC 7386): None deletes, dicts merge, anything else replaces."""
     for key, value in patch.items():
         if value is None:
@@ -265,7 +270,7 @@ class KubeAPIServer(RunsWhileEntered):
         self.attach_metadata = dict(attach_metadata or {})
         self.hold_detach = hold_detach
         self.watch_timeout = watch_timeout
-        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._objects: dict[tuple[str, str, str], ApiDict] = {}
         self._version = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -283,11 +288,11 @@ class KubeAPIServer(RunsWhileEntered):
         #: Every request with its query parameters (first value of each).
         self.queries: list[tuple[str, str, dict[str, str]]] = []
         self._failures: list[tuple[str, str, int]] = []
-        self.on_create: Callable[[str, dict[str, Any]], None] | None = None
+        self.on_create: Callable[[str, ApiDict], None] | None = None
         #: TokenRequests answered, as (namespace, service account, request body).
-        self.token_requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.token_requests: list[tuple[str, str, ApiDict]] = []
         #: Makes the token for a request: (namespace, service account, spec) → token.
-        self.token_factory: Callable[[str, str, Mapping[str, Any]], str] = (
+        self.token_factory: Callable[[str, str, ApiObject], str] = (
             lambda ns, sa, spec: f"token-{ns}-{sa}-{uuid.uuid4().hex}"
         )
         self._httpd: ThreadingHTTPServer | None = None
@@ -304,7 +309,7 @@ class KubeAPIServer(RunsWhileEntered):
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:
+            def log_message(self, format: str, *args: object) -> None:
                 """Quiet: tests read :attr:`KubeAPIServer.requests` instead."""
 
             def _serve(self) -> None:
@@ -331,7 +336,7 @@ class KubeAPIServer(RunsWhileEntered):
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def api_client(self) -> Any:
+    def api_client(self) -> ApiClient:
         """A ``kubernetes.client.ApiClient`` pointed at this server."""
         from kubernetes.client import ApiClient, Configuration
 
@@ -372,14 +377,14 @@ class KubeAPIServer(RunsWhileEntered):
         with self._lock:
             self._failures.append((method.upper(), path, code))
 
-    def add_csidriver(self, obj: Mapping[str, Any], *, defaults: bool = True) -> dict[str, Any]:
+    def add_csidriver(self, obj: ApiObject, *, defaults: bool = True) -> ApiDict:
         """Store a CSIDriver (dict form), defaulted like the API server unless told not to."""
         data = copy.deepcopy(dict(obj))
         if defaults:
             default_csidriver(data)
         return self._store("csidrivers", "", data)
 
-    def add_secret(self, namespace: str, name: str, data: Mapping[str, str]) -> dict[str, Any]:
+    def add_secret(self, namespace: str, name: str, data: Mapping[str, str]) -> ApiDict:
         """Store a Secret whose ``data`` are the given plain strings (base64-encoded here)."""
         encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         return self._store("secrets", namespace,
@@ -388,20 +393,20 @@ class KubeAPIServer(RunsWhileEntered):
     def add_config_map(
         self, namespace: str, name: str, data: Mapping[str, str],
         binary_data: Mapping[str, bytes] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ApiDict:
         """Store a ConfigMap (``binary_data`` given as bytes, base64-encoded here)."""
-        obj: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace},
-                               "data": dict(data)}
+        obj: ApiDict = {"metadata": {"name": name, "namespace": namespace},
+                        "data": dict(data)}
         if binary_data:
             obj["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary_data.items()}
         return self._store("configmaps", namespace, obj)
 
-    def add_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+    def add_service_account(self, namespace: str, name: str) -> ApiDict:
         """Store a ServiceAccount (TokenRequests for it are then answered)."""
         return self._store("serviceaccounts", namespace,
                            {"metadata": {"name": name, "namespace": namespace}})
 
-    def add(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def add(self, obj: ApiObject) -> ApiDict:
         """Store any served object given as its API dict (a Pod, PersistentVolume, Claim,
         Node …; its ``kind`` says which); the stored copy, with uid and resourceVersion."""
         data = copy.deepcopy(dict(obj))
@@ -414,13 +419,13 @@ class KubeAPIServer(RunsWhileEntered):
             namespace = (data.get("metadata") or {}).get("namespace") or "default"
         return self._store(resource, namespace, data)
 
-    def add_node(self, name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    def add_node(self, name: str, labels: Mapping[str, str] | None = None) -> ApiDict:
         """Store a Node."""
         return self._store("nodes", "", {"metadata": {"name": name, "labels": dict(labels or {})}})
 
     def update(
-        self, resource: str, name: str, patch: Mapping[str, Any], namespace: str = ""
-    ) -> dict[str, Any]:
+        self, resource: str, name: str, patch: ApiObject, namespace: str = ""
+    ) -> ApiDict:
         """Apply a JSON merge patch to a stored object (as a controller would: a MODIFIED
         change with the next resourceVersion); the stored copy."""
         with self._lock:
@@ -439,7 +444,7 @@ class KubeAPIServer(RunsWhileEntered):
             if obj is not None:
                 self._bump(obj, "DELETED", resource, namespace)
 
-    def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+    def get(self, resource: str, name: str, namespace: str = "") -> ApiDict | None:
         """A copy of a stored object, or None."""
         with self._lock:
             found = self._objects.get((resource, namespace, name))
@@ -508,7 +513,7 @@ class KubeAPIServer(RunsWhileEntered):
         """Remove a VolumeAttachment held by ``hold_detach`` (its finalizer is done)."""
         self.delete("volumeattachments", name)
 
-    def _update_status(self, name: str, status: Mapping[str, Any]) -> None:
+    def _update_status(self, name: str, status: ApiObject) -> None:
         with self._lock:
             obj = self._objects.get(("volumeattachments", "", name))
             if obj is None:
@@ -520,8 +525,8 @@ class KubeAPIServer(RunsWhileEntered):
     # --- the store (callers hold the lock) ---------------------------------------------
 
     def _bump(
-        self, obj: dict[str, Any], event: str, resource: str, namespace: str,
-        old: dict[str, Any] | None = None,
+        self, obj: ApiDict, event: str, resource: str, namespace: str,
+        old: ApiDict | None = None,
     ) -> None:
         """Give ``obj`` the next resourceVersion and keep the change for watches."""
         self._version += 1
@@ -532,7 +537,7 @@ class KubeAPIServer(RunsWhileEntered):
             self._compacted = self._events.popleft().rv
         self._changed.notify_all()
 
-    def _store(self, resource: str, namespace: str, data: dict[str, Any]) -> dict[str, Any]:
+    def _store(self, resource: str, namespace: str, data: ApiDict) -> ApiDict:
         api_version, kind, _ = _KINDS[resource]
         meta = data.setdefault("metadata", {})
         name = meta.get("name")
@@ -618,8 +623,8 @@ class KubeAPIServer(RunsWhileEntered):
                                               f"resource (GET {path})", {})
 
     def _route(
-        self, method: str, path: str, body: Any, query: Mapping[str, str]
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, body: object, query: Mapping[str, str]
+    ) -> tuple[int, object]:
         kind, groups = self._match(method, path)
         if kind == "collection":
             return self._collection(method, groups[0], "", body, query)
@@ -636,9 +641,9 @@ class KubeAPIServer(RunsWhileEntered):
         return self._object(method, groups[1], groups[0], groups[2], body)
 
     def _collection(
-        self, method: str, resource: str, namespace: str | None, body: Any,
+        self, method: str, resource: str, namespace: str | None, body: object,
         query: Mapping[str, str],
-    ) -> tuple[int, Any]:
+    ) -> tuple[int, object]:
         api_version, kind, _ = _KINDS[resource]
         if method == "GET":
             selector = FieldSelector.parse(query.get("fieldSelector", ""), resource)
@@ -657,8 +662,8 @@ class KubeAPIServer(RunsWhileEntered):
         raise APIStatusError(405, "MethodNotAllowed", f"{method} is not supported", {})
 
     def _object(
-        self, method: str, resource: str, namespace: str, name: str, body: Any
-    ) -> tuple[int, Any]:
+        self, method: str, resource: str, namespace: str, name: str, body: object
+    ) -> tuple[int, object]:
         key = (resource, namespace, name)
         with self._lock:
             obj = self._objects.get(key)
@@ -703,7 +708,7 @@ class KubeAPIServer(RunsWhileEntered):
                 return 200, copy.deepcopy(obj)
         raise APIStatusError(405, "MethodNotAllowed", f"{method} is not supported", {})
 
-    def _token(self, method: str, namespace: str, sa: str, body: Any) -> tuple[int, Any]:
+    def _token(self, method: str, namespace: str, sa: str, body: object) -> tuple[int, object]:
         if method != "POST":
             raise APIStatusError(405, "MethodNotAllowed", f"{method} is not supported", {})
         if not isinstance(body, dict) or body.get("kind") not in (None, "TokenRequest"):
@@ -727,7 +732,7 @@ class KubeAPIServer(RunsWhileEntered):
                        "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
         }
 
-    def _status(self, method: str, name: str, body: Any) -> tuple[int, Any]:
+    def _status(self, method: str, name: str, body: object) -> tuple[int, object]:
         key = ("volumeattachments", "", name)
         with self._lock:
             obj = self._objects.get(key)
@@ -760,7 +765,7 @@ class KubeAPIServer(RunsWhileEntered):
         position = int(since)
         with self._lock:
             drops, marks = self._drops, self._bookmarks
-            initial: list[dict[str, Any]] = []
+            initial: list[dict[str, object]] = []
             if position == 0:
                 # No resourceVersion: the current state as ADDED events, then the changes.
                 position = self._version
@@ -839,7 +844,7 @@ class KubeAPIServer(RunsWhileEntered):
     @staticmethod
     def _visible(
         change: _Event, namespace: str | None, selector: FieldSelector
-    ) -> dict[str, Any] | None:
+    ) -> dict[str, object] | None:
         """The event a watcher with this namespace and selector sees for ``change``."""
         if namespace not in (None, change.namespace):
             return None
@@ -857,7 +862,7 @@ class KubeAPIServer(RunsWhileEntered):
         return {"type": kind, "object": copy.deepcopy(change.obj)}
 
     @staticmethod
-    def _send(req: BaseHTTPRequestHandler, event: Mapping[str, Any]) -> None:
+    def _send(req: BaseHTTPRequestHandler, event: Mapping[str, object]) -> None:
         data = json.dumps(event).encode() + b"\n"
         req.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         req.wfile.flush()

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 #: Seconds a call may wait for a steady thread before an extra one starts.
 DEFAULT_PATIENCE = 0.05
@@ -27,6 +27,39 @@ DEFAULT_PATIENCE = 0.05
 #: elsewhere) stops counting as a steady thread: another takes its place, so that later
 #: calls do not each wait ``patience`` for an extra thread.
 DEFAULT_STUCK_AFTER = 1.0
+
+_T = TypeVar("_T")
+
+
+class _Queued(Protocol):
+    """A call waiting in the queue, whatever it returns."""
+
+    def cancel(self) -> None: ...
+
+    def run(self) -> None: ...
+
+
+class _Call(Generic[_T]):
+    """A submitted call and the future its submitter holds."""
+
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[], _T]) -> None:
+        self.fn = fn
+        self.future: futures.Future[_T] = futures.Future()
+
+    def cancel(self) -> None:
+        self.future.cancel()
+
+    def run(self) -> None:
+        """Run the call unless it was cancelled; its outcome goes to the future."""
+        if self.future.set_running_or_notify_cancel():
+            try:
+                result = self.fn()
+            except BaseException as exc:
+                self.future.set_exception(exc)
+            else:
+                self.future.set_result(result)
 
 
 class ElasticThreadPool(futures.Executor):
@@ -58,7 +91,7 @@ class ElasticThreadPool(futures.Executor):
         #: Workers wait here for calls; the watcher waits on ``_watch`` for a backlog.
         self._work = threading.Condition(self._lock)
         self._watch = threading.Condition(self._lock)
-        self._queue: collections.deque[tuple[float, futures.Future[Any], Callable[[], Any]]]
+        self._queue: collections.deque[tuple[float, _Queued]]
         self._queue = collections.deque()
         self._threads = 0
         self._idle = 0
@@ -74,20 +107,22 @@ class ElasticThreadPool(futures.Executor):
         with self._lock:
             return self._threads
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+    def submit(
+        self, fn: Callable[..., _T], /, *args: object, **kwargs: object
+    ) -> futures.Future[_T]:
         """Queue ``fn(*args, **kwargs)``; RuntimeError after :meth:`shutdown`."""
-        future: futures.Future[Any] = futures.Future()
+        call = _Call(lambda: fn(*args, **kwargs))
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new calls after shutdown")
-            self._queue.append((time.monotonic(), future, lambda: fn(*args, **kwargs)))
+            self._queue.append((time.monotonic(), call))
             if self._idle:
                 self._work.notify()
             elif self._threads - self._extras - self._stuck() < self.steady:
                 self._start_worker(extra=False)
             elif self._threads < self.max_workers:
                 self._watch_backlog()
-        return future
+        return call.future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Refuse new calls; queued calls still run unless ``cancel_futures``; ``wait``:
@@ -152,7 +187,7 @@ class ElasticThreadPool(futures.Executor):
                         self._extras -= 1
                         return
                     if self._queue:
-                        _, future, call = self._queue.popleft()
+                        _, call = self._queue.popleft()
                         self._busy_since[number] = time.monotonic()
                         break
                     if self._shutdown:
@@ -162,14 +197,8 @@ class ElasticThreadPool(futures.Executor):
                     self._idle += 1
                     self._work.wait()
                     self._idle -= 1
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = call()
-                except BaseException as exc:
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            del future, call
+            call.run()
+            del call
 
     def _watch_loop(self) -> None:
         with self._lock:

@@ -17,13 +17,13 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from types import FrameType, TracebackType
-from typing import Any
 
 import attrs
 import grpc
+from google.protobuf.message import Message
 
 from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import Endpoint, Scheme, parse_endpoint
@@ -50,6 +50,17 @@ _log = logging.getLogger(SERVER_LOGGER)
 #: Seconds in-flight calls get to finish when the server stops.
 DEFAULT_GRACE = 30.0
 
+#: A gRPC server option: a ``grpc.*`` channel argument name and its value (an int or str).
+ServerOption = tuple[str, int | str]
+
+
+def _interceptors(items: Iterable[object]) -> tuple[object, ...]:
+    return tuple(items)
+
+
+def _server_options(items: Iterable[ServerOption]) -> tuple[ServerOption, ...]:
+    return tuple(items)
+
 
 @attrs.frozen(kw_only=True)
 class StoragePlugin:
@@ -74,12 +85,12 @@ class StoragePlugin:
     node: NodeService | None = None
     group_controller: GroupControllerService | None = None
     snapshot_metadata: SnapshotMetadataService | None = None
-    interceptors: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    interceptors: tuple[object, ...] = attrs.field(default=(), converter=_interceptors)
     before_serve: Callable[[StoragePlugin, ServerConfig], None] | None = None
     env_defaults: Mapping[str, str] = attrs.field(factory=dict)
     max_workers: int = 16
     steady_workers: int = 4
-    server_options: tuple[tuple[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    server_options: tuple[ServerOption, ...] = attrs.field(default=(), converter=_server_options)
 
     def services_for(self, mode: Mode) -> list[CSIService]:
         """The services to register in ``mode`` (Identity always)."""
@@ -95,10 +106,12 @@ class StoragePlugin:
         return services
 
 
-def _stream_behavior(method: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Iterator[Any]]:
+def _stream_behavior(
+    method: Callable[[Message, grpc.ServicerContext], Iterator[Message]],
+) -> Callable[[Message, grpc.ServicerContext], Iterator[Message]]:
     """Streaming calls bypass the unary middleware; translate their errors here."""
 
-    def behavior(request: Any, context: Any) -> Iterator[Any]:
+    def behavior(request: Message, context: grpc.ServicerContext) -> Iterator[Message]:
         try:
             yield from method(request, context)
         except Exception as exc:
@@ -108,8 +121,8 @@ def _stream_behavior(method: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
     return behavior
 
 
-def _generic_handler(service: CSIService) -> Any:
-    handlers: dict[str, Any] = {}
+def _generic_handler(service: CSIService) -> grpc.GenericRpcHandler:
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
     for rpc in RPCS.values():
         if rpc.service != service.SERVICE:
             continue
@@ -164,7 +177,7 @@ class ServerHandle:
 
     def __init__(
         self,
-        server: Any,
+        server: grpc.Server,
         endpoint: Endpoint,
         config: ServerConfig,
         lock_provider: VolumeLockProvider | None,
@@ -244,7 +257,7 @@ def serve_in_background(
     *,
     env: Mapping[str, str] | None = None,
     lock_provider: VolumeLockProvider | None = None,
-    options: Sequence[tuple[str, Any]] = (),
+    options: Sequence[ServerOption] = (),
     listener: socket.socket | None = None,
 ) -> ServerHandle:
     """Start serving ``plugin`` on worker threads and return at once.
@@ -325,7 +338,7 @@ def _label(plugin: StoragePlugin, config: ServerConfig) -> str:
 
 
 def _serve_on_endpoint(
-    server: Any,
+    server: grpc.Server,
     parsed: Endpoint,
     *,
     config: ServerConfig,
@@ -357,7 +370,7 @@ def _serve_on_endpoint(
 
 
 def _serve_on_listener(
-    server: Any,
+    server: grpc.Server,
     listener: socket.socket,
     *,
     config: ServerConfig,
@@ -394,7 +407,7 @@ def serve(
     *,
     env: Mapping[str, str] | None = None,
     grace: float = DEFAULT_GRACE,
-    options: Sequence[tuple[str, Any]] = (),
+    options: Sequence[ServerOption] = (),
     listener: socket.socket | None = None,
 ) -> int:
     """Serve ``plugin`` until a stop signal, then drain and clean up; returns the exit code.

@@ -29,10 +29,6 @@ class AccessKind(enum.StrEnum):
         return cls.BLOCK if isinstance(capability.access_type, t.BlockAccess) else cls.MOUNT
 
 
-def _dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(value or {})
-
-
 @attrs.frozen(kw_only=True)
 class Attachment:
     """A ControllerPublishVolume of the volume to ``node_id``."""
@@ -61,6 +57,18 @@ class Publication:
     capability: t.VolumeCapability
 
 
+def _strings(value: Mapping[str, str] | None) -> dict[str, str]:
+    return dict(value or {})
+
+
+def _attachments(value: Mapping[str, Attachment] | None) -> dict[str, Attachment]:
+    return dict(value or {})
+
+
+def _publications(value: Mapping[str, Publication] | None) -> dict[str, Publication]:
+    return dict(value or {})
+
+
 @attrs.frozen(kw_only=True)
 class VolumeRecord:
     """A volume; ``attachments`` by node id, ``publications`` by target path."""
@@ -69,13 +77,15 @@ class VolumeRecord:
     name: str
     capacity_bytes: int
     kind: AccessKind
-    parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_dict)
-    mutable_parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_dict)
+    parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_strings)
+    mutable_parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_strings)
     source: t.ContentSource | None = None
     created: float = 0.0
-    attachments: Mapping[str, Attachment] = attrs.field(factory=dict, converter=_dict)
+    attachments: Mapping[str, Attachment] = attrs.field(factory=dict, converter=_attachments)
     staging: Staging | None = None
-    publications: Mapping[str, Publication] = attrs.field(factory=dict, converter=_dict)
+    publications: Mapping[str, Publication] = attrs.field(
+        factory=dict, converter=_publications
+    )
 
     @property
     def in_use(self) -> bool:
@@ -102,7 +112,7 @@ class SnapshotRecord:
     size_bytes: int
     kind: AccessKind
     created: float
-    parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_dict)
+    parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_strings)
     group_snapshot_id: str = ""
 
     def to_snapshot(self) -> t.Snapshot:
@@ -126,13 +136,13 @@ class GroupSnapshotRecord:
     source_volume_ids: tuple[str, ...]
     snapshot_ids: tuple[str, ...]
     created: float
-    parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_dict)
+    parameters: Mapping[str, str] = attrs.field(factory=dict, converter=_strings)
 
 
 # --- JSON ---------------------------------------------------------------------------
 
 
-def capability_to_json(cap: t.VolumeCapability) -> dict[str, Any]:
+def capability_to_json(cap: t.VolumeCapability) -> dict[str, object]:
     """A capability as a plain dict."""
     if isinstance(cap.access_type, t.BlockAccess):
         return {"mode": int(cap.access_mode), "block": True}
@@ -175,7 +185,7 @@ def _source_from_json(data: Mapping[str, str] | None) -> t.ContentSource | None:
     return t.VolumeSource(volume_id=data["volume_id"])
 
 
-def volume_to_json(rec: VolumeRecord) -> dict[str, Any]:
+def volume_to_json(rec: VolumeRecord) -> dict[str, object]:
     """A volume record as a plain dict."""
     return {
         "volume_id": rec.volume_id,
@@ -256,7 +266,7 @@ def volume_from_json(data: Mapping[str, Any]) -> VolumeRecord:
     )
 
 
-def snapshot_to_json(rec: SnapshotRecord) -> dict[str, Any]:
+def snapshot_to_json(rec: SnapshotRecord) -> dict[str, object]:
     """A snapshot record as a plain dict."""
     return {
         "snapshot_id": rec.snapshot_id,
@@ -284,7 +294,7 @@ def snapshot_from_json(data: Mapping[str, Any]) -> SnapshotRecord:
     )
 
 
-def group_to_json(rec: GroupSnapshotRecord) -> dict[str, Any]:
+def group_to_json(rec: GroupSnapshotRecord) -> dict[str, object]:
     """A group snapshot record as a plain dict."""
     return {
         "group_snapshot_id": rec.group_snapshot_id,

@@ -9,8 +9,9 @@ SQLite (:class:`kubevol.csidriver.drivers.hostpath.state.SqliteStore`).
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar, overload
 
 from kubevol.csidriver.drivers.engine.records import (
     GroupSnapshotRecord,
@@ -39,8 +40,21 @@ TABLES = ("volumes", "snapshots", "groups")
 #: A changed record: ``(table, key, record now)``, the record None when it was removed.
 Record = tuple[str, str, object]
 
+#: A change journaled by :meth:`DriverState.end`: ``(table, key, before, after)``, each of
+#: ``before``/``after`` a record or the absent-marker.
+Change = tuple[str, str, object, object]
+
 _V = TypeVar("_V")
-_ABSENT: Any = object()
+_T = TypeVar("_T")
+
+
+class _Absent(enum.Enum):
+    """The marker for a key that is not in a table (None could be a value)."""
+
+    ABSENT = "absent"
+
+
+_ABSENT: Final = _Absent.ABSENT
 
 
 class _Table(dict[str, _V]):
@@ -55,7 +69,7 @@ class _Table(dict[str, _V]):
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
-        self.journal: list[tuple[str, str, Any]] | None = None
+        self.journal: list[tuple[str, str, object]] | None = None
         #: Record name -> the keys of the records with that name (insertion order).
         self.by_name: dict[str, dict[str, None]] = {}
         #: The sum of the records' ``capacity_bytes`` (volumes; 0 in the other tables).
@@ -65,7 +79,7 @@ class _Table(dict[str, _V]):
         if self.journal is not None:
             self.journal.append((self.name, key, dict.get(self, key, _ABSENT)))
 
-    def _index(self, key: str, before: Any, after: Any) -> None:
+    def _index(self, key: str, before: object, after: object) -> None:
         if before is not _ABSENT:
             name = getattr(before, "name", None)
             keys = self.by_name.get(name) if isinstance(name, str) else None
@@ -107,7 +121,13 @@ class _Table(dict[str, _V]):
         self._note(key)
         self.drop(key)
 
-    def pop(self, key: str, *default: Any) -> Any:
+    @overload
+    def pop(self, key: str, /) -> _V: ...
+    @overload
+    def pop(self, key: str, default: _V, /) -> _V: ...
+    @overload
+    def pop(self, key: str, default: _T, /) -> _V | _T: ...
+    def pop(self, key: str, /, *default: object) -> object:
         if key in self:
             self._note(key)
             value = dict.__getitem__(self, key)
@@ -151,7 +171,7 @@ class DriverState:
         self.volumes: _Table[VolumeRecord] = _Table("volumes")
         self.snapshots: _Table[SnapshotRecord] = _Table("snapshots")
         self.groups: _Table[GroupSnapshotRecord] = _Table("groups")
-        self._journal: list[tuple[str, str, Any]] = []
+        self._journal: list[tuple[str, str, object]] = []
 
     def copy(self) -> DriverState:
         """A copy sharing the (immutable) records."""
@@ -162,9 +182,9 @@ class DriverState:
                 table.put(key, record)
         return other
 
-    def table(self, name: str) -> _Table[Any]:
+    def table(self, name: str) -> _Table[object]:
         """The table ``name`` (one of :data:`TABLES`)."""
-        table: _Table[Any] = getattr(self, name)
+        table: _Table[object] = getattr(self, name)
         return table
 
     def record(self, name: str, key: str) -> object:
@@ -177,12 +197,12 @@ class DriverState:
         for name in TABLES:
             self.table(name).journal = self._journal
 
-    def end(self) -> list[tuple[str, str, Any, Any]]:
+    def end(self) -> list[Change]:
         """Stop journaling; ``(table, key, before, after)`` of each changed key, once each
         (``before``/``after`` is an absent-marker for a key that did not/does not exist)."""
         for name in TABLES:
             self.table(name).journal = None
-        first: dict[tuple[str, str], Any] = {}
+        first: dict[tuple[str, str], object] = {}
         for name, key, before in self._journal:
             first.setdefault((name, key), before)
         self._journal = []
@@ -192,7 +212,7 @@ class DriverState:
             if before is not dict.get(self.table(name), key, _ABSENT)
         ]
 
-    def undo(self, changes: list[tuple[str, str, Any, Any]]) -> None:
+    def undo(self, changes: list[Change]) -> None:
         """Put back the value before each change that nobody changed again since."""
         for name, key, before, after in reversed(changes):
             table = self.table(name)
@@ -219,7 +239,7 @@ class DriverState:
         """The capacity of every volume together (O(1))."""
         return self.volumes.capacity
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Everything as one JSON-friendly dict."""
         return {
             "format": STATE_FORMAT,
@@ -251,14 +271,17 @@ class DriverState:
         return state
 
 
-_CODECS: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Mapping[str, Any]], Any]]] = {
+#: Per table: the record to JSON (the record's type depends on the table), JSON to record.
+_CODECS: dict[
+    str, tuple[Callable[[Any], dict[str, object]], Callable[[Mapping[str, Any]], object]]
+] = {
     "volumes": (volume_to_json, volume_from_json),
     "snapshots": (snapshot_to_json, snapshot_from_json),
     "groups": (group_to_json, group_from_json),
 }
 
 
-def record_to_json(table: str, record: object) -> dict[str, Any]:
+def record_to_json(table: str, record: object) -> dict[str, object]:
     """A record of ``table`` as the JSON-friendly dict :meth:`DriverState.to_json` holds."""
     return _CODECS[table][0](record)
 

@@ -16,6 +16,8 @@ import grpc
 
 from kubevol.csi._rpc import RPC, rpc_for_path
 
+#: A request or response: the CSI message of whichever RPC the middleware wraps (the
+#: middlewares read requests generically, by field name).
 Message = Any
 #: Calls the next layer (eventually the driver's method) with a request.
 Proceed = Callable[[Message], Message]
@@ -30,7 +32,7 @@ class CallInfo:
     metadata: Mapping[str, str] = attrs.field(factory=dict)
 
 
-def _metadata(details: Any) -> dict[str, str]:
+def _metadata(details: grpc.HandlerCallDetails) -> dict[str, str]:
     found: dict[str, str] = {}
     for item in details.invocation_metadata or ():
         key, value = item
@@ -51,10 +53,16 @@ class Middleware(grpc.ServerInterceptor, abc.ABC):  # type: ignore[misc]  # grpc
         return True
 
     @abc.abstractmethod
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
         """Run around one call: return ``proceed(request)``'s answer, or raise to fail it."""
 
-    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
@@ -64,7 +72,7 @@ class Middleware(grpc.ServerInterceptor, abc.ABC):  # type: ignore[misc]  # grpc
         inner = handler.unary_unary
         call = CallInfo(rpc=rpc, metadata=_metadata(handler_call_details))
 
-        def behavior(request: Message, context: Any) -> Message:
+        def behavior(request: Message, context: grpc.ServicerContext) -> Message:
             return self.handle(call, request, context, lambda req: inner(req, context))
 
         return handler._replace(unary_unary=behavior)

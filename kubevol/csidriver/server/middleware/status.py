@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import grpc
 
@@ -22,7 +21,9 @@ class StatusMiddleware(Middleware):
     secrets.
     """
 
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
         try:
             return proceed(request)
         except Exception as exc:
@@ -41,7 +42,7 @@ class StatusMiddleware(Middleware):
             raise AssertionError("unreachable: context.abort raises") from exc
 
 
-def _aborted_code(context: Any) -> grpc.StatusCode | None:
+def _aborted_code(context: object) -> grpc.StatusCode | None:
     """The status an inner layer already set with ``context.abort``, if any."""
     code_of = getattr(context, "code", None)
     if code_of is None:
@@ -53,7 +54,7 @@ def _aborted_code(context: Any) -> grpc.StatusCode | None:
     return code if isinstance(code, grpc.StatusCode) else None
 
 
-def _aborted_details(context: Any) -> str:
+def _aborted_details(context: object) -> str:
     details_of = getattr(context, "details", None)
     try:
         raw = details_of() if details_of is not None else b""
@@ -62,7 +63,7 @@ def _aborted_details(context: Any) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
 
 
-def call_status(exc: BaseException, context: Any) -> tuple[grpc.StatusCode, str]:
+def call_status(exc: BaseException, context: object) -> tuple[grpc.StatusCode, str]:
     """The status a failed call ends with: set by ``context.abort``, else from ``exc``."""
     code = _aborted_code(context)
     if code is not None:
