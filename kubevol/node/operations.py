@@ -41,6 +41,7 @@ from kubevol.errors import (
     KubevolError,
     MountError,
     PluginNotFoundError,
+    TransientOperationError,
     UncertainProgressError,
     is_operation_finished,
 )
@@ -92,6 +93,12 @@ Operation = Callable[[], None]
 
 #: How long a mount waits for its device to be attached (the kubelet's ``waitForAttachTimeout``).
 WAIT_FOR_ATTACH_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+#: The only access mode of a volume one pod at a time may use.
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+#: The kubelet's words for a second pod wanting such a volume (operation_generator.go).
+RWOP_IN_USE = "volume uses the ReadWriteOncePod access mode and is already in use by another pod"
 
 
 def operation_key(kind: OperationKind, unique_name: str, pod_uid: str, node: str) -> OperationKey:
@@ -349,10 +356,28 @@ class OperationGenerator:
 
     # -- set up / tear down ------------------------------------------------------------------
 
+    def _refuse_if_another_pod_has_it(self, v: VolumeToMount) -> None:
+        """The kubelet's ReadWriteOncePod rule (operation_generator.go, before a set-up or a
+        map): a PersistentVolume whose only access mode is ReadWriteOncePod is set up for
+        no second pod while another pod has it mounted, or may have (uncertain). Nothing
+        has changed yet, so the refusal is retried: the pod gets the volume once the other
+        pod's use of it has ended."""
+        if not v.spec.is_persistent_volume:
+            return
+        pv_spec = v.spec.persistent_volume.spec
+        if list(getattr(pv_spec, "access_modes", None) or ()) != [READ_WRITE_ONCE_POD]:
+            return
+        current = self.actual.volume(v.unique_name)
+        if current is not None and any(
+            p.pod_uid != v.pod_uid and p.state is not MountState.UNMOUNTED for p in current.pods
+        ):
+            raise TransientOperationError(RWOP_IN_USE)
+
     def set_up(self, v: VolumeToMount) -> Operation:
         """Set the volume up for the pod (publish, bind, create the directory...)."""
 
         def run() -> None:
+            self._refuse_if_another_pod_has_it(v)
             plugin = self.mgr.find_plugin_by_name(v.plugin_name)
             mounter = plugin.new_mounter(v.spec, v.pod, volume_options(v.spec))
             path = mounter.get_path()
@@ -511,6 +536,7 @@ class OperationGenerator:
         pod's device path and bind it under the global map path (one file per pod)."""
 
         def run() -> None:
+            self._refuse_if_another_pod_has_it(v)
             plugin = self._mapper_plugin(v.plugin_name)
             mapper = plugin.new_block_volume_mapper(v.spec, v.pod, volume_options(v.spec))
             self.host.make_pod_dirs(v.pod_uid)
