@@ -53,7 +53,7 @@ def desired_pod(
         outer = volume.get("name")
         if not outer:
             raise SpecError(f"{where} has a volume without a name")
-        spec, mode, size = _spec_for(pod, volume, manifests, where)
+        spec, mode, size, claim_size = _spec_for(pod, volume, manifests, where)
         if (outer in block_names) != (mode is VolumeMode.BLOCK):
             raise SpecError(
                 f"{where}: volume {outer!r} is used as "
@@ -62,7 +62,8 @@ def desired_pod(
             )
         volumes.append(
             volume_to_mount(
-                mgr, spec, v1pod, uid, outer, mode=mode, fs_group=fs_group, size=size
+                mgr, spec, v1pod, uid, outer, mode=mode, fs_group=fs_group, size=size,
+                claim_size=claim_size,
             )
         )
     return DesiredPod(uid=uid, pod=v1pod, volumes=tuple(volumes))
@@ -70,10 +71,12 @@ def desired_pod(
 
 def _spec_for(
     pod: Mapping[str, Any], volume: Mapping[str, Any], manifests: Manifests, where: str
-) -> tuple[Spec, VolumeMode, int | None]:
+) -> tuple[Spec, VolumeMode, int | None, int | None]:
+    """The volume's Spec and mode, the size its PersistentVolume asks for and the size its
+    claim's status reports (what the volume had when last expanded), when known."""
     claim = claim_name(pod, volume)
     if not claim:
-        return Spec.from_manifest(dict(volume)), VolumeMode.FILESYSTEM, None
+        return Spec.from_manifest(dict(volume)), VolumeMode.FILESYSTEM, None, None
     namespace = namespace_of(pod)
     pvc = manifests.pvcs.get((namespace, claim))
     ephemeral = volume.get("ephemeral") is not None
@@ -98,7 +101,8 @@ def _spec_for(
     pv_spec = pv.get("spec") or {}
     mode = VolumeMode(pv_spec.get("volumeMode") or VolumeMode.FILESYSTEM.value)
     capacity = (pv_spec.get("capacity") or {}).get("storage")
-    return spec, mode, quantity_bytes(capacity)
+    claimed = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    return spec, mode, quantity_bytes(capacity), quantity_bytes(claimed)
 
 
 def volume_to_mount(
@@ -111,6 +115,7 @@ def volume_to_mount(
     mode: VolumeMode = VolumeMode.FILESYSTEM,
     fs_group: int | None = None,
     size: int | None = None,
+    claim_size: int | None = None,
 ) -> VolumeToMount:
     """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its roles (one
     lookup), the unique name and the device mount path (filesystem volumes)."""
@@ -133,6 +138,7 @@ def volume_to_mount(
         device_mount_path=identity.device_mount_path,
         fs_group=fs_group,
         size=size,
+        claim_size=claim_size,
     )
 
 @attrs.frozen(kw_only=True)

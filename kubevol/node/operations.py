@@ -416,13 +416,16 @@ class OperationGenerator:
         """Once the volume is set up or mapped, the size it has on the node when not known
         yet (the kubelet's ``InitializeClaimSize``): the size recorded under the root (it
         was on the node before this process, perhaps smaller than asked now: then the
-        reconciler expands it), else the size asked for, recorded."""
+        reconciler expands it), else the size the claim's status reports (an expansion
+        done while no pod used the volume leaves it below the size asked: the reconciler
+        then expands it on the node, as the kubelet does for offline expansion), else
+        the size asked for; recorded."""
         volume = self.actual.volume(v.unique_name)
         if volume is None or volume.size is not None or v.size is None:
             return
         size = self.sizes.get(v.unique_name)
         if size is None:
-            size = v.size
+            size = v.claim_size if v.claim_size is not None else v.size
             self.sizes.set(v.unique_name, size)
         self.actual.set_size(v.unique_name, size)
 

@@ -105,7 +105,9 @@ class VolumeToMount:
     ``pod`` is the ``V1Pod``; ``outer_name`` the name in the pod's ``volumes`` list;
     ``spec.name()`` (the PersistentVolume's name for claims) names the pod's volume
     directory. ``attachable``/``device_mountable`` say what the plugin does for it.
-    ``size`` is the size asked for (bytes), when known.
+    ``size`` is the size asked for (bytes), when known; ``claim_size`` the size the claim's
+    status reports (the size the volume had when last expanded: smaller than ``size`` after
+    an expansion the node has not finished yet).
     """
 
     unique_name: str
@@ -121,6 +123,7 @@ class VolumeToMount:
     device_mount_path: str = ""
     fs_group: int | None = None
     size: int | None = None
+    claim_size: int | None = None
 
     @property
     def spec_name(self) -> str:

@@ -145,6 +145,47 @@ def test_up_expands_a_grown_block_claim(
     assert device_size(raw_link(root)) == 32 * MiB
 
 
+def claim_status(text: str, size: str) -> str:
+    """``text`` (from :func:`pv`) with the claim's ``status.capacity`` set to ``size``."""
+    assert text.count("kind: PersistentVolumeClaim\n") == 1
+    return text.replace("kind: PersistentVolumeClaim\n",
+                        f"kind: PersistentVolumeClaim\nstatus: {{capacity: {{storage: {size}}}}}\n")
+
+
+@pytest.mark.parametrize("status", ["16Mi", None])
+def test_up_expands_a_claim_grown_while_no_pod_used_it(
+    tmp_path: Path, hostpath: RecordedHostPath, capsys: pytest.CaptureFixture[str],
+    status: str | None,
+) -> None:
+    """Offline expansion (volume_expand.go, "Verify if offline PVC expansion works"): the
+    volume was grown by the controller while no pod used it, so the PersistentVolume asks
+    32Mi and the claim's status still reports 16Mi. The first `up` expands it on the node
+    (the kubelet's InitializeClaimSize takes the size from the claim's status), and the
+    filesystem has the new size. Without a status (the counter-check) the node cannot know
+    and does not expand."""
+    root = tmp_path / "root"
+    handle = hostpath.create_volume("web-data", 16 * MiB)
+    hostpath.controller_expand(handle, 32 * MiB)
+    manifest = tmp_path / "web.yaml"
+    text = web_manifest(handle, "32Mi")
+    manifest.write_text(claim_status(text, status) if status else text)
+    assert up(tmp_path, hostpath, manifest) == 0
+    mount = f"{root}/pods/{UIDS['web']}/volumes/kubernetes.io~csi/pv-web/mount"
+    capsys.readouterr()
+    assert main(["csi", "node", "stats", "-e", hostpath.endpoint, "-o", "json",
+                 f"{handle}:{mount}"]) == 0
+    stats = capsys.readouterr().out
+    if status is None:
+        assert hostpath.calls(EXPAND) == []
+        return
+    (request,) = hostpath.calls(EXPAND)
+    assert request.volume_path == mount
+    assert request.capacity_range.required_bytes == 32 * MiB
+    assert '"total": 33554432' in stats
+    assert up(tmp_path, hostpath, manifest) == 0
+    assert len(hostpath.calls(EXPAND)) == 1
+
+
 @pytest.fixture
 def run_agent(tmp_path: Path, hostpath: RecordedHostPath) -> Iterator[Callable[[], Agent]]:
     threads = AgentThreads()
