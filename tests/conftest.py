@@ -14,13 +14,21 @@ from typing import Any
 import pytest
 
 from kubevol.csi.client import CSIClient
+from kubevol.csidriver.drivers.common import RunningDriver
+from kubevol.csidriver.drivers.hostpath import HostPathConfig, HostPathDriver
 from kubevol.csidriver.server import StoragePlugin, serve_in_background
 from kubevol.node.host import NodeVolumeHost
 from kubevol.testing.csi_driver import FakeCSIDriver
 from kubevol.testing.glusterfs import GlusterServer, missing_programs
 from kubevol.testing.kubelet_root import KubeletRoot, build_kubelet_root
-from kubevol.testing.mount_rig import KubeletTree, MountRig
-from tests.csi.support import ProcessFactory, Served, ServeFactory, wait_for_socket
+from kubevol.testing.mount_rig import KubeletTree, MountRig, unmount_all_under
+from tests.csi.support import (
+    HostPathServer,
+    ProcessFactory,
+    Served,
+    ServeFactory,
+    wait_for_socket,
+)
 
 # As kubevol.csi does (imported above, through the node host), before any test module
 # imports grpc: the tests fork+exec commands while gRPC channels live, and gRPC's fork
@@ -28,7 +36,7 @@ from tests.csi.support import ProcessFactory, Served, ServeFactory, wait_for_soc
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 #: Fixtures that mount (or start servers that do): a test using one needs root.
-ROOT_FIXTURES = frozenset({"rig", "real_node", "glusterfs", "env"})
+ROOT_FIXTURES = frozenset({"rig", "real_node", "glusterfs", "env", "serve_hostpath"})
 #: Fixtures that start a real etcd server.
 ETCD_FIXTURES = frozenset({"etcd_server", "etcd", "auth_etcd"})
 
@@ -84,6 +92,29 @@ def real_node(rig: MountRig, tmp_path: Path) -> KubeletRoot:
     :mod:`kubevol.testing.kubelet_root`, built from the kubelet's facts) at tmp_path/root, on
     the rig's real mounts, all undone afterwards."""
     return build_kubelet_root(rig, tmp_path / "root", pods=3)
+
+
+@pytest.fixture
+def serve_hostpath(tmp_path: Path) -> Iterator[HostPathServer]:
+    """The one in-process bundled hostpath driver of the tests (state under
+    ``tmp_path/hp``, a unix socket of its own). Afterwards the driver is stopped and
+    everything mounted under tmp_path (the driver's volumes, the tests' roots) unmounted.
+    Needs root."""
+    if os.geteuid() != 0:
+        pytest.fail("the hostpath driver mounts: run these tests as root (scripts/run-tests.sh)")
+    served: list[RunningDriver] = []
+
+    def serve(node_id: str = "n1") -> RunningDriver:
+        config = HostPathConfig(state_dir=str(tmp_path / "hp"), node_id=node_id)
+        served.append(HostPathDriver(config).serve())
+        return served[-1]
+
+    try:
+        yield serve
+    finally:
+        for running in served:
+            running.stop(grace=2)
+        unmount_all_under(tmp_path)
 
 
 @pytest.fixture

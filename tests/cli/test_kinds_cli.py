@@ -8,9 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,10 @@ import pytest
 from kubevol.cli.demo import examples_dir
 from kubevol.cli.main import main
 from kubevol.csidriver.drivers.common import RunningDriver
-from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.testing.mount_rig import mounts_under
 from tests.cli.test_node_cli import create_volume, run_json
+from tests.csi.support import HostPathServer
 
 CANARY_SECRET = "canary-secret-9d41c"
 CANARY_TOKEN = "canary-token-5be07"
@@ -28,16 +27,8 @@ NODE = "demo-node"
 
 
 @pytest.fixture
-def driver(tmp_path: Path) -> Iterator[RunningDriver]:
-    if os.geteuid() != 0:
-        pytest.fail("the node CLI tests need root (real mounts)")
-    running = HostPathDriver(HostPathConfig(state_dir=str(tmp_path / "hp"), node_id=NODE)).serve()
-    try:
-        yield running
-    finally:
-        for point in reversed(mounts_under(tmp_path)):
-            subprocess.run(["umount", "-l", point], check=False)
-        running.stop()
+def driver(serve_hostpath: HostPathServer) -> RunningDriver:
+    return serve_hostpath(NODE)
 
 
 def example(tmp_path: Path, handle: str) -> Path:

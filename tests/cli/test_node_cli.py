@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,29 +15,22 @@ from kubevol.cli.main import main
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.common import RunningDriver
-from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.privileges import missing_privileges
 from kubevol.node.records import PodRecord, PodRecords
 from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec
 from kubevol.testing.mount_rig import mounts_under
+from tests.csi.support import HostPathServer
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def driver(tmp_path: Path) -> Iterator[RunningDriver]:
+def driver(serve_hostpath: HostPathServer) -> RunningDriver:
     """The hostpath driver served in-process; everything under tmp_path unmounted after."""
-    if os.geteuid() != 0:
-        pytest.fail("the node CLI tests need root (real mounts)")
-    running = HostPathDriver(HostPathConfig(state_dir=str(tmp_path / "hp"), node_id="n1")).serve()
-    try:
-        yield running
-    finally:
-        for point in reversed(mounts_under(tmp_path)):
-            subprocess.run(["umount", "-l", point], check=False)
-        running.stop()
+    return serve_hostpath()
 
 
 def write_manifest(tmp_path: Path, handle: str, *, claim_volume: str = "pv1") -> Path:

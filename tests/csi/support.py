@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kubevol.csi.client import CSIClient
+from kubevol.csidriver.drivers.common import RunningDriver
 from kubevol.csidriver.server import ServerHandle, StoragePlugin
 from kubevol.testing.csi_driver import FakeCSIDriver
 
@@ -31,6 +32,9 @@ def make_plugin(**kwargs: Any) -> tuple[StoragePlugin, FakeCSIDriver]:
 
 ServeFactory = Callable[..., Served]
 ProcessFactory = Callable[..., "subprocess.Popen[bytes]"]
+#: The ``serve_hostpath`` fixture: serves the bundled hostpath driver in this process,
+#: ``serve_hostpath(node_id="n1")``.
+HostPathServer = Callable[..., RunningDriver]
 
 
 def wait_for_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.errors import DeviceStillMountedError
 from kubevol.mount import LinuxMounter
 from kubevol.mount import guard as guard_module
@@ -23,24 +23,17 @@ from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import AttachedVolume, MountState
-from kubevol.testing.mount_rig import MountRig, mounted_at, mounts_under, unmount_all_under
+from kubevol.testing.mount_rig import MountRig, mounted_at, mounts_under
+from tests.csi.support import HostPathServer
 
 #: Every test here mounts or otherwise needs root.
 pytestmark = pytest.mark.root
 
 
 @pytest.fixture
-def hostpath(tmp_path: Path) -> Iterator[str]:
-    """The hostpath driver served in this process; its endpoint. Mounts under tmp_path are
-    undone afterwards."""
-    if os.geteuid() != 0:
-        pytest.fail("the node tests need root (real mounts)")
-    running = HostPathDriver(HostPathConfig(state_dir=str(tmp_path / "hp-state"))).serve()
-    try:
-        yield running.endpoint
-    finally:
-        running.stop(grace=2)
-        unmount_all_under(tmp_path)
+def hostpath(serve_hostpath: HostPathServer) -> str:
+    """The hostpath driver served in this process; its endpoint."""
+    return serve_hostpath().endpoint
 
 
 def _pod_with_volume(handle: str) -> Manifests:

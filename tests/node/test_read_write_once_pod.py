@@ -11,14 +11,14 @@ import pytest
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.node.desired import desired_pod
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
 from kubevol.node.operations import RWOP_IN_USE
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
-from kubevol.testing.mount_rig import unmount_all_under
+from tests.csi.support import HostPathServer
 
 pytestmark = pytest.mark.root
 
@@ -44,21 +44,17 @@ def manifests(handle: str, access_modes: list[str]) -> Manifests:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[tuple[NodeRuntime, str]]:
+def node(tmp_path: Path, serve_hostpath: HostPathServer) -> Iterator[tuple[NodeRuntime, str]]:
     """A node runtime on the hostpath driver (served in this process) and a volume of it."""
-    running = HostPathDriver(HostPathConfig(state_dir=str(tmp_path / "hp"))).serve()
-    try:
-        with CSIClient(running.endpoint, timeout=30) as client:
-            handle = client.create_volume(
-                "v1", [t.VolumeCapability.mount()],
-                capacity_range=t.CapacityRange(required_bytes=16 << 20),
-            ).volume_id
-        with NodeRuntime(str(tmp_path / "root"), node_name="n1",
-                         csi_drivers={DRIVER_NAME: running.endpoint}) as runtime:
-            yield runtime, handle
-    finally:
-        running.stop(grace=2)
-        unmount_all_under(tmp_path)
+    running = serve_hostpath()
+    with CSIClient(running.endpoint, timeout=30) as client:
+        handle = client.create_volume(
+            "v1", [t.VolumeCapability.mount()],
+            capacity_range=t.CapacityRange(required_bytes=16 << 20),
+        ).volume_id
+    with NodeRuntime(str(tmp_path / "root"), node_name="n1",
+                     csi_drivers={DRIVER_NAME: running.endpoint}) as runtime:
+        yield runtime, handle
 
 
 def pod_states(manager: NodeVolumeManager) -> dict[str, MountState]:
