@@ -25,6 +25,9 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     # 3d26097: main before issue 18 (the driver the issue measured at 44 and 68 per second).
     ("csi_lifecycle", ("--skip-suite", "--lifecycles", "20", "--baseline", "3d26097"), False),
     ("down", (), False),
+    # Issue 36: the long-running agent (about 3.5 minutes; it mounts in a namespace of its
+    # own, re-executing itself like down).
+    ("agent", (), False),
     ("du", ("--repeat", "5"), False),
     ("manifests", (), False),
 )

@@ -39,17 +39,29 @@ from kubevol.testing.call_clock import CallClock
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 
 
-def manifests_for(i: int, handle: str, *, scratch: bool = False, uid: str | None = None) -> str:
+def manifests_for(
+    i: int, handle: str, *, scratch: bool = False, uid: str | None = None, full: bool = False
+) -> str:
     """Pod ``p{i}`` with a claim bound to a CSI PV of ``handle`` (and, with ``scratch``, an
-    emptyDir; with ``uid``, that metadata.uid), as one multi-document YAML text (JSON
-    documents)."""
+    emptyDir; with ``full``, an emptyDir, a configMap of its own ConfigMap ``cm{i}`` and a
+    projected service-account token as well, the pod of issue 36; with ``uid``, that
+    metadata.uid), as one multi-document YAML text (JSON documents)."""
     volumes: list[dict[str, Any]] = [
         {"name": "data", "persistentVolumeClaim": {"claimName": f"c{i}"}}
     ]
-    if scratch:
+    if scratch or full:
         volumes.append({"name": "scratch", "emptyDir": {}})
+    if full:
+        volumes.append({"name": "config", "configMap": {"name": f"cm{i}"}})
+        volumes.append({"name": "token", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]}})
     pod_meta = {"name": f"p{i}", "namespace": "bench"} | ({"uid": uid} if uid else {})
-    objects = [
+    objects: list[dict[str, object]] = [] if not full else [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": f"cm{i}", "namespace": "bench"},
+         "data": {"settings": f"pod {i}\n"}},
+    ]
+    objects += [
         {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv{i}"},
          "spec": {"capacity": {"storage": "16Mi"}, "accessModes": ["ReadWriteOnce"],
                   "csi": {"driver": DRIVER_NAME, "volumeHandle": handle}}},

@@ -1,7 +1,7 @@
 """Benchmark: ``kubevol down`` of many pods (an emptyDir and a CSI volume each, the bundled
 hostpath driver), against the same RPCs and removals issued directly, in the same run.
 
-Run as root: ``.venv/bin/python -m benchmarks.down [--pods 500] [--small 100]``
+Run as root: ``.venv/bin/python -m benchmarks.down [--pods 500] [--small 100] [--large 2000]``
 (it re-executes itself in a private mount namespace).
 
 The hostpath driver is served in this process on a unix socket, every RPC it answers
@@ -14,13 +14,15 @@ many threads as kubevol's workers (8): exactly the RPCs the driver answered duri
 ``kubevol down`` (NodeUnpublishVolume and NodeUnstageVolume on each pod's paths, and as
 many of every other RPC), then the removals (``vol_data.json`` files, the pod's
 directories, the emptyDir's files). ``--repeat`` rounds alternate the two sides and the
-medians are compared. The same is done with ``--small`` pods to see how kubevol's CPU
-grows with the number of pods.
+medians are compared. The same is done with ``--small`` and ``--large`` pods (``--large``
+in ``--large-repeat`` rounds: 2,000 pods take minutes) to see how kubevol's CPU grows with
+the number of pods.
 
-Targets: ``kubevol down`` wall time <= 1.2x the reference's; CPU per pod at ``--pods``
-<= 1.25x CPU per pod at ``--small`` (linear). Two rows without a target show where the wall
-time's ratio comes from: each side's CPU time, and the time from its start to its first
-NodeUnpublishVolume.
+Targets (issue 36): ``kubevol down`` wall time at ``--pods`` <= 1.5x the reference's (the
+earlier 1.2x was judged out of reach with the checks kubevol exists for); CPU per pod at
+``--large`` <= 1.25x CPU per pod at ``--small`` (linear). Two rows without a target show
+where the wall time's ratio comes from: each side's CPU time, and the time from its start
+to its first NodeUnpublishVolume.
 """
 
 from __future__ import annotations
@@ -234,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--small", type=int, default=100)
+    parser.add_argument("--large", type=int, default=2000,
+                        help="pods of the CPU-per-pod linearity row (against --small)")
+    parser.add_argument("--large-repeat", type=int, default=1,
+                        help="rounds at --large (each brings all the pods up twice)")
     parser.add_argument("--extra-mounts", type=int, default=0, metavar="N",
                         help="run among N unrelated bind mounts (a busy node's)")
     parser.add_argument("--repeat", type=int, default=3,
@@ -243,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     print(load_average())
     small = measure(args.small, args.repeat, args.extra_mounts)
     big = measure(args.pods, args.repeat, args.extra_mounts)
-    for pods, m in ((args.small, small), (args.pods, big)):
+    large = measure(args.large, args.large_repeat, args.extra_mounts)
+    for pods, m in ((args.small, small), (args.pods, big), (args.large, large)):
         print(f"{pods} pods (medians): kubevol down {m.wall:.2f} s wall, {m.cpu:.2f} s CPU "
               f"({m.cpu / pods * 1000:.1f} ms per pod); direct {m.reference_wall:.2f} s, "
               f"{m.reference_cpu:.2f} s CPU; RPCs: {dict(m.rpcs)}")  # fmt: skip
@@ -253,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         kubevol=big.wall,
         reference=big.reference_wall,
         reference_name="same RPCs and removals, direct",
-        max_ratio=1.2,
+        max_ratio=1.5,
     )
     emit(row)
     # Where the wall time's ratio comes from (information rows): on 2 cores, with the
@@ -270,17 +277,17 @@ def main(argv: list[str] | None = None) -> int:
         unit="s", kubevol=big.first_unpublish, reference=big.reference_first_unpublish,
         reference_name="the direct reference's",
     ))
-    growth = (big.cpu / args.pods) / (small.cpu / args.small)
+    growth = (large.cpu / args.large) / (small.cpu / args.small)
     cpu_row = Row(
-        work=f"kubevol down CPU per pod, {args.pods} vs {args.small} pods",
+        work=f"kubevol down CPU per pod, {args.large} vs {args.small} pods",
         unit="ms/pod",
-        kubevol=big.cpu / args.pods * 1000,
+        kubevol=large.cpu / args.large * 1000,
         reference=small.cpu / args.small * 1000,
         reference_name=f"at {args.small} pods",
         max_ratio=1.25,
     )
     emit(cpu_row)
-    print(f"CPU per pod grows {growth:.2f}x from {args.small} to {args.pods} pods")
+    print(f"CPU per pod grows {growth:.2f}x from {args.small} to {args.large} pods")
     print(load_average())
     return 0 if row.met and cpu_row.met else 1
 

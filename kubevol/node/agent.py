@@ -2,10 +2,14 @@
 manager loop, with its static-pod source and metrics).
 
 Start-up: the pod records of the root are read and the volumes on disk reconstructed
-(everything found is uncertain until an operation confirms it), then the sources are read
-and the loop converges. The loop runs a reconciler pass every ``period`` seconds while
-there is work (the kubelet's 100 ms); once converged it runs one only when a source changed,
-an operation ended, or every ``RESYNC_PERIOD`` seconds, and otherwise sleeps on its
+(everything found is uncertain until an operation confirms it, but what a desired pod's
+volumes show finished: a device or pod mount in place, a projected payload; see
+:meth:`Agent._adopt`), then the sources are read and the loop converges; it logs
+``settled:`` the first time nothing is left to do. A pass looks only at what changed since
+the last one (a pod of the sources, a volume whose operation ended, a volume due for its
+periodic set-up), every ``period`` seconds while there is work (the kubelet's 100 ms) and
+at once when an operation ends or a source changes; a pass over every volume runs first and
+then every ``RESYNC_PERIOD`` seconds as a safety net. Otherwise the loop sleeps on its
 sources, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
 by SIGTERM) takes no new work, lets running operations finish (for ``STOP_TIMEOUT`` at
 most), and never tears a volume down because the agent stops.
@@ -30,7 +34,8 @@ import os
 import select
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import attrs
 
@@ -42,17 +47,32 @@ from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
 from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
-from kubevol.node.manifests import Manifests, manifest_pod_uid
+from kubevol.node.manifests import (
+    ApiDict,
+    Manifests,
+    claim_name,
+    manifest_pod_uid,
+    namespace_of,
+    referenced_config_maps,
+)
+from kubevol.node.mountcheck import MountCheck
 from kubevol.node.podevents import PodVolumeEvents
+from kubevol.node.reconstruct import Reconstruction
 from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
+from kubevol.node.state import DesiredPod, MountState, VolumeMode
 from kubevol.node.static_pods import ManifestDirectory
+from kubevol.node.subpaths import pod_containers
+from kubevol.plugins.atomic_writer import DATA_DIR_NAME
 from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
 from kubevol.plugins.csi.registration.watcher import PluginWatcher
+from kubevol.spec import Spec
 from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
+
+_K = TypeVar("_K")
 
 #: The kubelet's reconciler loop period (seconds).
 LOOP_PERIOD = 0.1
@@ -60,8 +80,9 @@ LOOP_PERIOD = 0.1
 IDLE_PERIOD = 1.0
 #: The kubelet's --volume-stats-agg-period default (seconds).
 VOLUME_STATS_PERIOD = 60.0
-#: How often an idle agent reconciles anyway (seconds).
-RESYNC_PERIOD = 10.0
+#: How often the agent looks at every volume anyway (seconds): the safety net of passes
+#: that look only at what changed (volumes due for their periodic set-up are found without).
+RESYNC_PERIOD = 60.0
 #: The source of the agent's Events (what ``kubectl describe`` shows under "From").
 EVENT_SOURCE = "kubevol"
 #: How long stopping waits for running operations: one stuck below a dead mount (its thread
@@ -94,6 +115,66 @@ class OwnedPods:
         """Replace the owned UIDs (durably)."""
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         write_json_atomically(self.path, sorted(uids))
+
+
+@attrs.frozen(kw_only=True)
+class _PodRefs:
+    """What a pod manifest refers to by name: its UID, ConfigMaps and claims (by
+    namespace and name)."""
+
+    pod: ApiDict
+    uid: str
+    config_maps: frozenset[tuple[str, str]]
+    claims: frozenset[tuple[str, str]]
+    csi_inline: bool
+
+    @classmethod
+    def of(cls, pod: ApiDict) -> _PodRefs:
+        namespace = namespace_of(pod)
+        volumes = (pod.get("spec") or {}).get("volumes") or []
+        return cls(
+            pod=pod, uid=manifest_pod_uid(pod),
+            config_maps=frozenset((namespace, n) for n in referenced_config_maps(pod)),
+            claims=frozenset((namespace, c) for v in volumes if (c := claim_name(pod, v))),
+            csi_inline=any(v.get("csi") is not None for v in volumes),
+        )
+
+
+class _ChangedObjects:
+    """The objects other than pods that differ between two sets of manifests (by identity:
+    a file read again gives new objects), and which pods that may change."""
+
+    def __init__(self, old: Manifests, new: Manifests) -> None:
+        self.config_maps = self._keys(old.config_maps, new.config_maps)
+        self.pvcs = self._keys(old.pvcs, new.pvcs)
+        self.pvs = self._keys(old.pvs, new.pvs)
+        self.csi_drivers = bool(self._keys(old.csi_drivers, new.csi_drivers))
+
+    @staticmethod
+    def _keys(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> set[_K]:
+        if old is new:
+            return set()
+        return {k for k in old.keys() | new.keys() if old.get(k) is not new.get(k)}
+
+    @staticmethod
+    def fresh(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> dict[_K, ApiDict]:
+        """The objects of ``new`` that ``old`` does not have as they are."""
+        return {k: v for k, v in new.items() if old.get(k) is not v}
+
+    def affects(self, refs: _PodRefs, manifests: Manifests) -> bool:
+        """Whether the objects the pod of ``refs`` is built from may have changed (the pod
+        object itself is compared by the caller)."""
+        if refs.config_maps & self.config_maps or refs.claims & self.pvcs:
+            return True
+        if self.csi_drivers and (refs.claims or refs.csi_inline):
+            return True
+        if self.pvs:
+            for key in refs.claims:
+                pvc = manifests.pvcs.get(key)
+                name = ((pvc or {}).get("spec") or {}).get("volumeName")
+                if not name or name in self.pvs:
+                    return True
+        return False
 
 
 class Agent(ClosesOnExit):
@@ -162,10 +243,17 @@ class Agent(ClosesOnExit):
         )
         #: The pods last built from the sources, by UID (:meth:`_built_pod`).
         self._built: dict[str, NewPod] = {}
+        #: What each pod of the sources refers to, by UID and by the pod object's id.
+        self._refs: dict[str, _PodRefs] = {}
+        self._refs_by_id: dict[int, _PodRefs] = {}
+        #: The sources' objects as :meth:`apply_sources` last saw them.
+        self._last_manifests = Manifests()
         #: Pods of the sources that cannot be run, with why (by UID or file name).
         self.invalid: dict[str, str] = {}
         #: Set once the first reconciler pass finished.
         self.ready = threading.Event()
+        #: Set once the loop first had nothing left to do.
+        self.settled = threading.Event()
         #: Set when the state may have changed (an operation ended, the sources changed).
         self._changed = threading.Event()
         #: Written to when an operation ends or the API server's pods change: the loop's
@@ -175,7 +263,10 @@ class Agent(ClosesOnExit):
         if self.api is not None:
             self.api.on_change = self._poke
         self._last_pass = 0.0
+        self._last_full = 0.0
+        self._last_remount_check = 0.0
         self._running = False
+        self._started = time.monotonic()
 
     def running_pods(self) -> list[str]:
         """UIDs of the pods from the agent's sources that it runs now."""
@@ -230,18 +321,31 @@ class Agent(ClosesOnExit):
         if self.source is not None and not self.source.present:
             keep |= self._owned  # a static pod directory not there yet says nothing is gone
         # The manifests' ConfigMaps, Secrets and CSIDriver objects, readable by the volumes
-        # (a record keeps the ConfigMaps and CSIDriver objects its pod uses, never a Secret).
-        self.runtime.learn(manifests)
+        # (a record keeps the ConfigMaps and CSIDriver objects its pod uses, never a Secret):
+        # those not learnt as they are already (a file not read again keeps its objects).
+        last, self._last_manifests = self._last_manifests, manifests
+        changed = _ChangedObjects(last, manifests)
+        self.runtime.learn(attrs.evolve(
+            manifests, pods=(), pvs={}, pvcs={},
+            config_maps=changed.fresh(last.config_maps, manifests.config_maps),
+            secrets=changed.fresh(last.secrets, manifests.secrets),
+            csi_drivers=changed.fresh(last.csi_drivers, manifests.csi_drivers),
+        ))
         wanted: dict[str, NewPod] = {}
         for pod in manifests.pods:
             try:
-                uid = manifest_pod_uid(pod)
+                uid, seen = self._pod_uid(pod)
                 if uid in wanted:
                     raise KubevolError(f"pod UID {uid} is given twice in the static pods")
                 other = self.pods.records.get(uid)
                 if other is not None and other.runs_for(Writer.UP) and uid not in self._owned:
                     raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
                                        "not taken over")
+                built = self._built.get(uid)
+                if seen and built is not None and not changed.affects(self._refs[uid],
+                                                                      manifests):
+                    wanted[uid] = built  # neither the pod nor what it refers to changed
+                    continue
                 one = attrs.evolve(manifests, pods=(pod,))
                 wanted[uid] = self._built_pod(uid, one)
             except KubevolError as exc:
@@ -249,6 +353,8 @@ class Agent(ClosesOnExit):
                 log.error("static pod %s cannot be run: %s", name, exc)
                 self.invalid[f"pod {name}"] = str(exc)
         self._built = {uid: b for uid, b in self._built.items() if uid in wanted}
+        self._refs = {uid: r for uid, r in self._refs.items() if uid in wanted}
+        self._refs_by_id = {id(r.pod): r for r in self._refs.values()}
         records = self.pods.records
         adding = [
             p for uid, p in wanted.items()
@@ -271,6 +377,17 @@ class Agent(ClosesOnExit):
         self.pods.apply(adding=adding, terminating=gone)
         self._changed.set()
 
+    def _pod_uid(self, pod: ApiDict) -> tuple[str, bool]:
+        """The pod's UID, and whether this very pod object was seen last time (what it
+        refers to is kept: :class:`_PodRefs`)."""
+        refs = self._refs_by_id.get(id(pod))
+        seen = refs is not None and refs.pod is pod
+        if refs is None or not seen:
+            refs = _PodRefs.of(pod)
+            self._refs_by_id[id(pod)] = refs
+        self._refs[refs.uid] = refs
+        return refs.uid, seen
+
     def _built_pod(self, uid: str, manifests: Manifests) -> NewPod:
         """The pod of ``manifests`` built for the volume manager, as last time when the
         objects it is made of (what its record keeps: pod, claims, volumes, ConfigMaps,
@@ -290,6 +407,7 @@ class Agent(ClosesOnExit):
         """Reconstruct, then reconcile until ``stop`` is set; returns after running
         operations finished. Raises KubevolError when a source fails for good."""
         self._running = True
+        self._started = time.monotonic()
         stats = threading.Thread(
             target=self._stats_loop, args=(stop,), name="kubevol-volume-stats", daemon=True
         )
@@ -305,7 +423,8 @@ class Agent(ClosesOnExit):
             if self.api is not None:
                 self.api.start()
                 log.info("watching the pods of node %s on the API server", self.api.node_name)
-            self.pods.reconstruct()
+            self._adopt(self.pods.reconstruct())
+            self._seed_built()
             self.apply_sources()
             stats.start()
             # ConfigMap, Secret, downwardAPI and projected volumes (service-account tokens
@@ -327,6 +446,78 @@ class Agent(ClosesOnExit):
             if self.events is not None:
                 self.events.recorder.close()
 
+    def _seed_built(self) -> None:
+        """Take the desired pods built from the agent's records (at start-up) as the pods
+        last built from the sources: a manifest that did not change while the agent was down
+        is not built again (:meth:`_built_pod` compares the objects)."""
+        for uid, record in self.pods.records.items():
+            pod = self.pods.manager.desired.pod(uid)
+            if pod is not None and uid in self._owned and record.runs_for(Writer.AGENT):
+                self._built[uid] = NewPod(record=record, desired=pod)
+
+    def _adopt(self, found: Reconstruction) -> None:
+        """Take as done what a restart finds finished of its own pods' volumes: a CSI
+        device mount (NodeStageVolume's mount point) and a pod's filesystem mount that the
+        scan found mounted, of a pod still desired, are marked mounted instead of
+        uncertain, so that nothing is staged or published again after a crash or a
+        restart (the driver's mount is its answer; every step before it is written before
+        the call). What is not found mounted (a plain directory, a missing or unresponsive
+        mount, a block volume) stays uncertain and is set up again; volumes whose plugin
+        asks for it (configMap, projected...) are still set up again every
+        ``remount_period``."""
+        desired, actual = self.pods.manager.desired, self.pods.manager.actual
+        adopted = 0
+        for f in found.volumes:
+            if f.dir.mode is not VolumeMode.FILESYSTEM or not desired.is_desired(
+                f.unique_name, f.dir.pod_uid
+            ):
+                continue
+            if f.device_mount_path:
+                if f.device is not MountCheck.MOUNTED:
+                    continue
+                actual.set_device_state(f.unique_name, MountState.MOUNTED)
+            if not self._nothing_after_the_mount(desired.pod(f.dir.pod_uid), f.unique_name):
+                continue  # set up again: its later steps are redone
+            if f.mount is MountCheck.MOUNTED or (
+                f.mount is MountCheck.NOT_MOUNTED and self._projected(f.unique_name, f.spec,
+                                                                      f.mount_path)
+            ):
+                actual.set_pod_state(f.unique_name, f.dir.pod_uid, MountState.MOUNTED,
+                                     reconstructed=True)
+                adopted += 1
+        if adopted:
+            log.info("%d volumes found mounted for the pods desired: not set up again", adopted)
+
+    @staticmethod
+    def _nothing_after_the_mount(pod: DesiredPod | None, unique_name: str) -> bool:
+        """Whether the pod's set-up of the volume has no step after the mount that a crash
+        could have cut short: no fsGroup ownership to apply and no subPath to bind.
+        (Such a volume is set up again, as the kubelet sets up every volume it
+        reconstructs: the driver's answers are idempotent, the local steps are redone.)"""
+        if pod is None:
+            return False
+        volume = next((v for v in pod.volumes if v.unique_name == unique_name), None)
+        if volume is None or volume.fs_group is not None:
+            return False
+        return not any(
+            mount.name == volume.outer_name and (mount.sub_path or mount.sub_path_expr)
+            for container in pod_containers(pod.pod)
+            for mount in getattr(container, "volume_mounts", None) or []
+        )
+
+    def _projected(self, unique_name: str, spec: Spec, path: str) -> bool:
+        """Whether the volume is a plain directory that the atomic writer projected a
+        payload into (its ``..data`` link is there) and its plugin sets it up again every
+        ``remount_period`` anyway (configMap, downwardAPI on the node's disk): the next
+        periodic set-up brings whatever changed meanwhile."""
+        try:
+            av = self.pods.manager.actual.volume(unique_name)
+            plugin = self.runtime.mgr.find_plugin_by_name(av.plugin_name) if av else None
+            return (plugin is not None and plugin.requires_remount(spec)
+                    and os.path.islink(os.path.join(path, DATA_DIR_NAME)))
+        except KubevolError:
+            return False
+
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0
         busy = True
@@ -335,13 +526,38 @@ class Agent(ClosesOnExit):
             # A pass only when something may have changed: a source, an operation that
             # ended, work in flight, or the periodic resync. An idle agent wakes only to
             # look at its sources.
-            resync = min(RESYNC_PERIOD, self.remount_period)
-            if busy or self._changed.is_set() or now - self._last_pass >= resync:
+            # A pass looks at what changed since the last one (a pod of the sources, a
+            # volume whose operation ended): its cost follows the change, not how many pods
+            # run. The first pass and the resync look at everything (the safety net, and
+            # when volumes due for their periodic set-up are found).
+            full = not self.ready.is_set() or now - self._last_full >= RESYNC_PERIOD
+            if now - self._last_remount_check >= min(IDLE_PERIOD, self.remount_period):
+                self._last_remount_check = now
+                if self.pods.manager.reconciler.touch_remounts_due():
+                    self._changed.set()
+            if busy or full or self._changed.is_set():
                 self._changed.clear()
-                started = self.pods.manager.reconcile()
-                self.pods.forget_terminated()
+                manager = self.pods.manager
+                for failure in manager.executor.failures():
+                    if failure.retry_in <= 0:  # its backoff is over: retried by this pass
+                        manager.reconciler.touch_key(failure.key)
+                started = manager.reconcile(full=full)
+                terminating = self._terminating()
+                if terminating:
+                    self.pods.forget_terminated()
+                    terminating = self._terminating()
                 self._last_pass = time.monotonic()
-                busy = bool(started or self.pods.manager.executor.pending() or self._has_work())
+                if full:
+                    self._last_full = self._last_pass
+                busy = bool(started or self.pods.manager.executor.running() or terminating
+                            or self.pods.manager.executor.failures())
+                if not busy and not self.settled.is_set():
+                    self.settled.set()
+                    log.info("settled: %d pods desired, %d volumes mounted, nothing left to "
+                             "do (%.2f s after start)", len(self.pods.manager.desired.pods()),
+                             sum(m.state is MountState.MOUNTED
+                                 for m in self.pods.manager.actual.mounted_volumes()),
+                             time.monotonic() - self._started)
                 if not self.ready.is_set():
                     self.ready.set()
                     self.notifier.notify("READY=1")
@@ -353,14 +569,12 @@ class Agent(ClosesOnExit):
                 last_watchdog = now
             if self.runtime.unregistered:
                 self.runtime.ensure_drivers()
-            if self._wait(stop, self.period if busy else self.idle_period):
+            idle = min(self.idle_period, self.remount_period)
+            if self._wait(stop, self.period if busy else idle):
                 self.apply_sources()
 
-    def _has_work(self) -> bool:
-        """Whether a pass could start something soon (failures waiting out a backoff, or
-        terminating pods whose records are not gone yet)."""
-        if self.pods.manager.executor.failures():
-            return True
+    def _terminating(self) -> bool:
+        """Whether a pod is terminating, its record not gone yet (a pass may end it)."""
         return any(r.state is PodState.TERMINATING for r in self.pods.records.values())
 
     def _wait(self, stop: threading.Event, timeout: float) -> bool:
@@ -392,6 +606,12 @@ class Agent(ClosesOnExit):
         return False
 
     def _stats_loop(self, stop: threading.Event) -> None:
+        # Measured once the loop settled first (or a period passed, whichever comes first):
+        # a restart does not measure every claim while it rebuilds its state.
+        deadline = time.monotonic() + self.stats_period
+        while not self.settled.is_set() and time.monotonic() < deadline:
+            if stop.wait(LOOP_PERIOD):
+                return
         while not stop.is_set():
             try:
                 self.metrics.stats.refresh()

@@ -273,6 +273,11 @@ class OperationExecutor:
             record = self._find(key)
             return record is not None and record.pending
 
+    def running(self) -> int:
+        """How many operations run now (what :meth:`pending` lists, without listing)."""
+        with self._cond:
+            return self._running
+
     def pending(self) -> list[tuple[OperationKey, OperationKind]]:
         """The running operations."""
         with self._cond:

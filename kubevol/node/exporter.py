@@ -87,6 +87,11 @@ def _claim_of(pod: Any, outer_name: str) -> tuple[str, str] | None:
     return None
 
 
+#: A pod volume as the stats refresh knows it: unique name, plugin, spec name, pod UID,
+#: whether it is a block volume.
+_ProviderKey = tuple[str, str, str, str, bool]
+
+
 class VolumeStats:
     """The usage of every claim mounted for a desired pod, measured by :meth:`refresh`
     through the volume's plugin (as ``kubevol status`` measures it), kept until the next."""
@@ -97,6 +102,9 @@ class VolumeStats:
         self._stats: tuple[ClaimStats, ...] = ()
         #: When the last refresh ended (monotonic), or None before the first.
         self.refreshed: float | None = None
+        #: What measured each pod volume at the last refresh (its unmounter, built from the
+        #: files its set-up wrote), kept while the same volume stays mounted for the pod.
+        self._providers: dict[_ProviderKey, tuple[str, MetricsProvider] | None] = {}
 
     def refresh(self) -> None:
         """Measure every mounted claim now (slow: may walk volumes or call drivers).
@@ -105,18 +113,26 @@ class VolumeStats:
         figures (the kubelet's collector keeps the first pod's and skips the claim after)."""
         out: list[ClaimStats] = []
         collected: set[tuple[str, str]] = set()
+        # One look at the actual state for the whole refresh, not one per claim.
+        mounted = {(m.unique_name, m.pod_uid) for m in self.manager.actual.mounted_volumes()
+                   if m.state is MountState.MOUNTED}
+        providers, self._providers = self._providers, {}
         for pod in self.manager.desired.pods():
             for volume in pod.volumes:
                 claim = _claim_of(pod.pod, volume.outer_name)
                 if (
                     claim is None
                     or claim in collected
-                    or not self._mounted(volume.unique_name, pod.uid)
+                    or (volume.unique_name, pod.uid) not in mounted
                 ):
                     continue
+                key = (volume.unique_name, volume.plugin_name, volume.spec.name(), pod.uid,
+                       volume.mode is VolumeMode.BLOCK)
+                if key in providers:
+                    self._providers[key] = providers[key]
                 stats = self._measure(
                     volume.plugin_name, volume.spec.name(), pod.uid, claim,
-                    block=volume.mode is VolumeMode.BLOCK,
+                    block=volume.mode is VolumeMode.BLOCK, key=key,
                 )
                 if stats is not None:
                     out.append(stats)
@@ -124,13 +140,6 @@ class VolumeStats:
         with self._lock:
             self._stats = tuple(out)
             self.refreshed = time.monotonic()
-
-    def _mounted(self, unique_name: str, pod_uid: str) -> bool:
-        return any(
-            m.pod_uid == pod_uid and m.state is MountState.MOUNTED
-            for m in self.manager.actual.mounted_volumes()
-            if m.unique_name == unique_name
-        )
 
     def _provider(
         self, plugin_name: str, spec_name: str, pod_uid: str, *, block: bool
@@ -155,10 +164,15 @@ class VolumeStats:
 
     def _measure(
         self, plugin_name: str, spec_name: str, pod_uid: str, claim: tuple[str, str],
-        *, block: bool = False,
+        *, block: bool = False, key: _ProviderKey | None = None,
     ) -> ClaimStats | None:
         try:
-            found = self._provider(plugin_name, spec_name, pod_uid, block=block)
+            if key is not None and key in self._providers:
+                found = self._providers[key]
+            else:
+                found = self._provider(plugin_name, spec_name, pod_uid, block=block)
+                if key is not None:
+                    self._providers[key] = found
             if found is None:
                 return None
             path, provider = found

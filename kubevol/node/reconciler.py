@@ -85,6 +85,14 @@ class Reconciler:
         self._kept_pod_dirs: set[str] = set()
         #: Pod UID -> how many operations that create or remove its directories run now.
         self._busy: dict[str, int] = {}
+        #: What changed since the last pass (pods by UID, volumes by unique name): what a
+        #: partial pass (``reconcile(full=False)``) looks at.
+        self._dirty_pods: set[str] = set()
+        self._dirty_volumes: set[str] = set()
+        #: The unique names of each desired pod's volumes as the last pass saw them, and the
+        #: desired pods of each unique name (kept by passes).
+        self._pod_volumes: dict[str, frozenset[str]] = {}
+        self._wanted_by: dict[str, set[str]] = {}
         self._lock = threading.Lock()
 
     def forget_pod_later(self, uid: str) -> None:
@@ -97,14 +105,83 @@ class Reconciler:
         with self._lock:
             self._kept_pod_dirs.add(uid)
 
-    def reconcile(self) -> int:
-        """One pass; returns how many operations were started."""
+    def touch(self, *, pod: str = "", volume: str = "") -> None:
+        """Note that pod ``pod`` (its desired pod changed) or volume ``volume`` (an operation
+        on it ended) needs a look at the next partial pass. Thread-safe."""
+        with self._lock:
+            if pod:
+                self._dirty_pods.add(pod)
+            if volume:
+                self._dirty_volumes.add(volume)
+
+    def touch_key(self, key: OperationKey) -> None:
+        """:meth:`touch` what an operation on ``key`` changed (call it once the key is free:
+        the executor's observer)."""
+        if key.volume.startswith("/"):  # a pod directory's removal: <pods>/<uid>
+            self.touch(pod=key.volume.rstrip("/").rsplit("/", 1)[-1])
+        else:
+            self.touch(pod=key.pod, volume=key.volume)
+
+    def reconcile(self, *, full: bool = True) -> int:
+        """One pass; returns how many operations were started.
+
+        A full pass looks at every desired and actual volume; a partial one (``full``
+        False) only at what :meth:`touch` named since the last pass (and at the volumes of
+        the pods named), so that its cost follows what changed, not how many pods run.
+        What is touched while a pass runs is left for the next one."""
+        with self._lock:
+            pods, volumes = self._dirty_pods, self._dirty_volumes
+            self._dirty_pods, self._dirty_volumes = set(), set()
         holders = self.generator.holders_once()
-        started = self._unmount_pods(holders)
-        started += self._mount_desired()
-        started += self._release_devices()
+        if full:
+            started = self._unmount_pods(holders, self.actual.volumes())
+            started += self._mount_desired()
+            started += self._release_devices(self.actual.volumes())
+        elif pods or volumes:
+            started = self._partial(pods, volumes, holders)
+        else:
+            started = 0
         started += self._clean_pod_dirs(holders)
         return started
+
+    def _index(self, uids: set[str] | None) -> set[str]:
+        """Bring the index of desired volumes up to date for pods ``uids`` (None: every
+        pod); the unique names the pods wanted before or want now."""
+        if uids is None:
+            with self._lock:
+                self._pod_volumes, self._wanted_by = {}, {}
+            uids = {p.uid for p in self.desired.pods()}
+        names: set[str] = set()
+        with self._lock:
+            for uid in uids:
+                pod = self.desired.pod(uid)
+                new = frozenset(v.unique_name for v in pod.volumes) if pod else frozenset()
+                old = self._pod_volumes.pop(uid, frozenset())
+                for name in old - new:
+                    wanting = self._wanted_by.get(name)
+                    if wanting is not None:
+                        wanting.discard(uid)
+                        if not wanting:
+                            del self._wanted_by[name]
+                for name in new:
+                    self._wanted_by.setdefault(name, set()).add(uid)
+                if pod is not None:
+                    self._pod_volumes[uid] = new
+                names |= old | new
+        return names
+
+    def _partial(self, pods: set[str], volumes: set[str], holders: HoldersOnce) -> int:
+        names = sorted(self._index(pods) | volumes)
+        found = [av for name in names if (av := self.actual.volume(name)) is not None]
+        started = self._unmount_pods(holders, found)
+        with self._lock:
+            affected = set(pods).union(*(self._wanted_by.get(n, ()) for n in names))
+        wanted = [v for uid in sorted(affected) if (p := self.desired.pod(uid)) is not None
+                  for v in p.volumes]
+        for v in wanted:
+            started += self._mount_checked(v)
+        found = [av for name in names if (av := self.actual.volume(name)) is not None]
+        return started + self._release_devices(found)
 
     def busy(self, uid: str) -> bool:
         """Whether an operation that may create or remove pod ``uid``'s directories runs."""
@@ -114,7 +191,10 @@ class Reconciler:
     def _start(
         self, kind: OperationKind, unique: str, pod_uid: str, op: Operation, *, pod: str = ""
     ) -> int:
-        """Start ``op`` under its key; ``pod`` is the pod whose directories it touches."""
+        """Start ``op`` under its key; ``pod`` is the pod whose directories it touches.
+
+        Whatever its outcome, the next partial pass looks at the volume and its pods again
+        (touched by the executor's observer once the key is free: :meth:`touch_key`)."""
         key = operation_key(kind, unique, pod_uid, self.generator.node_name)
         if pod:
             op = self._tracked(pod, op)
@@ -148,9 +228,9 @@ class Reconciler:
 
     # 1 ------------------------------------------------------------------------------------
 
-    def _unmount_pods(self, holders: HoldersOnce) -> int:
+    def _unmount_pods(self, holders: HoldersOnce, volumes: list[AttachedVolume]) -> int:
         started = 0
-        for av in self.actual.volumes():
+        for av in volumes:
             for m in av.pods:
                 if not self.managed(m.pod_uid):
                     continue
@@ -173,16 +253,21 @@ class Reconciler:
 
     def _mount_desired(self) -> int:
         started = 0
+        self._index(None)
         wanted = self.desired.volumes_to_mount()
         for v in wanted:
-            try:
-                started += self._mount_one(v)
-            except KubevolError as exc:  # e.g. the plugin went away: report, keep going
-                log.warning("cannot reconcile %s for pod %s: %s", v.unique_name, v.pod_uid, exc)
+            started += self._mount_checked(v)
         if self._set_up_at:
             keep = {(v.unique_name, v.pod_uid) for v in wanted}
             self._set_up_at = {k: t for k, t in self._set_up_at.items() if k in keep}
         return started
+
+    def _mount_checked(self, v: VolumeToMount) -> int:
+        try:
+            return self._mount_one(v)
+        except KubevolError as exc:  # e.g. the plugin went away: report, keep going
+            log.warning("cannot reconcile %s for pod %s: %s", v.unique_name, v.pod_uid, exc)
+            return 0
 
     def _mount_one(self, v: VolumeToMount) -> int:
         if self._removing_dir(v.pod_uid):
@@ -254,20 +339,38 @@ class Reconciler:
         if self.remount_period is None:
             return False
         key, now = (v.unique_name, v.pod_uid), time.monotonic()
-        last = self._set_up_at.setdefault(key, now)
-        if now - last < self.remount_period:
+        last = self._set_up_at.get(key)
+        if last is None:
+            # Only the volumes whose plugin asks for it are followed (remounts_due).
+            plugin = self.generator.mgr.find_plugin_by_name(v.plugin_name)
+            if plugin.requires_remount(v.spec):
+                self._set_up_at[key] = now
             return False
-        plugin = self.generator.mgr.find_plugin_by_name(v.plugin_name)
-        if not plugin.requires_remount(v.spec):
+        if now - last < self.remount_period:
             return False
         self._set_up_at[key] = now
         return True
 
+    def touch_remounts_due(self) -> int:
+        """:meth:`touch` the pods with a volume due for its periodic set-up, so that a
+        partial pass sets it up again on time (without a pass over every volume); how
+        many."""
+        if self.remount_period is None:
+            return 0
+        oldest = time.monotonic() - self.remount_period
+        due = [key for key, last in list(self._set_up_at.items()) if last <= oldest]
+        for unique_name, pod_uid in due:
+            if self.desired.pod(pod_uid) is None:
+                self._set_up_at.pop((unique_name, pod_uid), None)  # the pod left
+                continue
+            self.touch(pod=pod_uid, volume=unique_name)
+        return len(due)
+
     # 3 ------------------------------------------------------------------------------------
 
-    def _release_devices(self) -> int:
+    def _release_devices(self, volumes: list[AttachedVolume]) -> int:
         started = 0
-        for av in self.actual.volumes():
+        for av in volumes:
             if av.pods or self.desired.is_desired(av.unique_name):
                 continue
             started += self._release_one(av)

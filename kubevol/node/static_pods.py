@@ -63,6 +63,8 @@ class ManifestDirectory(ClosesOnExit):
         self.errors: dict[str, str] = {}
         #: Whether the directory exists (was found and is watched).
         self.present = False
+        #: :meth:`manifests` until a file changes.
+        self._merged: Manifests | None = None
         if not self._start():
             log.warning("static pod directory %s does not exist yet: waiting for it",
                         self.path)
@@ -86,6 +88,7 @@ class ManifestDirectory(ClosesOnExit):
         return int(self._inotify.fileno())
 
     def _read(self, name: str) -> None:
+        self._merged = None
         path = os.path.join(self.path, name)
         if not os.path.isfile(path):
             self._drop(name)
@@ -99,6 +102,7 @@ class ManifestDirectory(ClosesOnExit):
         self.errors.pop(name, None)
 
     def _drop(self, name: str) -> None:
+        self._merged = None
         self.files.pop(name, None)
         self.errors.pop(name, None)
 
@@ -134,11 +138,20 @@ class ManifestDirectory(ClosesOnExit):
         return bool(changed)
 
     def manifests(self) -> Manifests:
-        """Every file's objects, merged in file-name order."""
-        out = Manifests()
-        for name in sorted(self.files):
-            out = out.merged(self.files[name])
-        return out
+        """Every file's objects, merged in file-name order (a later file wins on a name
+        clash, as :meth:`Manifests.merged`); the same object until a file changes, its
+        objects those of the files (a file not read again keeps its objects)."""
+        if self._merged is None:
+            files = [self.files[name] for name in sorted(self.files)]
+            self._merged = Manifests(
+                pods=tuple(pod for m in files for pod in m.pods),
+                pvs={k: v for m in files for k, v in m.pvs.items()},
+                pvcs={k: v for m in files for k, v in m.pvcs.items()},
+                config_maps={k: v for m in files for k, v in m.config_maps.items()},
+                secrets={k: v for m in files for k, v in m.secrets.items()},
+                csi_drivers={k: v for m in files for k, v in m.csi_drivers.items()},
+            )
+        return self._merged
 
     def close(self) -> None:
         """Stop watching. Idempotent."""

@@ -31,7 +31,8 @@ from kubevol.node.host import NodeVolumeHost
 log = logging.getLogger(__name__)
 
 
-def _containers(pod: Any) -> list[Any]:
+def pod_containers(pod: Any) -> list[Any]:
+    """The pod's init containers and containers, in that order."""
     spec = getattr(pod, "spec", None)
     return [*(getattr(spec, "init_containers", None) or []),
             *(getattr(spec, "containers", None) or [])]
@@ -48,7 +49,7 @@ def wanted_subpaths(
     """
     out: list[Subpath] = []
     pod_dir = host.get_pod_dir(pod_uid)
-    for container in _containers(pod):
+    for container in pod_containers(pod):
         env: dict[str, str] | None = None
         for index, mount in enumerate(getattr(container, "volume_mounts", None) or []):
             if mount.name != outer_name or not (mount.sub_path or mount.sub_path_expr):

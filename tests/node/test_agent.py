@@ -231,6 +231,82 @@ def test_static_pods_come_and_go(env: AgentEnv, start_agent: Callable[..., Runni
     assert os.path.isdir(env.pod_volume("web", "scratch", "kubernetes.io~empty-dir"))
 
 
+def csi_mount_operations(running: RunningAgent) -> dict[str, float]:
+    """How many mount_device (NodeStageVolume) and volume_mount (NodePublishVolume)
+    operations of the CSI plugin the agent ran, by operation name."""
+    out = {"mount_device": 0.0, "volume_mount": 0.0}
+    for (name, labels), value in running.scrape().items():
+        label = dict(labels)
+        if (name == "storage_operation_duration_seconds_count"
+                and "csi" in label.get("volume_plugin", "")
+                and label.get("operation_name") in out):
+            out[label["operation_name"]] += value
+    return out
+
+
+def test_a_restarted_agent_stages_and_publishes_nothing_again(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent]
+) -> None:
+    """An agent started again on a root where its pods' volumes are mounted (a restart, a
+    crash) takes the device and pod mounts it finds as done: it settles without a
+    NodeStageVolume or NodePublishVolume. A pod mount that went away while no agent ran is
+    set up again (published), its device mount, still there, is not staged again."""
+    handle = env.create_volume("web-data")
+    (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod("web", """\
+  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}
+  - {name: scratch, emptyDir: {}}
+"""))
+    web_mount = env.pod_volume("web", "pv-web") + "/mount"
+    first = start_agent()
+    wait_until(first.agent.settled.is_set, 30, "the first agent settled")
+    assert web_mount in mounts_under(env.root)
+    assert csi_mount_operations(first) == {"mount_device": 1.0, "volume_mount": 1.0}
+    first.stop.set()
+    first.thread.join(30)
+
+    second = start_agent()
+    wait_until(second.agent.settled.is_set, 30, "the restarted agent settled")
+    assert csi_mount_operations(second) == {"mount_device": 0.0, "volume_mount": 0.0}
+    assert web_mount in mounts_under(env.root)
+    assert second.agent.running_pods() == [UIDS["web"]]
+    second.stop.set()
+    second.thread.join(30)
+
+    subprocess.run(["umount", web_mount], check=True)
+    third = start_agent()
+    wait_until(lambda: web_mount in mounts_under(env.root), 30, "the pod mount set up again")
+    wait_until(third.agent.settled.is_set, 30, "the third agent settled")
+    assert csi_mount_operations(third) == {"mount_device": 0.0, "volume_mount": 1.0}
+
+
+@pytest.mark.parametrize("after_the_mount", ["fsGroup", "subPath"])
+def test_a_restarted_agent_sets_up_again_what_has_steps_after_the_mount(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent], after_the_mount: str
+) -> None:
+    """A volume whose set-up goes on after the driver's mount (fsGroup ownership, a subPath
+    bind) is set up again by a restarted agent, as the kubelet sets up every volume it
+    reconstructs: a crash between the mount and those steps would otherwise leave the pod
+    without them for good."""
+    handle = env.create_volume("web-data")
+    text = pv("pv-web", handle) + pod(
+        "web", "  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}\n",
+        "[{name: c, image: x, volumeMounts: [{name: data, mountPath: /d, subPath: logs}]}]"
+        if after_the_mount == "subPath" else "[{name: c, image: x}]")
+    if after_the_mount == "fsGroup":
+        text = text.replace("spec:\n  containers:", "spec:\n  securityContext: {fsGroup: 2000}\n"
+                            "  containers:")
+        assert "fsGroup: 2000" in text
+    (env.manifests / "web.yaml").write_text(text)
+    first = start_agent()
+    wait_until(first.agent.settled.is_set, 30, "the first agent settled")
+    first.stop.set()
+    first.thread.join(30)
+
+    second = start_agent()
+    wait_until(second.agent.settled.is_set, 30, "the restarted agent settled")
+    assert csi_mount_operations(second) == {"mount_device": 0.0, "volume_mount": 1.0}
+
+
 def test_a_half_written_manifest_is_not_read(
     env: AgentEnv, start_agent: Callable[..., RunningAgent]
 ) -> None:
