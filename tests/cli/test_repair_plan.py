@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,14 @@ from kubevol.cli.main import main
 from kubevol.csidriver.drivers.common import RunningDriver
 from kubevol.node.rootlock import RootLock
 from kubevol.testing.mount_rig import mounts_under
-from tests.cli import test_node_cli
 from tests.cli.test_node_cli import UID, foreign_pod_root
+from tests.csi.support import HostPathServer
 
 
 @pytest.fixture
-def driver(tmp_path: Path) -> Iterator[RunningDriver]:
-    """test_node_cli's hostpath driver (mounts under tmp_path undone after)."""
-    yield from test_node_cli.driver.__wrapped__(tmp_path)  # type: ignore[attr-defined]
+def driver(serve_hostpath: HostPathServer) -> RunningDriver:
+    """The hostpath driver served in-process (mounts under tmp_path undone after)."""
+    return serve_hostpath()
 
 
 def tree_digest(path: Path, *, exclude: Collection[Path] = ()) -> str:
