@@ -86,7 +86,7 @@ WORKERS = 8
 POLL = 0.002
 
 
-def wait(what: str, check: Callable[[], object], timeout: float) -> float:
+def wait(what: str, check: Callable[..., object], timeout: float) -> float:
     """Seconds until ``check()`` held; raises TimeoutError after ``timeout``."""
     started = time.perf_counter()
     while not check():
