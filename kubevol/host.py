@@ -9,8 +9,10 @@ from __future__ import annotations
 import abc
 import subprocess
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kubevol.k8s.objects import ConfigMap, Secret
+from kubevol.k8s.pod import Pod
 from kubevol.k8s.tokens import (
     IssuedToken,
     TokenProviderMissingError,
@@ -18,6 +20,8 @@ from kubevol.k8s.tokens import (
 )
 
 if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1CSIDriver, V1CSINode, V1VolumeAttachment
+
     from kubevol.manager import VolumePluginMgr
     from kubevol.mount.interface import MountInterface
     from kubevol.spec import Spec
@@ -56,7 +60,7 @@ class VolumeHost(abc.ABC):
         """Directory of a pod's block volume links for one plugin."""
 
     @abc.abstractmethod
-    def get_kube_client(self) -> Any:
+    def get_kube_client(self) -> ApiClient | None:
         """A ``kubernetes.client.ApiClient``, or None when there is no API server."""
 
     @abc.abstractmethod
@@ -84,12 +88,12 @@ class VolumeHost(abc.ABC):
         """Allocatable resources of this node (resource name → quantity)."""
 
     @abc.abstractmethod
-    def get_secret_func(self) -> Callable[[str, str], Any]:
+    def get_secret_func(self) -> Callable[[str, str], Secret]:
         """A function ``(namespace, name) → kubevol.k8s.objects.Secret`` (``.data`` base64 as
         in the API); raises :class:`~kubevol.k8s.objects.ObjectNotFoundError` when missing."""
 
     @abc.abstractmethod
-    def get_config_map_func(self) -> Callable[[str, str], Any]:
+    def get_config_map_func(self) -> Callable[[str, str], ConfigMap]:
         """A function ``(namespace, name) → kubevol.k8s.objects.ConfigMap``; raises
         :class:`~kubevol.k8s.objects.ObjectNotFoundError` when missing."""
 
@@ -117,7 +121,7 @@ class VolumeHost(abc.ABC):
 
     @abc.abstractmethod
     def new_wrapper_mounter(
-        self, volume_name: str, spec: Spec, pod: Any, opts: VolumeOptions
+        self, volume_name: str, spec: Spec, pod: Pod, opts: VolumeOptions
     ) -> Mounter:
         """A mounter from whichever plugin handles ``spec``, for plugins that wrap others."""
 
@@ -137,7 +141,7 @@ class KubeletVolumeHost(VolumeHost):
         """Report an error that makes the node not ready."""
 
     @abc.abstractmethod
-    def get_csi_driver(self, name: str) -> Any:
+    def get_csi_driver(self, name: str) -> V1CSIDriver | None:
         """The ``V1CSIDriver`` object named ``name``, or None if there is none."""
 
     @abc.abstractmethod
@@ -149,15 +153,15 @@ class AttachDetachVolumeHost(VolumeHost):
     """A host that is an attach/detach controller."""
 
     @abc.abstractmethod
-    def get_csi_node(self, name: str) -> Any:
+    def get_csi_node(self, name: str) -> V1CSINode | None:
         """The ``V1CSINode`` object for node ``name``, or None."""
 
     @abc.abstractmethod
-    def get_csi_driver(self, name: str) -> Any:
+    def get_csi_driver(self, name: str) -> V1CSIDriver | None:
         """The ``V1CSIDriver`` object named ``name``, or None."""
 
     @abc.abstractmethod
-    def list_volume_attachments(self) -> list[Any]:
+    def list_volume_attachments(self) -> list[V1VolumeAttachment]:
         """Every ``V1VolumeAttachment`` object."""
 
     def is_attach_detach_controller(self) -> bool:

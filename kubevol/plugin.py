@@ -10,10 +10,11 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
+from kubevol.k8s.pod import Pod
 from kubevol.layout import PodVolumeEntry
 from kubevol.mount.guard import UnmountVerdict, kubelet_refs_verdict
 from kubevol.mount.table import MountTable
@@ -62,7 +63,7 @@ class VolumePlugin(abc.ABC):
         return False
 
     @abc.abstractmethod
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> Mounter:
+    def new_mounter(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> Mounter:
         """A mounter for ``spec`` in ``pod`` (a ``kubernetes.client.V1Pod``)."""
 
     @abc.abstractmethod
@@ -217,7 +218,7 @@ class BlockVolumePlugin(VolumePlugin):
 
     @abc.abstractmethod
     def new_block_volume_mapper(
-        self, spec: Spec, pod: Any, opts: VolumeOptions
+        self, spec: Spec, pod: Pod, opts: VolumeOptions
     ) -> BlockVolumeMapper:
         """A mapper for ``spec`` in ``pod``."""
 

@@ -13,14 +13,19 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from inspect import signature
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from kubevol.errors import SpecError, UntrustedDataError
+from kubevol.k8s.pod import Pod
 from kubevol.layout import validate_path_segment
 from kubevol.util import safeyaml, units
 from kubevol.util.units import UnitError
+
+if TYPE_CHECKING:
+    # Model classes only in annotations: importing kubernetes is slow (see the docstring).
+    from kubernetes.client import ApiClient, V1PersistentVolume, V1Volume
 
 #: An API object as its JSON mapping (a manifest's document, a model's dict).
 ApiMapping = Mapping[str, Any]
@@ -54,7 +59,7 @@ class DeferredApiObject:
     def __init__(self, type_name: str, data: ApiMapping) -> None:
         self.type_name = type_name
         self.data = data
-        self._model: Any = None
+        self._model: object = None
 
     def model(self) -> Any:
         """The model, built once."""
@@ -89,7 +94,7 @@ class KnownSource:
         return self.fields.get(name)
 
 
-def _model(value: Any) -> Any:
+def _model(value: _T | DeferredApiObject) -> _T:
     return value.model() if isinstance(value, DeferredApiObject) else value
 
 
@@ -110,8 +115,12 @@ class Spec:
 
     # The API objects, or DeferredApiObjects of them (from_api_data): read through the
     # properties below, which build a deferred one on first read.
-    _volume: Any = attrs.field(default=None, alias="volume", validator=_exactly_one_source)
-    _persistent_volume: Any = attrs.field(default=None, alias="persistent_volume")
+    _volume: V1Volume | DeferredApiObject | None = attrs.field(
+        default=None, alias="volume", validator=_exactly_one_source
+    )
+    _persistent_volume: V1PersistentVolume | DeferredApiObject | None = attrs.field(
+        default=None, alias="persistent_volume"
+    )
     read_only: bool = False
     inline_volume_spec_for_csi_migration: bool = False
     migrated: bool = False
@@ -143,12 +152,12 @@ class Spec:
         return value
 
     @classmethod
-    def from_volume(cls, volume: Any) -> Spec:
+    def from_volume(cls, volume: V1Volume) -> Spec:
         """A Spec for a pod volume (``kubernetes.client.V1Volume``)."""
         return cls(volume=volume)
 
     @classmethod
-    def from_persistent_volume(cls, pv: Any, read_only: bool = False) -> Spec:
+    def from_persistent_volume(cls, pv: V1PersistentVolume, read_only: bool = False) -> Spec:
         """A Spec for a PersistentVolume (``kubernetes.client.V1PersistentVolume``)."""
         return cls(persistent_volume=pv, read_only=read_only)
 
@@ -211,11 +220,11 @@ class Spec:
             return str(volume.name or "")
         if isinstance(pv, DeferredApiObject):
             return str((pv.data.get("metadata") or {}).get("name") or "")
-        metadata = pv.metadata
+        metadata = getattr(pv, "metadata", None)  # pv is set: exactly one of them is
         return str(metadata.name or "") if metadata is not None else ""
 
 
-def _load_mapping(manifest: ApiMapping | str) -> dict[str, Any]:
+def _load_mapping(manifest: ApiMapping | str) -> ApiMapping:
     if isinstance(manifest, str):
         try:
             loaded = safeyaml.load(manifest, "the manifest")
@@ -251,7 +260,7 @@ def deserialize(data: ApiMapping, type_name: str) -> Any:
 
 
 @functools.cache
-def _deserializer() -> tuple[Any, bool]:
+def _deserializer() -> tuple[ApiClient, bool]:
     """One client for the process (deserialising needs no connection; a client per call
     cost a configuration each), and whether its ``deserialize`` takes the response text and
     its content type (newer clients) or a response object with ``data`` (older ones)."""
@@ -281,7 +290,7 @@ def api_object(type_name: str, data: ApiMapping) -> Any:
         raise SpecError(f"not a valid {type_name[2:]}: {exc}") from exc
 
 
-def pod_uid(pod: Any) -> str:
+def pod_uid(pod: Pod) -> str:
     """The validated UID of a ``V1Pod`` (or a :class:`DeferredApiObject` of one, read
     without building it); raises SpecError when it has none."""
     if isinstance(pod, DeferredApiObject):
@@ -293,7 +302,7 @@ def pod_uid(pod: Any) -> str:
     return validate_path_segment(str(uid), "pod UID")
 
 
-def quantity_bytes(quantity: Any) -> int | None:
+def quantity_bytes(quantity: object) -> int | None:
     """A Kubernetes quantity (``"64Mi"``, ``1G``) as whole bytes, rounded up (see
     :func:`kubevol.util.units.quantity_bytes`); None and "" stay None."""
     if quantity is None or quantity == "":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 if TYPE_CHECKING:
+    from kubernetes.client import V1PersistentVolumeClaim, V1Pod
+
     from kubevol.spec import Spec
 
 #: StorageClass parameter naming the filesystem a provisioner should create.
@@ -71,7 +73,7 @@ class VolumeOptions:
     persistent_volume_reclaim_policy: str = "Delete"
     mount_options: tuple[str, ...] = ()
     pv_name: str = ""
-    pvc: Any = None
+    pvc: V1PersistentVolumeClaim | None = None
     cluster_name: str = ""
     cloud_tags: dict[str, str] | None = None
     parameters: dict[str, str] = attrs.field(factory=dict)
@@ -84,7 +86,7 @@ class VolumeConfig:
     ``recycler_pod_template`` is a ``kubernetes.client.V1Pod`` when set.
     """
 
-    recycler_pod_template: Any = None
+    recycler_pod_template: V1Pod | None = None
     recycler_minimum_timeout: int = 60
     recycler_timeout_increment: int = 30
     pv_name: str = ""

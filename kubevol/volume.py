@@ -12,13 +12,16 @@ from __future__ import annotations
 import abc
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
+from kubevol.k8s.pod import Pod
 from kubevol.types import Attributes, DeviceMounterArgs, MounterArgs
 
 if TYPE_CHECKING:
+    from kubernetes.client import V1Node, V1PersistentVolume, V1TopologySelectorTerm
+
     from kubevol.mount.guard import UnmountVerdict
     from kubevol.spec import Spec
 
@@ -155,7 +158,7 @@ class Attacher(DeviceMounter):
 
     @abc.abstractmethod
     def wait_for_attach(
-        self, spec: Spec, device_path: str, pod: Any, timeout: datetime.timedelta
+        self, spec: Spec, device_path: str, pod: Pod, timeout: datetime.timedelta
     ) -> str:
         """Block until the device is attached to this node; return its path or raise on timeout."""
 
@@ -220,7 +223,11 @@ class Provisioner(abc.ABC):
     """Creates the storage behind a new PersistentVolume."""
 
     @abc.abstractmethod
-    def provision(self, selected_node: Any = None, allowed_topologies: Sequence[Any] = ()) -> Any:
+    def provision(
+        self,
+        selected_node: V1Node | None = None,
+        allowed_topologies: Sequence[V1TopologySelectorTerm] = (),
+    ) -> V1PersistentVolume:
         """Create the storage; returns the ``V1PersistentVolume`` describing it. Blocks."""
 
 

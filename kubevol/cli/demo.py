@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
@@ -43,6 +43,13 @@ from kubevol.node.manifests import Manifests, parse_manifests
 from kubevol.node.privileges import require_privileges
 from kubevol.node.records import PodRecord, PodState
 from kubevol.node.state import DesiredPod, VolumeMode
+
+if TYPE_CHECKING:
+    # Imported where used, for the CLI's start-up time; here for the annotations only.
+    from kubevol.csi.client import CSIClient
+    from kubevol.csidriver.drivers.common import RunningDriver
+    from kubevol.node.runtime import NodeRuntime, RecordedPods
+    from kubevol.node.state import ActualState
 
 #: A PersistentVolume with this annotation set to "true" is created on its driver by the demo.
 CREATE_ANNOTATION = "kubevol.io/demo-create-volume"
@@ -77,7 +84,7 @@ def load_examples(directory: Path, demo_dir: str) -> Manifests:
 
 
 def create_demo_volumes(
-    manifests: Manifests, clients: Mapping[str, Any]
+    manifests: Manifests, clients: Mapping[str, CSIClient]
 ) -> tuple[Manifests, list[tuple[str, str]]]:
     """Create every PersistentVolume annotated :data:`CREATE_ANNOTATION` on its driver
     (``clients``: driver name → :class:`~kubevol.csi.client.CSIClient`) and put the returned
@@ -209,7 +216,7 @@ def _check_markers(story: Story, written: dict[tuple[str, str], str]) -> None:
 
 
 def _show(
-    story: Story, runtime: Any, pods: list[DesiredPod], actual: Any, root: str
+    story: Story, runtime: NodeRuntime, pods: list[DesiredPod], actual: ActualState, root: str
 ) -> list[dict[str, Any]]:
     names = {p.uid: p.name for p in pods}
     rows = volume_rows(pods, actual, None, names)
@@ -259,7 +266,7 @@ class _Demo:
     args: argparse.Namespace
     node: str = "demo-node"
     endpoints: dict[str, str] = attrs.field(factory=dict)
-    clients: dict[str, Any] = attrs.field(factory=dict)
+    clients: dict[str, CSIClient] = attrs.field(factory=dict)
     manifests: Manifests = attrs.field(factory=Manifests)
     desired: list[DesiredPod] = attrs.field(factory=list)
     written: dict[tuple[str, str], str] = attrs.field(factory=dict)
@@ -268,7 +275,7 @@ class _Demo:
     def root(self) -> str:
         return os.path.join(self.work, "root")
 
-    def runtime(self) -> Any:
+    def runtime(self) -> NodeRuntime:
         """A runtime on the demo's root. Tokens come from the stand-in issuer, ConfigMaps and
         Secrets from the example manifests (as an API server would keep serving them)."""
         from kubevol.k8s.tokens import TokenManager
@@ -340,7 +347,7 @@ def glusterfs_installed() -> bool:
     return all(shutil.which(tool) for tool in ("glusterd", "gluster", "glusterfs"))
 
 
-def _serve_sharedfs_on_glusterfs(demo: _Demo) -> tuple[Any, str]:
+def _serve_sharedfs_on_glusterfs(demo: _Demo) -> tuple[RunningDriver, str]:
     """A private GlusterFS server in the work directory, and the bundled sharedfs driver
     serving sub-directories of its volume under the shared driver's name."""
     from kubevol.csidriver.drivers.sharedfs import SharedFSConfig, SharedFSDriver
@@ -429,7 +436,7 @@ def _fs_type(path: str) -> str:
     return found[-1] if found else ""
 
 
-def _reconstruct(demo: _Demo, pods: Any) -> None:
+def _reconstruct(demo: _Demo, pods: RecordedPods) -> None:
     story = demo.story
     with story.step("reconstructing the volumes from disk"):
         rebuilt = pods.reconstruct()
@@ -456,7 +463,7 @@ def _reconstruct(demo: _Demo, pods: Any) -> None:
         _check_markers(story, demo.written)
 
 
-def _shared_filesystem(demo: _Demo, runtime: Any, pods: Any) -> None:
+def _shared_filesystem(demo: _Demo, runtime: NodeRuntime, pods: RecordedPods) -> None:
     from kubevol.mount.guard import check_unmount_device
 
     story = demo.story
@@ -487,7 +494,7 @@ def _rmdir_quietly(path: str) -> None:
         os.rmdir(path)
 
 
-def _delete_quietly(client: Any, volume_id: str) -> None:
+def _delete_quietly(client: CSIClient, volume_id: str) -> None:
     with contextlib.suppress(KubevolError):
         client.delete_volume(volume_id)
 

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TextIO
 
 import attrs
 
@@ -111,7 +111,7 @@ TABLE = Table(
 )
 
 
-def measure(path: str, provider: MetricsProvider) -> dict[str, Any]:
+def measure(path: str, provider: MetricsProvider) -> dict[str, object]:
     """``path``'s metrics as one record: which provider measured, how (``method``: for du
     ``quota``, ``walk (native)`` or ``walk (python)``; else the provider), and the figures."""
     method = PROVIDER_NAMES[type(provider)]

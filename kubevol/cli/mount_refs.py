@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from kubevol.cli import exits
 from kubevol.cli.output import Table, add_output_flags, columns, emit
@@ -37,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         detach_follows=args.detach_follows,
         table=table,
     )
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         **verdict.to_dict(), "message": verdict.message, "warnings": list(verdict.warnings)
     }
     if args.output.tabular and not args.no_headers:

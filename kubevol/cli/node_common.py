@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypedDict
 
 from kubevol.cli.exits import UsageError
 from kubevol.cli.output import Column
@@ -27,6 +27,9 @@ from kubevol.plugins import HOST_PATH_PLUGIN_NAME
 from kubevol.util.deadline import Deadline
 
 if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from kubevol.k8s.tokens import TokenManager
     from kubevol.node.rootlock import RootLock
     from kubevol.node.runtime import NodeRuntime
 
@@ -183,14 +186,23 @@ def root_lock(args: argparse.Namespace, deadline: Deadline | None = None,
     )
 
 
-def api_options(args: argparse.Namespace) -> dict[str, Any]:
+class ApiOptions(TypedDict, total=False):
+    """The :class:`~kubevol.node.runtime.NodeRuntime` keyword arguments of
+    :func:`api_options`: each present only when its option was given."""
+
+    kube_client: ApiClient
+    tokens: TokenManager
+    node_labels: dict[str, str]
+
+
+def api_options(args: argparse.Namespace) -> ApiOptions:
     """The API client, token manager and node labels that ``--kubeconfig``,
     ``--token-provider`` and ``--node-label`` ask for (NodeRuntime keyword arguments)."""
     import shlex
 
     from kubevol.k8s.tokens import CommandTokenProvider, TokenManager
 
-    options: dict[str, Any] = {}
+    options: ApiOptions = {}
     if getattr(args, "kubeconfig", None):
         from kubernetes import config as kube_config
 
@@ -289,7 +301,7 @@ def _state_word(check: MountCheck, *, device: bool) -> str:
     return check.value
 
 
-def _row(names: dict[str, str], uid: str, spec_name: str, **fields: Any) -> dict[str, Any]:
+def _row(names: dict[str, str], uid: str, spec_name: str, **fields: object) -> dict[str, object]:
     return {"pod": names.get(uid, uid), "pod_uid": uid, "spec_name": spec_name, **fields}
 
 
@@ -430,7 +442,7 @@ def with_hint(error: BaseException | str) -> str:
     return f"{error}: {hint}" if hint else str(error)
 
 
-def not_done(result: SyncResult) -> dict[str, Any] | None:
+def not_done(result: SyncResult) -> dict[str, object] | None:
     """Why a sync did not do everything (None when it did), as ``-o json`` shows it:
     ``reason``, ``pending`` work and ``failures`` (``kind``, ``key``, ``error``)."""
     if result.converged:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from kubevol import plugin as bases
 from kubevol.cli.output import Column, Table, add_output_flags, columns, emit
@@ -12,7 +11,7 @@ from kubevol.manager import entry_point_plugins
 from kubevol.node.host import node_plugins
 
 #: Capability name → the base a plugin subclasses to offer it.
-CAPABILITIES: dict[str, type[Any]] = {
+CAPABILITIES: dict[str, type[bases.VolumePlugin]] = {
     "persistent": bases.PersistentVolumePlugin,
     "recyclable": bases.RecyclableVolumePlugin,
     "deletable": bases.DeletableVolumePlugin,
@@ -27,7 +26,7 @@ CAPABILITIES: dict[str, type[Any]] = {
 }
 
 
-def describe(plugin: bases.VolumePlugin, source: str) -> dict[str, Any]:
+def describe(plugin: bases.VolumePlugin, source: str) -> dict[str, object]:
     """One plugin as a plain dict: name, source, capabilities and options."""
     return {
         "name": plugin.get_plugin_name(),

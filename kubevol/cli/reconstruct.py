@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubevol.cli import exits
 from kubevol.cli.exits import UsageError
@@ -194,7 +194,7 @@ TABLES = (
 
 
 def show(result: Reconstruction, args: argparse.Namespace,
-         plan: RepairPlan | None = None, left: dict[str, Any] | None = None) -> None:
+         plan: RepairPlan | None = None, left: dict[str, object] | None = None) -> None:
     """The reconstruction (with a repair's plan and what it left not done, under
     ``not_done``); each volume's MOUNT in the words of :data:`VOLUME_STATES`."""
     data = result.to_dict()

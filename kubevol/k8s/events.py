@@ -25,9 +25,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import attrs
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class KubeEventSink:
     def __init__(self, api_client: object) -> None:
         self.api_client = api_client
 
-    def _core(self) -> Any:  # the client's API class, imported late (a slow import)
+    def _core(self) -> CoreV1Api:  # the client's API class, imported late (a slow import)
         from kubernetes.client import CoreV1Api
 
         return CoreV1Api(self.api_client)

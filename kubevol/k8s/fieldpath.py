@@ -13,9 +13,10 @@ import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Protocol
 
 from kubevol.errors import SpecError
+from kubevol.k8s.pod import Container, Pod, PodMetadata
 from kubevol.util.units import UnitError, quantity_value
 
 _SUBSCRIPTED = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
@@ -56,15 +57,15 @@ def format_map(values: Mapping[str, str] | None) -> str:
     return "\n".join(f"{k}={go_quote(items[k])}" for k in sorted(items))
 
 
-def _meta(pod: Any) -> Any:
-    meta = getattr(pod, "metadata", None)
+def _meta(pod: Pod) -> PodMetadata:
+    meta: PodMetadata | None = getattr(pod, "metadata", None)
     if meta is None:
         raise SpecError("the pod has no metadata")
     return meta
 
 
 def extract_field_path(
-    pod: Any, field_path: str, *, node_name: str = "", host_ip: str = ""
+    pod: Pod, field_path: str, *, node_name: str = "", host_ip: str = ""
 ) -> str:
     """The value of ``field_path`` for ``pod`` as the kubelet renders it.
 
@@ -115,13 +116,13 @@ def extract_field_path(
     raise SpecError(f"unsupported fieldPath: {field_path}")
 
 
-def _ips(status: Any, whose: str) -> list[str]:
+def _ips(status: object, whose: str) -> list[str]:
     # Newer clients name the field ``pod_ips``, older ones ``pod_i_ps``.
     found = getattr(status, f"{whose}_ips", None) or getattr(status, f"{whose}_i_ps", None)
     return [str(i.ip) for i in found or [] if getattr(i, "ip", None)]
 
 
-def _quantity(value: Any, what: str) -> Decimal:
+def _quantity(value: object, what: str) -> Decimal:
     try:
         return quantity_value(value)
     except UnitError as exc:
@@ -132,14 +133,26 @@ def _ceil_int(value: Decimal) -> int:
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
-def find_container(pod: Any, name: str) -> Any:
+def find_container(pod: Pod, name: str) -> Container:
     """The container (or init container) of ``pod`` named ``name``; SpecError if none."""
     spec = getattr(pod, "spec", None)
-    for container in [*(getattr(spec, "containers", None) or []),
-                      *(getattr(spec, "init_containers", None) or [])]:
+    containers: list[Container] = [*(getattr(spec, "containers", None) or []),
+                                   *(getattr(spec, "init_containers", None) or [])]
+    for container in containers:
         if container.name == name:
             return container
     raise SpecError(f"container {name} not found")
+
+
+class ResourceFieldRef(Protocol):
+    """A ``resourceFieldRef`` (``V1ResourceFieldSelector``) of a downward-API item or an
+    environment variable: the resource (``limits.cpu``) and its divisor (a quantity)."""
+
+    @property
+    def resource(self) -> str | None: ...
+
+    @property
+    def divisor(self) -> object: ...
 
 
 #: Limits that default to the node's allocatable amount when a container sets none.
@@ -147,7 +160,7 @@ _ALLOCATABLE_DEFAULTS = ("cpu", "memory", "ephemeral-storage")
 
 
 def extract_resource_value(
-    resource_field_ref: Any, pod: Any, container_name: str,
+    resource_field_ref: ResourceFieldRef, pod: Pod, container_name: str,
     node_allocatable: Mapping[str, str],
 ) -> str:
     """A ``resourceFieldRef`` (``limits.cpu``, ``requests.memory``, ``limits.hugepages-2Mi``,

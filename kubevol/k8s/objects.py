@@ -19,11 +19,14 @@ import binascii
 import copy
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from kubevol.errors import KubevolError, SpecError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1ConfigMap, V1Secret
 
 
 class ObjectNotFoundError(KubevolError, LookupError):
@@ -153,7 +156,7 @@ def _b64_in(where: str, value: str, *, kind: str, namespace: str, name: str, key
         raise SpecError(f"{where}: {exc}") from exc
 
 
-def _string_map(value: Any, what: str, where: str) -> dict[str, str]:
+def _string_map(value: object, what: str, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -208,10 +211,10 @@ class ManifestObjects(APIObjectSource):
 class KubeAPIObjects(APIObjectSource):
     """Reads from an API server through a ``kubernetes.client.ApiClient``."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: ApiClient) -> None:
         self._client = api_client
 
-    def _read(self, resource: str, namespace: str, name: str) -> Any:
+    def _read(self, resource: str, namespace: str, name: str) -> V1ConfigMap | V1Secret:
         from kubernetes.client import CoreV1Api
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError

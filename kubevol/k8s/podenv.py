@@ -15,15 +15,29 @@ subPathExpr every referenced variable must have a non-empty value.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Protocol
 
 from kubevol.errors import SpecError
 from kubevol.k8s.fieldpath import extract_field_path, extract_resource_value
 from kubevol.k8s.objects import ConfigMap, ObjectNotFoundError
+from kubevol.k8s.pod import Container, Pod
 
 _OPERATOR = "$"
 _OPENER = "("
 _CLOSER = ")"
+
+
+class ConfigMapKeyRef(Protocol):
+    """A ``configMapKeyRef`` (``V1ConfigMapKeySelector``) of an environment variable."""
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def key(self) -> str | None: ...
+
+    @property
+    def optional(self) -> bool | None: ...
 
 
 def expand(text: str, mapping: Callable[[str], str]) -> str:
@@ -60,8 +74,8 @@ def expand_with(env: Mapping[str, str]) -> Callable[[str], str]:
 
 
 def container_env(
-    pod: Any,
-    container: Any,
+    pod: Pod,
+    container: Container,
     *,
     node_name: str,
     host_ip: str,
@@ -105,7 +119,8 @@ def container_env(
 
 
 def _config_map_value(
-    get_config_map: Callable[[str, str], ConfigMap] | None, namespace: str, ref: Any, var: str
+    get_config_map: Callable[[str, str], ConfigMap] | None, namespace: str,
+    ref: ConfigMapKeyRef, var: str,
 ) -> str | None:
     optional = bool(ref.optional)
     if get_config_map is None:

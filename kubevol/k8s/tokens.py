@@ -22,11 +22,14 @@ import random
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from kubevol.errors import KubevolError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +68,9 @@ class TokenRequest:
     pod_name: str
     pod_uid: str
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self) -> dict[str, object]:
         """The ``authentication.k8s.io/v1`` TokenRequest object for this request."""
-        spec: dict[str, Any] = {
+        spec: dict[str, object] = {
             "audiences": list(self.audiences),
             "expirationSeconds": self.expiration_seconds,
             "boundObjectRef": {
@@ -108,7 +111,7 @@ class TokenProvider(abc.ABC):
         """A new token for ``request``; raises :class:`TokenError` (never showing a token)."""
 
 
-def issued_from_api(obj: Mapping[str, Any], request: TokenRequest, now: datetime.datetime,
+def issued_from_api(obj: Mapping[str, object], request: TokenRequest, now: datetime.datetime,
                     who: str) -> IssuedToken:
     """An :class:`IssuedToken` from a TokenRequest answer (API dict). A missing expiration
     means ``now + expirationSeconds``. Raises TokenError naming ``who``."""
@@ -141,7 +144,7 @@ def issued_from_api(obj: Mapping[str, Any], request: TokenRequest, now: datetime
 class APITokenProvider(TokenProvider):
     """Creates tokens with the TokenRequest API (``POST …/serviceaccounts/<sa>/token``)."""
 
-    def __init__(self, api_client: Any, clock: Clock = _utc_now) -> None:
+    def __init__(self, api_client: ApiClient, clock: Clock = _utc_now) -> None:
         self._client = api_client
         self._clock = clock
 

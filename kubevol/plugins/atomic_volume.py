@@ -11,10 +11,11 @@ import abc
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubevol.errors import KubevolError, SpecError
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.layout import validate_path_segment
 from kubevol.metrics import CachedMetrics, MetricsDu
 from kubevol.plugin import VolumePlugin
@@ -28,9 +29,12 @@ from kubevol.plugins.atomic_writer import (
 )
 from kubevol.plugins.empty_dir import MEDIUM_DEFAULT
 from kubevol.plugins.ownership import set_volume_ownership
-from kubevol.spec import KnownSource, Spec, api_object, pod_uid
+from kubevol.spec import ApiMapping, KnownSource, Spec, api_object, pod_uid
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Metrics, Mounter, Unmounter
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1KeyToPath
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ def mode_of(value: int | None, default: int | None) -> int:
 def key_payload(
     *,
     kind: str,
-    items: Sequence[Any] | None,
+    items: Sequence[V1KeyToPath] | None,
     values: Mapping[str, bytes],
     default_mode: int | None,
     optional: bool,
@@ -96,12 +100,12 @@ def empty_dir_spec(medium: str) -> Spec:
     return Spec.from_volume(api_object("V1Volume", {"name": "wrapped", "emptyDir": empty_dir}))
 
 
-def pod_namespace(pod: Any) -> str:
+def pod_namespace(pod: Pod | None) -> str:
     """The pod's namespace (``default`` when the manifest gives none)."""
     return str(getattr(getattr(pod, "metadata", None), "namespace", None) or "default")
 
 
-def describe_pod(pod: Any) -> str:
+def describe_pod(pod: Pod | None) -> str:
     """``namespace/name`` of a ``V1Pod``, for messages."""
     return f"{pod_namespace(pod)}/{getattr(getattr(pod, 'metadata', None), 'name', None) or '?'}"
 
@@ -121,7 +125,7 @@ class AtomicVolume(Mounter, Unmounter, abc.ABC):
         volume_name: str,
         pod_uid: str,
         medium: str,
-        pod: Any = None,
+        pod: Pod | None = None,
         opts: VolumeOptions | None = None,
         source: Any = None,
     ) -> None:
@@ -152,6 +156,13 @@ class AtomicVolume(Mounter, Unmounter, abc.ABC):
     @abc.abstractmethod
     def collect_payload(self, args: MounterArgs) -> dict[str, FileProjection]:
         """The files to project. Raises before anything is written when data is missing."""
+
+    def mounter_pod(self) -> Pod:
+        """The pod this mounter sets up the volume for; KubevolError on an unmounter, which
+        has none."""
+        if self.pod is None:
+            raise KubevolError(f"volume {self.volume_name!r}: an unmounter has no pod")
+        return self.pod
 
     def log_context(self) -> str:
         return f"pod {describe_pod(self.pod)} volume {self.volume_name}"
@@ -231,7 +242,7 @@ class AtomicVolumePlugin(VolumePlugin, abc.ABC):
         """The volume source this plugin handles, or None."""
 
     @abc.abstractmethod
-    def empty_source(self, volume_name: str) -> dict[str, Any]:
+    def empty_source(self, volume_name: str) -> dict[str, ApiMapping]:
         """The pod volume (API dict) reconstruction rebuilds: the kubelet keeps nothing else."""
 
     @abc.abstractmethod
@@ -255,7 +266,7 @@ class AtomicVolumePlugin(VolumePlugin, abc.ABC):
             raise SpecError(f"volume {spec.name()!r} is not a {self.get_plugin_name()} volume")
         return source
 
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> AtomicVolume:
+    def new_mounter(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> AtomicVolume:
         source = self._check(spec)
         return self.volume_class()(
             host=self.host, plugin_name=self.get_plugin_name(), volume_name=spec.name(),

@@ -6,7 +6,8 @@ The files are projected by the atomic writer into a wrapped disk emptyDir at
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kubevol.k8s.objects import ConfigMap, ObjectNotFoundError
 from kubevol.plugins.atomic_volume import (
@@ -17,13 +18,18 @@ from kubevol.plugins.atomic_volume import (
 )
 from kubevol.plugins.atomic_writer import FileProjection
 from kubevol.plugins.empty_dir import MEDIUM_DEFAULT
-from kubevol.spec import Spec
+from kubevol.spec import ApiMapping, Spec
 from kubevol.types import MounterArgs
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1ConfigMapVolumeSource
 
 CONFIG_MAP_PLUGIN_NAME = "kubernetes.io/configmap"
 
 
-def read_config_map(host_func: Any, namespace: str, name: str, optional: bool) -> ConfigMap:
+def read_config_map(
+    host_func: Callable[[str, str], ConfigMap], namespace: str, name: str, optional: bool
+) -> ConfigMap:
     """The ConfigMap, or an empty one when it is missing and ``optional``."""
     try:
         found: ConfigMap = host_func(namespace, name)
@@ -42,13 +48,13 @@ class ConfigMapPlugin(AtomicVolumePlugin):
     def get_plugin_name(self) -> str:
         return CONFIG_MAP_PLUGIN_NAME
 
-    def source_of(self, spec: Spec) -> Any:
+    def source_of(self, spec: Spec) -> V1ConfigMapVolumeSource | None:
         return spec.volume.config_map
 
     def get_volume_name(self, spec: Spec) -> str:
         return f"{spec.name()}/{self._check(spec).name}"
 
-    def empty_source(self, volume_name: str) -> dict[str, Any]:
+    def empty_source(self, volume_name: str) -> dict[str, ApiMapping]:
         return {"configMap": {}}
 
     def volume_class(self) -> type[AtomicVolume]:

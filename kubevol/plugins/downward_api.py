@@ -9,21 +9,28 @@ writer into a wrapped ``Memory`` emptyDir, as the kubelet does, at
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.host import VolumeHost
 from kubevol.k8s.fieldpath import extract_field_path, extract_resource_value
+from kubevol.k8s.pod import Pod
 from kubevol.plugins.atomic_volume import AtomicVolume, AtomicVolumePlugin, mode_of, raise_all
 from kubevol.plugins.atomic_writer import FileProjection
 from kubevol.plugins.empty_dir import MEDIUM_MEMORY
-from kubevol.spec import Spec
+from kubevol.spec import ApiMapping, Spec
 from kubevol.types import MounterArgs
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1DownwardAPIVolumeFile, V1DownwardAPIVolumeSource
 
 DOWNWARD_API_PLUGIN_NAME = "kubernetes.io/downward-api"
 
 
 def collect_downward_api(
-    items: Sequence[Any] | None, pod: Any, host: VolumeHost, default_mode: int | None
+    items: Sequence[V1DownwardAPIVolumeFile] | None,
+    pod: Pod,
+    host: VolumeHost,
+    default_mode: int | None,
 ) -> dict[str, FileProjection]:
     """The kubelet's ``CollectData``: one file per item; every failing item is reported
     (together) and nothing is returned then."""
@@ -64,14 +71,14 @@ class DownwardAPIPlugin(AtomicVolumePlugin):
     def get_plugin_name(self) -> str:
         return DOWNWARD_API_PLUGIN_NAME
 
-    def source_of(self, spec: Spec) -> Any:
+    def source_of(self, spec: Spec) -> V1DownwardAPIVolumeSource | None:
         return spec.volume.downward_api
 
     def get_volume_name(self, spec: Spec) -> str:
         self._check(spec)
         return spec.name()
 
-    def empty_source(self, volume_name: str) -> dict[str, Any]:
+    def empty_source(self, volume_name: str) -> dict[str, ApiMapping]:
         return {"downwardAPI": {}}
 
     def volume_class(self) -> type[AtomicVolume]:
@@ -83,5 +90,5 @@ class DownwardAPIVolume(AtomicVolume):
 
     def collect_payload(self, args: MounterArgs) -> dict[str, FileProjection]:
         return collect_downward_api(
-            self.source.items, self.pod, self.host, self.source.default_mode
+            self.source.items, self.mounter_pod(), self.host, self.source.default_mode
         )

@@ -8,10 +8,11 @@ records a completed set-up, as the kubelet keeps one.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import MountError, SpecError
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.layout import validate_path_segment
 from kubevol.metrics import MetricsDu
 from kubevol.mount import is_corrupted_mount, remove_tree_on_one_device
@@ -21,6 +22,9 @@ from kubevol.spec import KnownSource, Spec, pod_uid, quantity_bytes
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.util import fdtree
 from kubevol.volume import Metrics, Mounter, Unmounter
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1EmptyDirVolumeSource
 
 EMPTY_DIR_PLUGIN_NAME = "kubernetes.io/empty-dir"
 MEDIUM_DEFAULT = ""
@@ -54,7 +58,7 @@ class EmptyDirPlugin(VolumePlugin):
             raise SpecError(f"volume {spec.name()!r} is not an emptyDir volume")
         return spec.name()
 
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> EmptyDir:
+    def new_mounter(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> EmptyDir:
         source = _source(spec)
         if source is None:
             raise SpecError(f"volume {spec.name()!r} is not an emptyDir volume")
@@ -94,11 +98,11 @@ class EmptyDirPlugin(VolumePlugin):
 _SOURCE_KEY = "kubernetes.io/empty-dir:source"
 
 
-def _read_source(spec: Spec) -> Any:
+def _read_source(spec: Spec) -> V1EmptyDirVolumeSource | None:
     return None if spec.is_persistent_volume else spec.volume.empty_dir
 
 
-def _source(spec: Spec) -> Any:
+def _source(spec: Spec) -> V1EmptyDirVolumeSource | KnownSource | None:
     """The emptyDir source of ``spec`` (``V1EmptyDirVolumeSource``, or the
     :class:`~kubevol.spec.KnownSource` a reconstructed Spec carries), None when it has none."""
     return spec.derived(_SOURCE_KEY, _read_source)

@@ -11,10 +11,11 @@ import os
 import stat
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import HostPathTypeError, KubevolError, OperationError, SpecError
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.layout import is_below, validate_path_segment
 from kubevol.metrics import MetricsNil
 from kubevol.mount import remove_tree_on_one_device
@@ -28,6 +29,14 @@ from kubevol.plugin import (
 from kubevol.spec import Spec
 from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOptions
 from kubevol.volume import Deleter, Metrics, Mounter, Provisioner, Unmounter
+
+if TYPE_CHECKING:
+    from kubernetes.client import (
+        V1HostPathVolumeSource,
+        V1Node,
+        V1PersistentVolume,
+        V1TopologySelectorTerm,
+    )
 
 HOST_PATH_PLUGIN_NAME = "kubernetes.io/host-path"
 
@@ -96,7 +105,7 @@ def check_host_path_type(path: str, path_type: str | None) -> None:
         )
 
 
-def _source(spec: Spec) -> Any:
+def _source(spec: Spec) -> V1HostPathVolumeSource:
     if spec.volume is not None and spec.volume.host_path is not None:
         return spec.volume.host_path
     pv = spec.persistent_volume
@@ -136,7 +145,7 @@ class HostPathPlugin(
     def get_access_modes(self) -> list[str]:
         return ["ReadWriteOnce"]
 
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> HostPathVolume:
+    def new_mounter(self, spec: Spec, pod: Pod | None, opts: VolumeOptions) -> HostPathVolume:
         source = _source(spec)
         return HostPathVolume(path=source.path, path_type=source.type, read_only=spec.read_only)
 
@@ -248,7 +257,11 @@ class HostPathProvisioner(Provisioner):
         self._base_dir = base_dir
         self._options = options
 
-    def provision(self, selected_node: Any = None, allowed_topologies: Sequence[Any] = ()) -> Any:
+    def provision(
+        self,
+        selected_node: V1Node | None = None,
+        allowed_topologies: Sequence[V1TopologySelectorTerm] = (),
+    ) -> V1PersistentVolume:
         from kubernetes import client
 
         name = self._options.pv_name or f"pv-{uuid.uuid4()}"

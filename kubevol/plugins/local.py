@@ -20,10 +20,11 @@ import os
 import posixpath
 import stat
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import MountError, OperationError, SpecError
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.metrics import MetricsStatFS
 from kubevol.mount import MountInterface, cleanup_mount_point
 from kubevol.plugin import BlockVolumePlugin, PersistentVolumePlugin
@@ -33,6 +34,9 @@ from kubevol.types import Attributes, MounterArgs, ReconstructedVolume, VolumeOp
 from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics, Mounter
 from kubevol.volume import Unmounter as UnmounterBase
 
+if TYPE_CHECKING:
+    from kubernetes.client import V1LocalVolumeSource, V1NodeSelectorRequirement, V1PersistentVolume
+
 log = logging.getLogger(__name__)
 
 LOCAL_VOLUME_PLUGIN_NAME = "kubernetes.io/local-volume"
@@ -40,7 +44,7 @@ LOCAL_VOLUME_PLUGIN_NAME = "kubernetes.io/local-volume"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def _source(spec: Spec) -> Any:
+def _source(spec: Spec) -> V1LocalVolumeSource:
     pv = spec.persistent_volume
     local = getattr(getattr(pv, "spec", None), "local", None) if pv is not None else None
     if local is None:
@@ -58,7 +62,7 @@ def _validate_local_path(name: str, path: str) -> str:
     return path
 
 
-def _requirement_matches(req: Any, labels: Mapping[str, str]) -> bool:
+def _requirement_matches(req: V1NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
     key, op, values = req.key, req.operator, list(req.values or [])
     present = key in labels
     if op == "In":
@@ -81,7 +85,7 @@ def _requirement_matches(req: Any, labels: Mapping[str, str]) -> bool:
 
 
 def node_affinity_matches(
-    pv: Any, node_name: str, node_labels: Mapping[str, str]
+    pv: V1PersistentVolume, node_name: str, node_labels: Mapping[str, str]
 ) -> bool:
     """Whether the PV's ``nodeAffinity.required`` admits this node (no affinity: yes).
 
@@ -94,8 +98,8 @@ def node_affinity_matches(
     labels = {HOSTNAME_LABEL: node_name, **node_labels}
     fields = {"metadata.name": node_name}
     for term in required.node_selector_terms or []:
-        exprs: Sequence[Any] = term.match_expressions or []
-        field_exprs: Sequence[Any] = term.match_fields or []
+        exprs: Sequence[V1NodeSelectorRequirement] = term.match_expressions or []
+        field_exprs: Sequence[V1NodeSelectorRequirement] = term.match_fields or []
         if not exprs and not field_exprs:
             continue
         if all(_requirement_matches(e, labels) for e in exprs) and all(
@@ -148,7 +152,7 @@ class LocalVolumePlugin(PersistentVolumePlugin, BlockVolumePlugin):
                 "its nodeAffinity does not match this node's labels"
             )
 
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> LocalVolume:
+    def new_mounter(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> LocalVolume:
         source = _source(spec)
         self._check_node(spec)
         pv_spec = spec.persistent_volume.spec
@@ -170,7 +174,7 @@ class LocalVolumePlugin(PersistentVolumePlugin, BlockVolumePlugin):
         return ReconstructedVolume(spec=_local_pv_spec(volume_name, source, "Filesystem"))
 
     def new_block_volume_mapper(
-        self, spec: Spec, pod: Any, opts: VolumeOptions
+        self, spec: Spec, pod: Pod, opts: VolumeOptions
     ) -> LocalBlockVolume:
         source = _source(spec)
         self._check_node(spec)

@@ -11,7 +11,7 @@ token file is written ``0600`` and the fsGroup rules make it ``0640``, as the ku
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import KubevolError, SpecError
 from kubevol.k8s.tokens import DEFAULT_EXPIRATION_SECONDS, TokenProviderMissingError, TokenRequest
@@ -29,8 +29,15 @@ from kubevol.plugins.config_map import read_config_map
 from kubevol.plugins.downward_api import collect_downward_api
 from kubevol.plugins.empty_dir import MEDIUM_MEMORY
 from kubevol.plugins.secret import read_secret
-from kubevol.spec import Spec
+from kubevol.spec import ApiMapping, Spec
 from kubevol.types import MounterArgs
+
+if TYPE_CHECKING:
+    from kubernetes.client import (
+        V1ProjectedVolumeSource,
+        V1ServiceAccountTokenProjection,
+        V1VolumeProjection,
+    )
 
 PROJECTED_PLUGIN_NAME = "kubernetes.io/projected"
 #: Mode of a token file when the pod has an fsGroup or fsUser (then made 0640 by fsGroup).
@@ -45,14 +52,14 @@ class ProjectedPlugin(AtomicVolumePlugin):
     def get_plugin_name(self) -> str:
         return PROJECTED_PLUGIN_NAME
 
-    def source_of(self, spec: Spec) -> Any:
+    def source_of(self, spec: Spec) -> V1ProjectedVolumeSource | None:
         return spec.volume.projected
 
     def get_volume_name(self, spec: Spec) -> str:
         self._check(spec)
         return spec.name()
 
-    def empty_source(self, volume_name: str) -> dict[str, Any]:
+    def empty_source(self, volume_name: str) -> dict[str, ApiMapping]:
         return {"projected": {"sources": []}}
 
     def volume_class(self) -> type[AtomicVolume]:
@@ -76,7 +83,11 @@ class ProjectedVolume(AtomicVolume):
         return payload
 
     def _one(
-        self, source: Any, namespace: str, default_mode: int | None, args: MounterArgs
+        self,
+        source: V1VolumeProjection,
+        namespace: str,
+        default_mode: int | None,
+        args: MounterArgs,
     ) -> dict[str, FileProjection]:
         if source.secret is not None:
             optional = bool(source.secret.optional)
@@ -92,7 +103,7 @@ class ProjectedVolume(AtomicVolume):
                                values=config_map.items(), default_mode=default_mode,
                                optional=optional)
         if source.downward_api is not None:
-            return collect_downward_api(source.downward_api.items, self.pod, self.host,
+            return collect_downward_api(source.downward_api.items, self.mounter_pod(), self.host,
                                         default_mode)
         if source.service_account_token is not None:
             return self._token(source.service_account_token, namespace, default_mode, args)
@@ -102,19 +113,24 @@ class ProjectedVolume(AtomicVolume):
         raise SpecError(f"volume {self.volume_name!r}: a projected source names no kind")
 
     def _token(
-        self, projection: Any, namespace: str, default_mode: int | None, args: MounterArgs
+        self,
+        projection: V1ServiceAccountTokenProjection,
+        namespace: str,
+        default_mode: int | None,
+        args: MounterArgs,
     ) -> dict[str, FileProjection]:
         mode = mode_of(None, default_mode)
         if args.fs_user is not None or args.fs_group is not None:
             mode = TOKEN_MODE_WITH_FS_GROUP
-        meta = self.pod.metadata
-        spec = getattr(self.pod, "spec", None)
+        pod = self.mounter_pod()
+        meta = pod.metadata
+        spec = getattr(pod, "spec", None)
         request = TokenRequest(
             namespace=namespace,
             service_account=str(getattr(spec, "service_account_name", None) or "default"),
             audiences=(str(projection.audience),) if projection.audience else (),
             expiration_seconds=int(projection.expiration_seconds or DEFAULT_EXPIRATION_SECONDS),
-            pod_name=str(meta.name or ""),
+            pod_name=str(getattr(meta, "name", None) or ""),
             pod_uid=self.pod_uid,
         )
         try:

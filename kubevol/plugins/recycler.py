@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import SpecError
+from kubevol.k8s.pod import Pod
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
 
 #: Scrubs the volume mounted at /scrub and fails unless it ends up empty.
 _SCRUB_SCRIPT = (
@@ -12,7 +16,7 @@ _SCRUB_SCRIPT = (
 )
 
 
-def new_persistent_volume_recycler_pod_template() -> Any:
+def new_persistent_volume_recycler_pod_template() -> V1Pod:
     """A ``V1Pod`` that empties the volume mounted at ``/scrub`` and checks it is empty.
 
     Callers must set ``spec.volumes[0]`` to the volume to scrub; ``metadata.generate_name``
@@ -39,7 +43,7 @@ def new_persistent_volume_recycler_pod_template() -> Any:
     )
 
 
-def validate_recycler_pod_template(pod: Any) -> None:
+def validate_recycler_pod_template(pod: Pod | None) -> None:
     """Raise SpecError unless ``pod`` (a ``V1Pod``) defines at least one volume to scrub."""
     volumes = pod.spec.volumes if pod is not None and pod.spec is not None else None
     if not volumes:

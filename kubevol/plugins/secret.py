@@ -7,7 +7,8 @@ node's disk; set-up runs again to bring updates. Secret values never appear in a
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kubevol.k8s.objects import ObjectNotFoundError, Secret
 from kubevol.plugins.atomic_volume import (
@@ -18,13 +19,18 @@ from kubevol.plugins.atomic_volume import (
 )
 from kubevol.plugins.atomic_writer import FileProjection
 from kubevol.plugins.empty_dir import MEDIUM_MEMORY
-from kubevol.spec import Spec
+from kubevol.spec import ApiMapping, Spec
 from kubevol.types import MounterArgs
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1SecretVolumeSource
 
 SECRET_PLUGIN_NAME = "kubernetes.io/secret"
 
 
-def read_secret(host_func: Any, namespace: str, name: str, optional: bool) -> Secret:
+def read_secret(
+    host_func: Callable[[str, str], Secret], namespace: str, name: str, optional: bool
+) -> Secret:
     """The Secret, or an empty one when it is missing and ``optional``."""
     try:
         found: Secret = host_func(namespace, name)
@@ -43,13 +49,13 @@ class SecretPlugin(AtomicVolumePlugin):
     def get_plugin_name(self) -> str:
         return SECRET_PLUGIN_NAME
 
-    def source_of(self, spec: Spec) -> Any:
+    def source_of(self, spec: Spec) -> V1SecretVolumeSource | None:
         return spec.volume.secret
 
     def get_volume_name(self, spec: Spec) -> str:
         return str(self._check(spec).secret_name or "")
 
-    def empty_source(self, volume_name: str) -> dict[str, Any]:
+    def empty_source(self, volume_name: str) -> dict[str, ApiMapping]:
         # The kubelet knows no more after a restart: the volume name stands for the secret.
         return {"secret": {"secretName": volume_name}}
 

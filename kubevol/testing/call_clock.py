@@ -6,7 +6,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class CallClock:
@@ -17,10 +20,10 @@ class CallClock:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, fn: Callable[_P, _R]) -> Callable[_P, _R]:
         """``fn``, timed into this clock."""
 
-        def timed(*args: Any, **kwargs: Any) -> Any:
+        def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)

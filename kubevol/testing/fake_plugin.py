@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import NoReturn
 
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec
 from kubevol.types import ReconstructedVolume, VolumeOptions
@@ -48,7 +49,7 @@ class FakeVolumePlugin(VolumePlugin):
     def can_support(self, spec: Spec) -> bool:
         return self.supports(spec)
 
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> Mounter:
+    def new_mounter(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> Mounter:
         raise NotImplementedError(f"{self.name} is a fake plugin without a mounter")
 
     def new_unmounter(self, volume_name: str, pod_uid: str) -> Unmounter:
@@ -66,8 +67,8 @@ def fake_plugin_with(
     The stubs raise NotImplementedError; the manager only needs ``isinstance`` (and
     ``can_attach``/``can_device_mount``, which have defaults).
     """
-    def stub(method_name: str) -> Callable[..., Any]:
-        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def stub(method_name: str) -> Callable[..., NoReturn]:
+        def method(self: object, *args: object, **kwargs: object) -> NoReturn:
             raise NotImplementedError(f"{name}.{method_name} is a stub")
 
         return method

@@ -26,8 +26,8 @@ import functools
 import os
 import posixpath
 import stat
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from kubevol.errors import MountError, UnsafePathError
 from kubevol.util.clib import libc
@@ -258,7 +258,7 @@ def mount_id(fd: int) -> int | None:
 
 
 @functools.cache
-def _statx() -> Any:
+def _statx() -> Callable[..., int] | None:
     try:
         return libc().statx
     except AttributeError:  # a libc without statx

@@ -12,12 +12,11 @@ escapes them. One difference is left: a float NaN or infinity is ``null`` (``jso
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import orjson
 
 
-def dumps(plain: Any, *, indent: bool = False, sort_keys: bool = False) -> str:
+def dumps(plain: object, *, indent: bool = False, sort_keys: bool = False) -> str:
     """``plain`` (JSON values) as ``json.dumps`` writes it byte for byte: indented by two
     spaces with ``indent``, else compact (``separators=(",", ":")``); keys sorted with
     ``sort_keys``. Raises ``TypeError``/``ValueError`` for what is not JSON."""

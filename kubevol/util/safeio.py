@@ -19,7 +19,6 @@ import json
 import os
 import re
 import stat
-from typing import Any
 
 from kubevol.errors import UntrustedDataError
 
@@ -111,7 +110,7 @@ def json_depth_exceeds(data: bytes, max_depth: int) -> bool:
     return False
 
 
-def parse_json(data: bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def parse_json(data: bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> object:
     """JSON ``data`` (UTF-8), nested at most ``max_depth`` deep; ``where`` names it in the
     :class:`~kubevol.errors.UntrustedDataError` raised for anything else."""
     if json_depth_exceeds(data, max_depth):
@@ -128,7 +127,7 @@ def load_json_file(
     max_bytes: int = MAX_METADATA_BYTES,
     max_depth: int = MAX_JSON_DEPTH,
     dir_fd: int | None = None,
-) -> Any:
+) -> object:
     """:func:`read_regular_file` then :func:`parse_json`: the JSON document in ``path``.
 
     Raises ``FileNotFoundError`` when it is missing, :class:`~kubevol.errors.UntrustedDataError`

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import re
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
 
 from kubevol.errors import KubevolError
 
@@ -39,7 +38,7 @@ class UnitError(KubevolError, ValueError):
     """A size or duration that cannot be read; the message names the text."""
 
 
-def quantity_value(quantity: Any) -> Decimal:
+def quantity_value(quantity: object) -> Decimal:
     """A Kubernetes quantity (text or number) exactly (``250m`` → ``0.25``), for callers
     that round their own way (CPU in millicores); refuses what is not a quantity."""
     text = str(quantity).strip()
@@ -61,7 +60,7 @@ def quantity_value(quantity: Any) -> Decimal:
         raise UnitError(f"{text!r} is not a quantity (like {QUANTITY_EXAMPLES})") from exc
 
 
-def quantity_bytes(quantity: Any) -> int:
+def quantity_bytes(quantity: object) -> int:
     """A Kubernetes quantity (text or number) as whole bytes, rounded up; refuses negative,
     infinite and not-a-number values."""
     text = str(quantity).strip()

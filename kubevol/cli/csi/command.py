@@ -65,7 +65,7 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None
     """The flags every command takes. On a command (``leaf``) they default to "not given",
     so that values set before the service name are kept."""
 
-    def default(value: Any) -> Any:
+    def default(value: object) -> object:
         return argparse.SUPPRESS if leaf else value
 
     parser.add_argument(

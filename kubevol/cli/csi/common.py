@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 import attrs
 
@@ -37,13 +37,17 @@ if TYPE_CHECKING:
     from kubevol.csi.client import CSIClient  # brings grpc: loaded by the command's run
 
 
+#: An entry of a paged list answer.
+_E = TypeVar("_E")
+
+
 @attrs.frozen(kw_only=True)
 class Output:
     """What a command prints: ``data`` in every format, and how its tables read it.
     ``names`` are the tables ``-o name`` reads, when they are not ``tables`` (a group
     snapshot shown one row per member is one object: its name is printed once)."""
 
-    data: Any
+    data: object
     tables: Sequence[Table]
     names: Sequence[Table] | None = None
 
@@ -162,7 +166,7 @@ def add_paging(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def pages(fetch: Callable[[str], t.Page[Any]], args: argparse.Namespace) -> Iterator[Any]:
+def pages(fetch: Callable[[str], t.Page[_E]], args: argparse.Namespace) -> Iterator[_E]:
     """Entries of the first page, or of every page with ``--paging``."""
     token = args.starting_token
     while True:
@@ -198,12 +202,12 @@ def table(*specs: str | Column, at: str = "", name: str = "") -> tuple[Table]:
     return (Table(columns=columns(*specs), at=at, name=name),)
 
 
-def done(**fields: Any) -> Output:
+def done(**fields: object) -> Output:
     """A one-row result of an RPC with an empty response."""
     return Output(data=fields, tables=table(*fields))
 
 
-def caps_output(caps: frozenset[Any]) -> Output:
+def caps_output(caps: frozenset[enum.IntEnum]) -> Output:
     """A capability set, one name per row."""
     names = [c.name for c in sorted(caps)]
     return Output(data=names, tables=table(Column("", header="CAPABILITY")))

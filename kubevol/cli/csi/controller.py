@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubevol.cli.csi.common import (
     SNAPSHOT_COLUMNS,
@@ -96,7 +96,7 @@ def _one_id(p: argparse.ArgumentParser) -> None:
 
 
 def publish(client: CSIClient, args: argparse.Namespace, secrets: Secrets) -> Output:
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for vid in args.volume_ids:
         ctx = client.controller_publish_volume(
             vid,

@@ -9,7 +9,6 @@ import datetime
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from kubevol.csi import types as t
 from kubevol.errors import (
@@ -19,6 +18,7 @@ from kubevol.errors import (
     TransientOperationError,
     is_operation_finished,
 )
+from kubevol.k8s.pod import Pod
 from kubevol.mount.guard import UnmountVerdict
 from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.context import CSIContext
@@ -87,7 +87,7 @@ class CSIAttacher(Attacher, Detacher):
         return attached
 
     def wait_for_attach(
-        self, spec: Spec, device_path: str, pod: Any, timeout: datetime.timedelta
+        self, spec: Spec, device_path: str, pod: Pod, timeout: datetime.timedelta
     ) -> str:
         """One check that the volume is attached to this node (the kubelet does no more);
         returns the attachment id, raises when it is not attached yet."""

@@ -13,15 +13,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Any
 
 from kubevol.csi import types as t
+from kubevol.csi.client import CSIClient
 from kubevol.errors import (
     KubevolError,
     OperationError,
     TransientOperationError,
     is_operation_finished,
 )
+from kubevol.k8s.pod import Pod
 from kubevol.layout import validate_path_segment
 from kubevol.mount.helpers import remove_tree_on_one_device
 from kubevol.plugins.csi import paths
@@ -56,7 +57,7 @@ from kubevol.volume import (
 log = logging.getLogger(__name__)
 
 
-def new_block_mapper(ctx: CSIContext, spec: Spec, pod: Any) -> CSIBlockMapper:
+def new_block_mapper(ctx: CSIContext, spec: Spec, pod: Pod) -> CSIBlockMapper:
     """A mapper for a CSI block PersistentVolume; records vol_data.json in the data dir.
 
     Raises :class:`~kubevol.errors.SpecError` for a non-CSI or inline spec and
@@ -118,7 +119,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
         volume_handle: str,
         read_only: bool,
         spec: Spec | None,
-        pod: Any,
+        pod: Pod | None,
     ) -> None:
         self.ctx = ctx
         self.spec_name = spec_name
@@ -169,7 +170,7 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
 
     # --- set up ---------------------------------------------------------------------
 
-    def _prepare(self, where: str) -> tuple[CSIVolumeSource, Any, dict[str, str] | None]:
+    def _prepare(self, where: str) -> tuple[CSIVolumeSource, CSIClient, dict[str, str] | None]:
         if self.spec is None:
             raise OperationError(f"{where}: this is an unmapper (no spec)")
         source = self.ctx.persistent_source(self.spec)
@@ -180,7 +181,9 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
         client = self.ctx.transient_client(self.driver, where)
         return source, client, publish_context
 
-    def _capability(self, source: CSIVolumeSource, caps: frozenset[t.NodeCapability]) -> Any:
+    def _capability(
+        self, source: CSIVolumeSource, caps: frozenset[t.NodeCapability]
+    ) -> t.VolumeCapability:
         return volume_capability(
             source.access_mode, FS_TYPE_BLOCK,
             single_node_multi_writer=t.NodeCapability.SINGLE_NODE_MULTI_WRITER in caps,

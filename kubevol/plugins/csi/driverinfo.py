@@ -21,15 +21,19 @@ import enum
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from kubevol.errors import KubevolError, UntrustedDataError
+from kubevol.spec import ApiMapping
 from kubevol.util import safeyaml
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1CSIDriver
+
 #: ``name -> V1CSIDriver | None``: the one shape every CSIDriver source has.
-CSIDriverLookup = Callable[[str], Any]
+CSIDriverLookup = Callable[[str], "V1CSIDriver | None"]
 
 LIFECYCLE_PERSISTENT = "Persistent"
 LIFECYCLE_EPHEMERAL = "Ephemeral"
@@ -93,7 +97,7 @@ class CSIDriverInfo:
     token_requests: tuple[DriverTokenRequest, ...] = ()
 
     @classmethod
-    def from_object(cls, obj: Any) -> CSIDriverInfo:
+    def from_object(cls, obj: V1CSIDriver | ApiMapping) -> CSIDriverInfo:
         """Read a ``V1CSIDriver`` (or its dict form) as an API server returned it.
 
         Unset booleans read as the API's defaults; an unset ``fsGroupPolicy`` stays None.
@@ -135,11 +139,11 @@ class CSIDriverInfo:
         return mode in self.volume_lifecycle_modes
 
 
-def _flag(value: Any, default: bool) -> bool:
+def _flag(value: object, default: bool) -> bool:
     return default if value is None else bool(value)
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
+def _as_dict(obj: V1CSIDriver | ApiMapping) -> ApiMapping:
     """A CSIDriver as the API's camelCase dict, whether a model object or a dict."""
     if isinstance(obj, Mapping):
         return dict(obj)
@@ -177,7 +181,7 @@ def check_csidriver(obj: Mapping[str, object]) -> dict[str, Any]:
     return data
 
 
-def _default_csidriver(data: dict[str, Any]) -> dict[str, Any]:
+def _default_csidriver(data: ApiMapping) -> dict[str, Any]:
     """Apply the API server's defaults to a CSIDriver dict (what storage/v1 defaulting does)."""
     out = dict(data)
     spec = dict(out.get("spec") or {})
@@ -204,8 +208,8 @@ class LocalCSIDrivers:
     driver behaves as it would in a cluster. Lookups return ``V1CSIDriver`` objects.
     """
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
-        self._objects: dict[str, Any] = {}
+    def __init__(self, objects: Iterable[ApiMapping] = ()) -> None:
+        self._objects: dict[str, V1CSIDriver] = {}
         #: The dict each model was built from: the same object given again (a node learns
         #: its manifests' objects at every change) is neither checked nor built again.
         self._given: dict[str, object] = {}
@@ -220,7 +224,7 @@ class LocalCSIDrivers:
             docs = [d for d in safeyaml.load_all(text, "the CSIDriver YAML") if d is not None]
         except UntrustedDataError as exc:
             raise CSIDriverInfoError(str(exc)) from exc
-        objects: list[Mapping[str, Any]] = []
+        objects: list[ApiMapping] = []
         for doc in docs:
             if not isinstance(doc, Mapping):
                 raise CSIDriverInfoError(
@@ -241,7 +245,7 @@ class LocalCSIDrivers:
             ) from exc
         return cls.from_yaml(text)
 
-    def add(self, obj: Mapping[str, Any]) -> None:
+    def add(self, obj: ApiMapping) -> None:
         """Add or replace one CSIDriver object (dict form)."""
         name = (obj.get("metadata") or {}).get("name")
         with self._lock:
@@ -260,7 +264,7 @@ class LocalCSIDrivers:
         with self._lock:
             return sorted(self._objects)
 
-    def __call__(self, name: str) -> Any:
+    def __call__(self, name: str) -> V1CSIDriver | None:
         """The ``V1CSIDriver`` named ``name``, or None."""
         with self._lock:
             return self._objects.get(name)
@@ -274,10 +278,10 @@ class KubernetesCSIDrivers:
     plugin turns into a transient error where the kubelet does.
     """
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
 
-    def __call__(self, name: str) -> Any:
+    def __call__(self, name: str) -> V1CSIDriver | None:
         from kubernetes.client import StorageV1Api
         from kubernetes.client.exceptions import ApiException
 

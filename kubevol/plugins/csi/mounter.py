@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -16,6 +15,7 @@ from kubevol.errors import (
     UncertainProgressError,
     is_operation_finished,
 )
+from kubevol.k8s.pod import Pod
 from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.attach import attachment_name
 from kubevol.plugins.csi.context import CSIContext
@@ -61,7 +61,7 @@ class CSIMounter(Mounter, Unmounter):
         *,
         ctx: CSIContext,
         spec: Spec | None,
-        pod: Any,
+        pod: Pod | None,
         pod_uid: str,
         spec_name: str,
         driver: str,
@@ -124,7 +124,7 @@ class CSIMounter(Mounter, Unmounter):
             os.makedirs(parent, mode=0o750, exist_ok=True)
         except OSError as exc:
             raise OperationError(f"mounter.SetUpAt failed to create dir {parent!r}: {exc}") from exc
-        secrets, volume_context = self._publish_inputs(source, info)
+        secrets, volume_context = self._publish_inputs(source, info, self.pod)
         if caps is None:
             try:
                 caps = ctx.node_capabilities(client)
@@ -223,19 +223,19 @@ class CSIMounter(Mounter, Unmounter):
         return caps, device_mount_path, publish_context
 
     def _publish_inputs(
-        self, source: CSIVolumeSource, info: CSIDriverInfo | None
+        self, source: CSIVolumeSource, info: CSIDriverInfo | None, pod: Pod
     ) -> tuple[dict[str, str], dict[str, str]]:
         """NodePublish secrets and the volume context (with pod information when asked)."""
-        pod_namespace = str(getattr(self.pod.metadata, "namespace", "") or "")
+        pod_namespace = str(getattr(pod.metadata, "namespace", "") or "")
         secrets = self.ctx.call_secrets(
             source.node_publish_secret_ref, pod_namespace, "NodePublishSecretRef"
         )
         volume_context = dict(source.volume_attributes)
         if info is not None and info.pod_info_on_mount:
-            volume_context.update(pod_info_attributes(self.pod, self.lifecycle_mode))
+            volume_context.update(pod_info_attributes(pod, self.lifecycle_mode))
         if info is not None and info.token_requests:
             volume_context[SERVICE_ACCOUNT_TOKENS_KEY] = service_account_tokens(
-                self.pod, info.token_requests, self.ctx.host.get_service_account_token_func())
+                pod, info.token_requests, self.ctx.host.get_service_account_token_func())
         return secrets, volume_context
 
     def _record(self, directory: str, selinux: str) -> None:

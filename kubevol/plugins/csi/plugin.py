@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.layout import PodVolumeEntry, csi_pod_mount_path, csi_pod_volume_entry
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict
 from kubevol.mount.table import MountTable
@@ -180,7 +180,7 @@ class CSIPlugin(
             return False
         return info is not None and info.requires_republish
 
-    def new_mounter(self, spec: Spec, pod: Any, opts: VolumeOptions) -> CSIMounter:
+    def new_mounter(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> CSIMounter:
         source = self.source(spec)
         uid = pod_uid(pod)
         handle = (
@@ -361,7 +361,7 @@ class CSIPlugin(
 
     # --- block ------------------------------------------------------------------------
 
-    def new_block_volume_mapper(self, spec: Spec, pod: Any, opts: VolumeOptions) -> CSIBlockMapper:
+    def new_block_volume_mapper(self, spec: Spec, pod: Pod, opts: VolumeOptions) -> CSIBlockMapper:
         return new_block_mapper(self.context, spec, pod)
 
     def new_block_volume_unmapper(self, volume_name: str, pod_uid: str) -> CSIBlockMapper:

@@ -10,9 +10,9 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kubevol.host import VolumeHost
+from kubevol.k8s.pod import Pod
 from kubevol.k8s.tokens import DEFAULT_EXPIRATION_SECONDS, IssuedToken, TokenRequest
 from kubevol.layout import CSI_VOL_DATA_FILE, CSI_VOL_DATA_TEMP_PREFIX, is_below
 from kubevol.plugins.csi.driverinfo import (
@@ -48,7 +48,7 @@ def attach_limit_key(driver: str) -> str:
     return CSI_ATTACH_LIMIT_PREFIX + driver
 
 
-def pod_info_attributes(pod: Any, lifecycle_mode: str) -> dict[str, str]:
+def pod_info_attributes(pod: Pod, lifecycle_mode: str) -> dict[str, str]:
     """The ``csi.storage.k8s.io/*`` keys of a ``V1Pod`` for a driver with ``podInfoOnMount``."""
     meta = getattr(pod, "metadata", None)
     spec = getattr(pod, "spec", None)
@@ -62,7 +62,7 @@ def pod_info_attributes(pod: Any, lifecycle_mode: str) -> dict[str, str]:
 
 
 def service_account_tokens(
-    pod: Any, requests: Sequence[DriverTokenRequest],
+    pod: Pod, requests: Sequence[DriverTokenRequest],
     get_token: Callable[[TokenRequest], IssuedToken],
 ) -> str:
     """The value of :data:`SERVICE_ACCOUNT_TOKENS_KEY`: for each of the driver's token

@@ -9,7 +9,7 @@ is an *ephemeral* inline volume whose handle is derived from the pod UID.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -17,6 +17,9 @@ from kubevol.csi import types as t
 from kubevol.errors import SpecError
 from kubevol.plugins.csi.driverinfo import LIFECYCLE_EPHEMERAL, LIFECYCLE_PERSISTENT
 from kubevol.spec import Spec
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1LocalObjectReference, V1SecretReference
 
 READ_WRITE_ONCE = "ReadWriteOnce"
 READ_ONLY_MANY = "ReadOnlyMany"
@@ -120,7 +123,9 @@ def reconstructed_spec(
     }, known=known)
 
 
-def _secret(ref: Any, *, namespaced: bool) -> SecretRef | None:
+def _secret(
+    ref: V1SecretReference | V1LocalObjectReference | None, *, namespaced: bool
+) -> SecretRef | None:
     if ref is None or not getattr(ref, "name", None):
         return None
     namespace = str(getattr(ref, "namespace", "") or "") if namespaced else ""

@@ -15,11 +15,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import KubevolError, OperationError
 from kubevol.plugins.csi.attach.base import AttachBackend, AttachRequest, attachment_name
 from kubevol.util.backoff import Backoff
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, StorageV1Api, V1VolumeAttachment
 
 INITIAL_BACKOFF = 0.5
 BACKOFF_FACTOR = 1.05
@@ -48,7 +51,7 @@ class VolumeAttachmentBackend(AttachBackend):
 
     def __init__(
         self,
-        api_client: Any,
+        api_client: ApiClient,
         *,
         initial_backoff: float = INITIAL_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
@@ -59,9 +62,9 @@ class VolumeAttachmentBackend(AttachBackend):
         self.max_backoff = max_backoff
         self._sleep = sleep
         self._api_lock = threading.Lock()
-        self._api: Any = None
+        self._api: StorageV1Api | None = None
 
-    def _storage(self) -> Any:
+    def _storage(self) -> StorageV1Api:
         with self._api_lock:
             if self._api is None:
                 from kubernetes.client import StorageV1Api
@@ -69,7 +72,7 @@ class VolumeAttachmentBackend(AttachBackend):
                 self._api = StorageV1Api(self.api_client)
             return self._api
 
-    def _get(self, name: str) -> Any:
+    def _get(self, name: str) -> V1VolumeAttachment | None:
         """The VolumeAttachment ``name``, or None when it does not exist."""
         from kubernetes.client.exceptions import ApiException
 
@@ -184,7 +187,7 @@ class VolumeAttachmentBackend(AttachBackend):
         volume_handle: str,
         name: str,
         timeout: float,
-        verify: Callable[[Any], bool],
+        verify: Callable[[V1VolumeAttachment | None], bool],
         operation: str,
     ) -> None:
         deadline = time.monotonic() + timeout
@@ -205,7 +208,7 @@ class VolumeAttachmentBackend(AttachBackend):
         )
 
 
-def _attach_status(va: Any, volume_handle: str) -> bool:
+def _attach_status(va: V1VolumeAttachment | None, volume_handle: str) -> bool:
     if va is None:
         raise VolumeAttachmentError("volume attachment has been deleted")
     if va.metadata is not None and va.metadata.deletion_timestamp is not None:
@@ -218,7 +221,7 @@ def _attach_status(va: Any, volume_handle: str) -> bool:
     return False
 
 
-def _detach_status(va: Any) -> bool:
+def _detach_status(va: V1VolumeAttachment | None) -> bool:
     if va is None:
         return True
     status = va.status

@@ -22,11 +22,15 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubevol.errors import KubevolError
 from kubevol.plugins.csi.registration.registry import DriverRegistry, RegisteredDriver
+from kubevol.spec import ApiMapping
 from kubevol.util.backoff import Backoff
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, CoreV1Api, StorageV1Api
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,15 @@ class NodeInfoError(KubevolError):
         self.status = status
 
 
-def _node_id_map(node: Mapping[str, Any]) -> dict[str, str]:
+class _RawResponse(Protocol):
+    """What an API call made with ``_preload_content=False`` returns (urllib3's response):
+    the body, unread by the client."""
+
+    @property
+    def data(self) -> bytes: ...
+
+
+def _node_id_map(node: ApiMapping) -> dict[str, str]:
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_ID)
     if not text:
         return {}
@@ -73,7 +85,7 @@ class NodeInfoManager:
     the object fresh and retries on a conflict."""
 
     def __init__(
-        self, api_client: Any, node_name: str, *, sleep: Callable[[float], None] = time.sleep
+        self, api_client: ApiClient, node_name: str, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
         self.api_client = api_client
         self.node_name = node_name
@@ -142,43 +154,43 @@ class NodeInfoManager:
 
     # -- API calls (raw dicts: the API's own shapes) -------------------------------------------
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        """``call()``'s JSON answer; NodeInfoError (with its ``status``) for an API or
-        transport failure."""
+    def _call(self, what: str, call: Callable[[], _RawResponse]) -> dict[str, Any]:
+        """``call()``'s JSON answer (an API object); NodeInfoError (with its ``status``) for
+        an API or transport failure."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            return json.loads(call().data)
+            answer: dict[str, Any] = json.loads(call().data)
+            return answer
         except ApiException as exc:
             raise NodeInfoError(f"{what}: API status {exc.status} {exc.reason}",
                                 exc.status or 0) from None
         except (HTTPError, OSError, ValueError) as exc:
             raise NodeInfoError(f"{what}: {exc}") from exc
 
-    def _core(self) -> Any:
+    def _core(self) -> CoreV1Api:
         from kubernetes.client import CoreV1Api
 
         return CoreV1Api(self.api_client)
 
-    def _storage(self) -> Any:
+    def _storage(self) -> StorageV1Api:
         from kubernetes.client import StorageV1Api
 
         return StorageV1Api(self.api_client)
 
-    def _read_node(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call(
+    def _read_node(self) -> ApiMapping:
+        return self._call(
             f"get node {self.node_name}",
             lambda: self._core().read_node(self.node_name, _preload_content=False,
                                            _request_timeout=30))
-        return result
 
     def _patch_node(self, name: str, node_id: str | None, topology: Mapping[str, str]) -> None:
         """Set (``node_id``) or remove (None) the driver's key of the annotation, and add the
         topology labels; one patch, only when something changes."""
         node = self._read_node()
         ids = _node_id_map(node)
-        patch: dict[str, Any] = {}
+        patch: dict[str, object] = {}
         if node_id is not None and ids.get(name) != node_id:
             ids[name] = node_id
             patch["annotations"] = {ANNOTATION_NODE_ID: _encode(ids)}
@@ -200,7 +212,7 @@ class NodeInfoManager:
 
     def _read_csinode(self) -> dict[str, Any] | None:
         try:
-            result: dict[str, Any] = self._call(
+            result = self._call(
                 f"get csinode {self.node_name}",
                 lambda: self._storage().read_csi_node(self.node_name, _preload_content=False,
                                                       _request_timeout=30))
@@ -220,13 +232,12 @@ class NodeInfoManager:
                 "uid": meta.get("uid", "")}]},
             "spec": {"drivers": []},
         }
-        result: dict[str, Any] = self._call(
+        return self._call(
             f"create csinode {self.node_name}",
             lambda: self._storage().create_csi_node(body, _preload_content=False,
                                                     _request_timeout=30))
-        return result
 
-    def _replace_csinode(self, csinode: dict[str, Any]) -> None:
+    def _replace_csinode(self, csinode: ApiMapping) -> None:
         self._call(f"update csinode {self.node_name}", lambda: self._storage().replace_csi_node(
             self.node_name, csinode, _preload_content=False, _request_timeout=30))
 
@@ -241,7 +252,7 @@ class NodeInfoManager:
         if same and same[0].get("nodeID") == node_id \
                 and sorted(same[0].get("topologyKeys") or []) == keys:
             return
-        entry: dict[str, Any] = {"name": name, "nodeID": node_id, "topologyKeys": keys}
+        entry: dict[str, object] = {"name": name, "nodeID": node_id, "topologyKeys": keys}
         if max_volumes > 0:
             entry["allocatable"] = {"count": min(max_volumes, MAX_ALLOCATABLE)}
         csinode.setdefault("spec", {})["drivers"] = [*others, entry]

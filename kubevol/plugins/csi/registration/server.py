@@ -13,12 +13,13 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent import futures
-from typing import Any
+from typing import Protocol
 
 import attrs
 import grpc
 
-from kubevol.csi._pb import registration_pb2
+# The generated module itself, not kubevol.csi._pb's Any: its stubs type the messages.
+from kubevol.csi._generated import pluginregistration_pb2 as registration_pb2
 from kubevol.csi.endpoint import Scheme, parse_endpoint
 from kubevol.csi.unixsocket import UnixSocket, serve_on_unix_socket
 from kubevol.layout import validate_path_segment
@@ -75,14 +76,16 @@ class RegistrationServer(RunsWhileEntered):
         self.socket_path = os.path.abspath(socket_path)
         self.versions = tuple(versions)
         self.plugin_type = plugin_type
-        self._server: Any = None
+        self._server: grpc.Server | None = None
         self._socket: UnixSocket | None = None
         self._statuses: list[RegistrationStatus] = []
         self._changed = threading.Condition()
 
     # --- the service ------------------------------------------------------------------
 
-    def _get_info(self, request: Any, context: Any) -> Any:
+    def _get_info(
+        self, request: registration_pb2.InfoRequest, context: grpc.ServicerContext
+    ) -> registration_pb2.PluginInfo:
         return registration_pb2.PluginInfo(
             type=self.plugin_type,
             name=self.driver_name,
@@ -90,7 +93,9 @@ class RegistrationServer(RunsWhileEntered):
             supported_versions=list(self.versions),
         )
 
-    def _notify(self, request: Any, context: Any) -> Any:
+    def _notify(
+        self, request: registration_pb2.RegistrationStatus, context: grpc.ServicerContext
+    ) -> registration_pb2.RegistrationStatusResponse:
         status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         if status.registered:
             log.info("CSI driver %s registered with the node", self.driver_name)
@@ -155,8 +160,16 @@ class RegistrationServer(RunsWhileEntered):
             self._socket = None
 
 
+class ServedDriver(Protocol):
+    """A served CSI driver (:class:`~kubevol.csidriver.server.ServerHandle`): its
+    ``address`` is the CSI endpoint."""
+
+    @property
+    def address(self) -> object: ...
+
+
 def serve_registration(
-    handle: Any,
+    handle: ServedDriver,
     driver_name: str,
     registry_dir: str,
     *,

@@ -297,7 +297,9 @@ class PluginWatcher(RunsWhileEntered):
         )
         return info
 
-    def _handle(self, channel: Any, sock: _Socket, info: Any) -> None:
+    def _handle(
+        self, channel: grpc.Channel, sock: _Socket, info: registration_pb2.PluginInfo
+    ) -> None:
         notify = channel.unary_unary(
             f"/{REGISTRATION_SERVICE}/NotifyRegistrationStatus",
             request_serializer=registration_pb2.RegistrationStatus.SerializeToString,
