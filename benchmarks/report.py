@@ -41,6 +41,8 @@ class Row:
     @property
     def ratio(self) -> float:
         """How many times slower than the reference kubevol is (1.0 = as fast)."""
+        if self.kubevol == self.reference:
+            return 1.0  # also 0 against 0 (a count that must stay at none)
         if self.higher_is_better:
             return self.reference / self.kubevol if self.kubevol else float("inf")
         return self.kubevol / self.reference if self.reference else float("inf")
