@@ -238,24 +238,30 @@ def mount_options(s: Session) -> None:
         )
 
 
-def read_only(s: Session) -> None:
-    vol = s.create_volume()
-    uid = s.run_pod([vol], "starting a pod with a readOnly claim", read_only=True)
-    path = s.box.volume_path(uid, vol.name)
-    expect_mounted(path, "NodePublishVolume")
-    probe = os.path.join(path, "must-not-exist")
+def expect_read_only(directory: str, *, what: str, writer: str, why: str) -> None:
+    """Creating a file in ``directory`` (``what``, for messages) is refused as a read-only
+    mount refuses it; CheckFailed saying ``writer`` could write when it is not."""
+    probe = os.path.join(directory, "must-not-exist")
     try:
         with open(probe, "wb") as f:
             f.write(b"x")
     except OSError as exc:
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             return
-        raise CheckFailed(f"writing to the read-only volume failed oddly: {exc}",
+        raise CheckFailed(f"writing to {what} failed oddly: {exc}",
                           expected="EROFS", why="a read-only mount refuses writes") from exc
     os.unlink(probe)
-    raise CheckFailed(
-        f"a pod whose claim is readOnly could write {probe}",
-        expected="a read-only mount (EROFS)",
+    raise CheckFailed(f"{writer} could write {probe}", expected=f"{what}: a read-only mount "
+                      "(EROFS)", why=why)
+
+
+def read_only(s: Session) -> None:
+    vol = s.create_volume()
+    uid = s.run_pod([vol], "starting a pod with a readOnly claim", read_only=True)
+    path = s.box.volume_path(uid, vol.name)
+    expect_mounted(path, "NodePublishVolume")
+    expect_read_only(
+        path, what="the read-only volume", writer="a pod whose claim is readOnly",
         why="the kubelet sends NodePublishVolumeRequest.readonly=true for a readOnly claim "
             "(pkg/volume/csi/csi_mounter.go); CSI spec: the SP MUST publish it read-only",
     )

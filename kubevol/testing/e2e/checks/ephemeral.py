@@ -12,7 +12,6 @@ kubelet adds ``csi.storage.k8s.io/ephemeral`` only with the pod information
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Mapping
 
@@ -22,6 +21,7 @@ from kubevol.testing.e2e.checks.core import (
     Check,
     check,
     expect_mounted,
+    expect_read_only,
     payload,
     read_back,
     write_file,
@@ -133,19 +133,8 @@ def inline_read_only(s: Session) -> None:
     uid = _run_inline(s, "starting a pod with a read-only inline volume", read_only=True)
     path = s.box.volume_path(uid, INLINE)
     expect_mounted(path, "NodePublishVolume")
-    probe = os.path.join(path, "must-not-exist")
-    try:
-        with open(probe, "wb") as f:
-            f.write(b"x")
-    except OSError as exc:
-        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            return
-        raise CheckFailed(f"writing to the read-only inline volume failed oddly: {exc}",
-                          expected="EROFS", why="a read-only mount refuses writes") from exc
-    os.unlink(probe)
-    raise CheckFailed(
-        f"a pod whose inline volume is readOnly could write {probe}",
-        expected="a read-only mount (EROFS)",
+    expect_read_only(
+        path, what="the read-only inline volume", writer="a pod whose inline volume is readOnly",
         why="ephemeral.go 'should create read-only inline ephemeral volume': the kubelet "
             "sends readonly=true for csi.readOnly; CSI spec: the SP MUST publish it read-only")
 
