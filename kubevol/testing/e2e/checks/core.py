@@ -22,6 +22,7 @@ from kubevol.testing.e2e.report import CheckFailed, CheckSkipped
 from kubevol.testing.e2e.session import (
     MiB,
     Session,
+    Volume,
     is_mount_point,
     mount_options_at,
 )
@@ -356,6 +357,22 @@ def block_io(s: Session) -> None:
 # -- volume_expand ------------------------------------------------------------------------------
 
 
+def controller_expand(s: Session, vol: Volume, size: int) -> int:
+    """Grow ``vol`` to ``size`` bytes as the external-resizer does first (ControllerExpand,
+    when the controller advertises EXPAND_VOLUME); the size the claim then asks for."""
+    if t.ControllerCapability.EXPAND_VOLUME not in s.info.controller:
+        return size
+    try:
+        grown = s.client.controller_expand_volume(
+            vol.handle, t.CapacityRange(required_bytes=size),
+            secrets=s.config.secrets.for_rpc("ControllerExpandVolume"))
+    except KubevolError as exc:
+        raise CheckFailed(f"ControllerExpandVolume to {size} bytes failed: {exc}",
+                          expected="the volume grown",
+                          why="the external-resizer grows the volume before the node") from exc
+    return max(size, grown.capacity_bytes)
+
+
 def _expand(s: Session, *, block: bool) -> None:
     s.need_node(NC.EXPAND_VOLUME, "the kubelet calls NodeExpandVolume only then")
     if t.VolumeExpansionType.ONLINE not in s.info.plugin.volume_expansion:
@@ -372,17 +389,7 @@ def _expand(s: Session, *, block: bool) -> None:
         return st.f_blocks * st.f_frsize
 
     before = size_now()
-    new = vol.capacity * 2
-    if t.ControllerCapability.EXPAND_VOLUME in s.info.controller:
-        try:
-            grown = s.client.controller_expand_volume(
-                vol.handle, t.CapacityRange(required_bytes=new),
-                secrets=s.config.secrets.for_rpc("ControllerExpandVolume"))
-        except KubevolError as exc:
-            raise CheckFailed(f"ControllerExpandVolume to {new} bytes failed: {exc}",
-                              expected="the volume grown",
-                              why="the external-resizer grows the volume first") from exc
-        new = max(new, grown.capacity_bytes)
+    new = controller_expand(s, vol, vol.capacity * 2)
     mark = s.relay.mark()
     s.box.run_pods([*s.claim_objects(vol, capacity=new), pod],
                    "the PV grown while the pod runs")

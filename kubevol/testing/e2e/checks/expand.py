@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 from kubevol.csi import types as t
-from kubevol.errors import KubevolError
 from kubevol.testing.e2e.checks.core import (
     Check,
     check,
+    controller_expand,
     device_size,
     expect_block_device,
     expect_mounted,
@@ -44,17 +44,7 @@ def _offline(s: Session, *, block: bool) -> None:
         st = os.statvfs(path)
         before = st.f_blocks * st.f_frsize
     s.delete_pod(first, "deleting the writer pod (the volume is now unused)")
-    new = vol.capacity * 2
-    if t.ControllerCapability.EXPAND_VOLUME in s.info.controller:
-        try:
-            grown = s.client.controller_expand_volume(
-                vol.handle, t.CapacityRange(required_bytes=new),
-                secrets=s.config.secrets.for_rpc("ControllerExpandVolume"))
-        except KubevolError as exc:
-            raise CheckFailed(f"ControllerExpandVolume to {new} bytes failed: {exc}",
-                              expected="the volume grown",
-                              why="the external-resizer grows an unused volume first") from exc
-        new = max(new, grown.capacity_bytes)
+    new = controller_expand(s, vol, vol.capacity * 2)
     uid, pod = s.pod([vol])
     pv, pvc = s.claim_objects(vol, capacity=new)[-2:]
     # As the API server serves it: the claim's status keeps the old size until the node
