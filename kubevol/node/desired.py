@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from kubevol.errors import SpecError
+from kubevol.k8s.pod import Pod
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.manifests import (
     Manifests,
@@ -108,7 +109,7 @@ def _spec_for(
 def volume_to_mount(
     mgr: VolumePluginMgr,
     spec: Spec,
-    pod: Any,
+    pod: Pod,
     uid: str,
     outer_name: str,
     *,

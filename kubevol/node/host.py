@@ -20,6 +20,7 @@ from kubevol import layout
 from kubevol.errors import InvalidPathSegmentError, KubevolError
 from kubevol.host import CommandRunner, KubeletVolumeHost
 from kubevol.k8s.objects import APIObjectSource, KubeAPIObjects, NoObjects
+from kubevol.k8s.pod import Pod
 from kubevol.k8s.tokens import (
     APITokenProvider,
     IssuedToken,
@@ -245,7 +246,7 @@ class NodeVolumeHost(KubeletVolumeHost):
         return self._plugin_mgr.find_plugin_by_spec(spec)
 
     def new_wrapper_mounter(
-        self, volume_name: str, spec: Spec, pod: Any, opts: VolumeOptions
+        self, volume_name: str, spec: Spec, pod: Pod, opts: VolumeOptions
     ) -> Mounter:
         wrapped = _wrapped_spec(volume_name, spec)
         mounter: Mounter = self._wrapped_plugin(wrapped).new_mounter(wrapped, pod, opts)

@@ -45,6 +45,7 @@ from kubevol.errors import (
     UncertainProgressError,
     is_operation_finished,
 )
+from kubevol.k8s.pod import Pod
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.blockmap import (
     map_block_device,
@@ -130,7 +131,7 @@ def volume_options(spec: Spec) -> VolumeOptions:
     return VolumeOptions(mount_options=options, pv_name=spec.name())
 
 
-def mounter_args(pod: Any, fs_group: int | None) -> MounterArgs:
+def mounter_args(pod: Pod, fs_group: int | None) -> MounterArgs:
     """Ownership wishes of ``pod`` (its ``securityContext``)."""
     context = getattr(getattr(pod, "spec", None), "security_context", None)
     policy = getattr(context, "fs_group_change_policy", None)

@@ -45,7 +45,7 @@ class PodVolumeEvents:
                 if volume.unique_name != key.volume:
                     continue
                 meta = pod.pod.metadata
+                namespace, name = (meta.namespace, meta.name) if meta else (None, None)
                 self.recorder.event(
-                    ObjectRef(namespace=str(meta.namespace or "default"), name=str(meta.name),
-                              uid=pod.uid),
+                    ObjectRef(namespace=namespace or "default", name=str(name), uid=pod.uid),
                     WARNING, reason, failure_message(prefix, volume.spec_name, error))

@@ -19,11 +19,11 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 import attrs
 
 from kubevol.errors import SpecError
+from kubevol.k8s.pod import Pod
 from kubevol.manager import PluginRoles
 from kubevol.spec import Spec
 
@@ -114,7 +114,7 @@ class VolumeToMount:
     volume_name: str
     plugin_name: str
     pod_uid: str
-    pod: Any
+    pod: Pod
     outer_name: str
     spec: Spec
     mode: VolumeMode = VolumeMode.FILESYSTEM
@@ -136,7 +136,7 @@ class DesiredPod:
     """A pod that should run on the node, with the volumes it needs."""
 
     uid: str
-    pod: Any
+    pod: Pod
     volumes: tuple[VolumeToMount, ...]
 
     @property

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import Any
 
 from kubevol.errors import SpecError
+from kubevol.k8s.pod import Container, Pod
 from kubevol.k8s.podenv import container_env, expand_sub_path_expr
 from kubevol.mount.subpath import (
     Subpath,
@@ -31,7 +31,7 @@ from kubevol.node.host import NodeVolumeHost
 log = logging.getLogger(__name__)
 
 
-def pod_containers(pod: Any) -> list[Any]:
+def pod_containers(pod: Pod) -> list[Container]:
     """The pod's init containers and containers, in that order."""
     spec = getattr(pod, "spec", None)
     return [*(getattr(spec, "init_containers", None) or []),
@@ -39,7 +39,7 @@ def pod_containers(pod: Any) -> list[Any]:
 
 
 def wanted_subpaths(
-    host: NodeVolumeHost, pod: Any, *, pod_uid: str, outer_name: str, spec_name: str,
+    host: NodeVolumeHost, pod: Pod, *, pod_uid: str, outer_name: str, spec_name: str,
     volume_path: str,
 ) -> list[Subpath]:
     """The subPaths of volume ``outer_name`` (the pod's name for it) in ``pod``'s containers.
