@@ -20,7 +20,7 @@ from kubevol.csi.client import CSIClient
 from kubevol.errors import KubevolError, SpecError, TransientOperationError
 from kubevol.host import AttachDetachVolumeHost, KubeletVolumeHost, VolumeHost
 from kubevol.mount.guard import GuardPolicy, UnmountVerdict, check_unmount_device
-from kubevol.mount.table import MountTable, MountTableCache
+from kubevol.mount.table import MountTable
 from kubevol.plugins.csi.attach import (
     AttachBackend,
     AttachRequest,
@@ -73,15 +73,7 @@ class CSIContext:
         self._attach_timeout = attach_timeout
         #: The deadline of the command the plugin serves: every call gets at most what is left.
         self.deadline = deadline or Deadline.never()
-        self._mounts: MountTableCache | None = None
         self._host: VolumeHost | None = None
-
-    def mount_table(self) -> MountTable:
-        """The mount table now, through one cache kept for the plugin's lifetime (re-read
-        only after a mount changed): the pod-volume checks ask once per volume."""
-        if self._mounts is None:
-            self._mounts = MountTableCache()
-        return self._mounts.table()
 
     @property
     def timeout(self) -> float:

@@ -293,7 +293,7 @@ class CSIPlugin(
 
     def _from_mounts(self, directory: str) -> dict[str, str] | None:
         try:
-            table = self.context.mount_table()
+            table = self.host.get_mounter().table()  # the node's one snapshot
         except OSError as exc:
             log.warning("cannot read the mount table: %s", exc)
             return None
