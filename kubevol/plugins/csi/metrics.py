@@ -33,7 +33,10 @@ class CSIMetrics(MetricsProvider):
         now = datetime.datetime.now(datetime.UTC)
         try:
             client = self.ctx.client(self.driver)
-            caps = self.ctx.node_capabilities(client)
+            # The client's cached answer (asked again by every other node operation): the
+            # kubelet asks before each NodeGetVolumeStats, but an agent refreshing every
+            # claim's stats each minute would ask once per claim for the same answer.
+            caps = client.node_get_capabilities(timeout=self.ctx.timeout)
             if t.NodeCapability.GET_VOLUME_STATS not in caps:
                 raise MetricsError.not_supported(self.driver)
             stats = client.node_get_volume_stats(

@@ -11,10 +11,12 @@ checks take.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
 from kubevol.csi import types as t
+from kubevol.csi.errors import CSIRPCError, StatusCode
 from kubevol.errors import KubevolError
 from kubevol.plugins.csi import CSI_PLUGIN_NAME, CSIPlugin, attach_limit_key
 from kubevol.testing.e2e.checks.core import (
@@ -26,7 +28,7 @@ from kubevol.testing.e2e.checks.core import (
     write_file,
 )
 from kubevol.testing.e2e.report import CheckFailed, CheckSkipped
-from kubevol.testing.e2e.session import Session, is_mount_point
+from kubevol.testing.e2e.session import Session, Volume, is_mount_point
 
 NC = t.NodeCapability
 #: Volumes the volume limit check fills the node with at most (a larger limit is only
@@ -81,6 +83,8 @@ def second_pod_refused(s: Session) -> None:
             expected="NodePublishVolume refused (FAILED_PRECONDITION): the volume is "
                      "published SINGLE_NODE_SINGLE_WRITER at another target", why=why)
     if not s.config.mock:
+        _second_target_refused(s, vol, why)
+    if not s.config.mock:
         read_back(os.path.join(s.box.volume_path(first, vol.name), "own"), data,
                   "the first pod, after the second was refused", why)
     # Upstream then deletes the first pod and sees the second one start.
@@ -89,6 +93,32 @@ def second_pod_refused(s: Session) -> None:
         expect_mounted(target, "NodePublishVolume")
         read_back(os.path.join(target, "own"), data, "the second pod, once the first left",
                   why + "; once the first pod is gone the second gets the volume")
+
+
+def _second_target_refused(s: Session, vol: Volume, why: str) -> None:
+    """The kubelet never asks for it (it refuses the second pod itself), so the check asks
+    the driver directly what CSI requires of it: a NodePublishVolume of a
+    SINGLE_NODE_SINGLE_WRITER volume at a second target fails with FAILED_PRECONDITION."""
+    target = os.path.join(s.box.root, "e2e-second-target")
+    capability = t.VolumeCapability.mount(access_mode=t.AccessMode.SINGLE_NODE_SINGLE_WRITER)
+    try:
+        s.client.node_publish_volume(
+            vol.handle, target, capability, staging_target_path=s.box.staging_path(vol.name),
+            volume_context=vol.context,
+            secrets=s.config.secrets.for_rpc("NodePublishVolume"))
+    except CSIRPCError as exc:
+        if exc.code is StatusCode.FAILED_PRECONDITION:
+            return
+        raise CheckFailed(
+            f"NodePublishVolume at a second target answered {exc}",
+            expected="FAILED_PRECONDITION", why=why) from exc
+    with contextlib.suppress(KubevolError):
+        s.client.node_unpublish_volume(vol.handle, target)
+    raise CheckFailed(
+        "a second pod on the node got the ReadWriteOncePod volume the first pod uses: the "
+        f"driver published it SINGLE_NODE_SINGLE_WRITER at a second target ({target})",
+        expected="FAILED_PRECONDITION (CSI spec NodePublishVolume: a volume published "
+                 "SINGLE_NODE_SINGLE_WRITER at one target is refused at another)", why=why)
 
 
 # -- volumelimits -------------------------------------------------------------------------------
