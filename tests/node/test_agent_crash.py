@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.node.test_crash import (
     SEED,
     Driver,
@@ -80,6 +82,7 @@ class StaticPodWorld(World):
         del self.running[uid]
 
 
+@pytest.mark.root
 def test_kubevol_agent_killed_at_random_points_converges(tmp_path: Path, driver: Driver) -> None:
     """SIGKILL `kubevol agent` at random points while static pods come and go: after each
     restart it converges; no pod seen running loses a mount or a file; at the end, with

@@ -81,6 +81,7 @@ def run_agent(tmp_path: Path, hostpath: RecordedHostPath) -> Iterator[Callable[[
     threads.stop_all()
 
 
+@pytest.mark.root
 def test_a_claim_two_pods_share_is_exported_once(
     tmp_path: Path, hostpath: RecordedHostPath, run_agent: Callable[[], Agent]
 ) -> None:
@@ -109,6 +110,7 @@ def test_a_claim_two_pods_share_is_exported_once(
     assert dict(ours)["kubelet_volume_stats_capacity_bytes"] == 16 * MiB
 
 
+@pytest.mark.root
 def test_a_block_claim_has_volume_stats_from_its_device(
     tmp_path: Path, hostpath: RecordedHostPath, run_agent: Callable[[], Agent]
 ) -> None:

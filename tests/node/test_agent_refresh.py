@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from kubevol.k8s.tokens import IssuedToken, TokenManager, TokenProvider, TokenRequest
 from kubevol.node.agent import Agent
 from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
@@ -86,6 +88,8 @@ class ShortLivedTokens(TokenProvider):
                            expiration=now + datetime.timedelta(seconds=5))
 
 
+@pytest.mark.root
+@pytest.mark.slow
 def test_a_projected_token_is_renewed_before_it_expires(tmp_path: Path) -> None:
     """The kubelet's token manager renews a token once 80% of its life has passed; the
     agent's periodic set-up writes the renewed token into the running pod's volume before
