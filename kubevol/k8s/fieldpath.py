@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from kubevol.errors import SpecError
-from kubevol.k8s.pod import Container, Pod, PodMetadata
+from kubevol.k8s.pod import Container, Pod, PodMetadata, pod_containers
 from kubevol.util.units import UnitError, quantity_value
 
 _SUBSCRIPTED = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
@@ -135,10 +135,7 @@ def _ceil_int(value: Decimal) -> int:
 
 def find_container(pod: Pod, name: str) -> Container:
     """The container (or init container) of ``pod`` named ``name``; SpecError if none."""
-    spec = getattr(pod, "spec", None)
-    containers: list[Container] = [*(getattr(spec, "containers", None) or []),
-                                   *(getattr(spec, "init_containers", None) or [])]
-    for container in containers:
+    for container in pod_containers(pod):
         if container.name == name:
             return container
     raise SpecError(f"container {name} not found")

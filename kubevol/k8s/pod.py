@@ -80,3 +80,11 @@ class Pod(Protocol):
 
     @property
     def status(self) -> object: ...
+
+
+def pod_containers(pod: Pod) -> list[Container]:
+    """The pod's init containers and containers, in that order."""
+    spec = pod.spec
+    if spec is None:
+        return []
+    return [*(spec.init_containers or []), *(spec.containers or [])]

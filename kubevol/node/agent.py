@@ -41,6 +41,7 @@ import attrs
 
 from kubevol.errors import KubevolError
 from kubevol.k8s.events import EventRecorder, KubeEventSink
+from kubevol.k8s.pod import pod_containers
 from kubevol.layout import write_json_atomically
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.desired import NewPod, new_pods
@@ -63,7 +64,6 @@ from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
 from kubevol.node.state import DesiredPod, MountState, VolumeMode
 from kubevol.node.static_pods import ManifestDirectory
-from kubevol.node.subpaths import pod_containers
 from kubevol.plugins.atomic_writer import DATA_DIR_NAME
 from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
 from kubevol.plugins.csi.registration.watcher import PluginWatcher

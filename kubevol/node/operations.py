@@ -77,6 +77,7 @@ from kubevol.node.state import (
 from kubevol.node.subpaths import set_up_subpaths, tear_down_subpaths, wanted_subpaths
 from kubevol.node.usage import VolumeUsage
 from kubevol.plugin import DeviceMountableVolumePlugin
+from kubevol.plugins.csi.source import READ_WRITE_ONCE_POD
 from kubevol.spec import Spec
 from kubevol.types import (
     CSIVolumePhase,
@@ -96,8 +97,6 @@ Operation = Callable[[], None]
 WAIT_FOR_ATTACH_TIMEOUT = datetime.timedelta(minutes=10)
 
 
-#: The only access mode of a volume one pod at a time may use.
-READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 #: The kubelet's words for a second pod wanting such a volume (operation_generator.go).
 RWOP_IN_USE = "volume uses the ReadWriteOncePod access mode and is already in use by another pod"
 

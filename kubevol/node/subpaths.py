@@ -16,7 +16,7 @@ import os
 import stat
 
 from kubevol.errors import SpecError
-from kubevol.k8s.pod import Container, Pod
+from kubevol.k8s.pod import Pod, pod_containers
 from kubevol.k8s.podenv import container_env, expand_sub_path_expr
 from kubevol.mount.subpath import (
     Subpath,
@@ -29,13 +29,6 @@ from kubevol.mount.subpath import (
 from kubevol.node.host import NodeVolumeHost
 
 log = logging.getLogger(__name__)
-
-
-def pod_containers(pod: Pod) -> list[Container]:
-    """The pod's init containers and containers, in that order."""
-    spec = getattr(pod, "spec", None)
-    return [*(getattr(spec, "init_containers", None) or []),
-            *(getattr(spec, "containers", None) or [])]
 
 
 def wanted_subpaths(
