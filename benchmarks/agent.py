@@ -71,6 +71,7 @@ from kubevol.k8s.tokens import TokenManager, TokenRequest
 from kubevol.mount import syscalls
 from kubevol.node.agent import Agent
 from kubevol.node.agent_status import ask_agent
+from kubevol.node.reconciler import HOLDERS_MAX_AGE
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import MountState
 from kubevol.plugins.csi.voldata import save_volume_data
@@ -268,7 +269,9 @@ def lone_rounds(node: Node, floor: Floor, pool: Pool, n: int, *, leave: bool) ->
         samples["arrive"].append(node.arrive(agent_pod))
         samples["floor arrive"].append(timed(
             functools.partial(floor.up, floor_pod, pool.handles[floor_pod])))
-        time.sleep(0.05)
+        # Past the age a pass takes another's snapshot of what holds paths at: a removal
+        # any time pays for its own walk of /proc.
+        time.sleep(HOLDERS_MAX_AGE + 0.05)
         if leave:
             samples["leave"].append(node.leave(agent_pod))
         else:

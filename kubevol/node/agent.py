@@ -149,6 +149,12 @@ class _ChangedObjects:
         self.pvcs = self._keys(old.pvcs, new.pvcs)
         self.pvs = self._keys(old.pvs, new.pvs)
         self.csi_drivers = bool(self._keys(old.csi_drivers, new.csi_drivers))
+        #: With PVs changed, the claims still bound to a PV that did not change (asked of
+        #: every pod: one look at each claim here rather than one per pod).
+        self.steady_claims = {
+            key for key, pvc in new.pvcs.items()
+            if (name := (pvc.get("spec") or {}).get("volumeName")) and name not in self.pvs
+        } if self.pvs else set()
 
     @staticmethod
     def _keys(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> set[_K]:
@@ -161,20 +167,15 @@ class _ChangedObjects:
         """The objects of ``new`` that ``old`` does not have as they are."""
         return {k: v for k, v in new.items() if old.get(k) is not v}
 
-    def affects(self, refs: _PodRefs, manifests: Manifests) -> bool:
+    def affects(self, refs: _PodRefs) -> bool:
         """Whether the objects the pod of ``refs`` is built from may have changed (the pod
         object itself is compared by the caller)."""
         if refs.config_maps & self.config_maps or refs.claims & self.pvcs:
             return True
         if self.csi_drivers and (refs.claims or refs.csi_inline):
             return True
-        if self.pvs:
-            for key in refs.claims:
-                pvc = manifests.pvcs.get(key)
-                name = ((pvc or {}).get("spec") or {}).get("volumeName")
-                if not name or name in self.pvs:
-                    return True
-        return False
+        # A claim not bound, or bound to a PV that changed.
+        return bool(self.pvs) and not refs.claims <= self.steady_claims
 
 
 class Agent(ClosesOnExit):
@@ -342,8 +343,7 @@ class Agent(ClosesOnExit):
                     raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
                                        "not taken over")
                 built = self._built.get(uid)
-                if seen and built is not None and not changed.affects(self._refs[uid],
-                                                                      manifests):
+                if seen and built is not None and not changed.affects(self._refs[uid]):
                     wanted[uid] = built  # neither the pod nor what it refers to changed
                     continue
                 one = attrs.evolve(manifests, pods=(pod,))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 import attrs
@@ -382,10 +383,18 @@ class HoldersOnce:
     def __init__(self, take: Callable[[], Holders]) -> None:
         self._take = take
         self._snapshot: Holders | None = None
+        self._taken_at = 0.0
         self._lock = threading.Lock()
 
     def get(self) -> Holders:
         with self._lock:
             if self._snapshot is None:
                 self._snapshot = self._take()
+                self._taken_at = time.monotonic()
             return self._snapshot
+
+    def younger_than(self, seconds: float) -> bool:
+        """Whether the snapshot was taken less than ``seconds`` ago, or not yet (it is then
+        taken when first asked: as fresh as a new batch's)."""
+        with self._lock:
+            return self._snapshot is None or time.monotonic() - self._taken_at < seconds

@@ -33,7 +33,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from kubevol import layout
 from kubevol.errors import (
@@ -90,6 +90,8 @@ from kubevol.types import (
 from kubevol.volume import CustomBlockVolumeMapper, CustomBlockVolumeUnmapper
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 Operation = Callable[[], None]
 
@@ -235,7 +237,7 @@ class OperationGenerator:
         """Detach the volume from this node, then forget it. Refused while pods use it."""
 
         def run() -> None:
-            self._refuse_if_used(av)
+            self._on_mount_table(functools.partial(self._refuse_if_used, av))
             detacher = self._attachable(av.plugin_name).new_detacher()
             detacher.detach(av.volume_name, self.node_name)
             self.actual.set_attach_state(av.unique_name, MountState.UNMOUNTED)
@@ -287,6 +289,21 @@ class OperationGenerator:
                 users,
             )
 
+    def _on_mount_table(self, check: Callable[[MountTable], _T], *, at: str | None = None) -> _T:
+        """``check`` on the mount table, read again only to confirm a refusal.
+
+        Both guards refuse only on mounts they find, so a table that may still list mounts
+        detached since it was read (``superset``: not even read again while the tree only
+        shrank, as in a tear-down) allows exactly what a fresh one would."""
+        table = self.usage.table(superset=True, at=at)
+        try:
+            return check(table)
+        except (VolumeInUseError, DeviceStillMountedError):
+            fresh = self.usage.table()
+            if fresh is table:
+                raise
+            return check(fresh)
+
     def unmount_device(self, av: AttachedVolume) -> Operation:
         """Unmount (unstage) the device once no pod uses it, through both guards."""
 
@@ -295,18 +312,9 @@ class OperationGenerator:
             dmp = av.device_mount_path or plugin.new_device_mounter().get_device_mount_path(
                 av.spec
             )
-            # One reading of the mount table for both checks, and not even that while the
-            # tree only shrank since the last one: each check refuses only on mounts it
-            # finds, so a table still listing detached mounts allows exactly what a fresh
-            # one would, and a refusal is confirmed on a fresh table.
-            table = self.usage.table(superset=True, at=dmp)
-            try:
-                verdict = self._unstage_verdict(av, plugin, dmp, table)
-            except (VolumeInUseError, DeviceStillMountedError):
-                fresh = self.usage.table()
-                if fresh is table:
-                    raise
-                verdict = self._unstage_verdict(av, plugin, dmp, fresh)
+            # One reading of the mount table for both checks.
+            verdict = self._on_mount_table(
+                functools.partial(self._unstage_verdict, av, plugin, dmp), at=dmp)
             self._unmount_device_path(plugin, dmp, av.unique_name, verdict)
             self.actual.set_device_state(av.unique_name, MountState.UNMOUNTED)
 

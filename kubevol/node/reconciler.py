@@ -45,6 +45,12 @@ from kubevol.node.state import (
 
 log = logging.getLogger(__name__)
 
+#: How long one snapshot of what holds paths under the pods directory serves the passes
+#: that follow (seconds). A snapshot is never exact (an operation acts after it, on a
+#: worker); this bounds how old it may be, at a few of the kubelet's loop periods.
+HOLDERS_MAX_AGE = 0.25
+
+
 def _manage_all(_uid: str) -> bool:
     return True
 
@@ -93,6 +99,7 @@ class Reconciler:
         #: desired pods of each unique name (kept by passes).
         self._pod_volumes: dict[str, frozenset[str]] = {}
         self._wanted_by: dict[str, set[str]] = {}
+        self._holders: HoldersOnce | None = None
         self._lock = threading.Lock()
 
     def forget_pod_later(self, uid: str) -> None:
@@ -132,7 +139,7 @@ class Reconciler:
         with self._lock:
             pods, volumes = self._dirty_pods, self._dirty_volumes
             self._dirty_pods, self._dirty_volumes = set(), set()
-        holders = self.generator.holders_once()
+        holders = self._holders_for_pass()
         if full:
             started = self._unmount_pods(holders, self.actual.volumes())
             started += self._mount_desired()
@@ -143,6 +150,16 @@ class Reconciler:
             started = 0
         started += self._clean_pod_dirs(holders)
         return started
+
+    def _holders_for_pass(self) -> HoldersOnce:
+        """The snapshot of what holds paths under the pods directory that this pass asks:
+        the last pass's while it is younger than :data:`HOLDERS_MAX_AGE` (passes follow
+        each other by milliseconds while pods go: one walk of ``/proc`` serves a pod's
+        tear-downs and the removal of its directory), else a new one."""
+        with self._lock:
+            if self._holders is None or not self._holders.younger_than(HOLDERS_MAX_AGE):
+                self._holders = self.generator.holders_once()
+            return self._holders
 
     def _index(self, uids: set[str] | None) -> set[str]:
         """Bring the index of desired volumes up to date for pods ``uids`` (None: every

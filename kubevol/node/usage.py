@@ -25,8 +25,16 @@ from kubevol.node.poddirs import PodVolumeDir
 from kubevol.node.reconstruct import ScanPass
 from kubevol.node.state import VolumeMode
 
-#: Parsed mountinfo lines kept (a node's pod mounts, with room to spare).
+#: Parsed mountinfo lines (and rebuilt names) kept: a node's pod mounts, with room to spare.
 _LINE_CACHE_SIZE = 65536
+
+#: Pod volume directories that something uses: (pod UID, spec name, directory) -> the
+#: mount points or device links in it.
+_Candidates = dict[tuple[str, str, str], list[str]]
+#: A mount in a pod volume directory: (escaped plugin name, the directory's key in
+#: :data:`_Candidates`, mount point).
+_PodMount = tuple[str, tuple[str, str, str], str]
+_UNSEEN = ("", ("", "", ""), "")
 
 
 class VolumeUsage:
@@ -35,8 +43,12 @@ class VolumeUsage:
     def __init__(self, host: NodeVolumeHost, mgr: VolumePluginMgr) -> None:
         self._host = host
         self._mgr = mgr
+        #: Pod volume directory -> ((inode, mtime), unique name rebuilt from it).
         self._cache: dict[str, tuple[tuple[int, int], str | None]] = {}
-        self._lines: dict[bytes, tuple[str, str, str, str] | None] = {}
+        self._lines: dict[bytes, _PodMount | None] = {}
+        #: The pod mounts of the last table asked about, by escaped plugin name: the
+        #: checks of one tear-down (unstage, detach) share a table, and so its parse.
+        self._grouped: tuple[bytes, dict[str, _Candidates]] = (b"", {})
         self._lock = threading.Lock()
 
     def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
@@ -59,54 +71,72 @@ class VolumeUsage:
         if mode is VolumeMode.BLOCK:
             candidates = self._block_candidates(pods_dir, escaped)
         else:
-            candidates = self._mounted_candidates(pods_dir, escaped, table or self.table())
+            candidates = self._mounted_candidates(pods_dir, table or self.table()).get(
+                escaped, {})
         users = []
-        names = ScanPass(self._mgr)  # names only: no mount checks
-        for (uid, spec_name, vol_dir), paths in sorted(candidates.items()):
-            d = PodVolumeDir(
-                pod_uid=uid, plugin_name=plugin_name, spec_name=spec_name, path=vol_dir, mode=mode
-            )
-            if self._unique_name(d, names) == unique_name:
+        names: ScanPass | None = None  # names only: no mount checks; made on a cache miss
+        for (uid, spec_name, vol_dir), paths in candidates.items():
+            try:
+                st = os.lstat(vol_dir)
+            except OSError:
+                continue
+            stamp = (st.st_ino, st.st_mtime_ns)
+            cached = self._cache.get(vol_dir)  # a dict read needs no lock
+            if cached is not None and cached[0] == stamp:
+                name = cached[1]
+            else:
+                names = names or ScanPass(self._mgr)
+                name = self._rebuilt_name(PodVolumeDir(
+                    pod_uid=uid, plugin_name=plugin_name, spec_name=spec_name, path=vol_dir,
+                    mode=mode,
+                ), stamp, names)
+            if name == unique_name:
                 users.extend(paths)
         return sorted(users)
 
-    def _mounted_candidates(
-        self, pods_dir: str, escaped: str, table: MountTable
-    ) -> dict[tuple[str, str, str], list[str]]:
-        """Pod volume directories of the plugin with something mounted in them.
+    def _mounted_candidates(self, pods_dir: str, table: MountTable) -> dict[str, _Candidates]:
+        """Pod volume directories with something mounted in them, by escaped plugin name.
 
         Only lines that mention the pods directory are parsed, and each distinct line once:
-        on a node with thousands of mounts, a check costs a substring search.
+        on a node with thousands of mounts, a check costs a substring search; and a table
+        asked about again (the unstage's and the detach's checks) costs nothing.
         """
+        data = table.data
+        last, grouped = self._grouped
+        if last is data:
+            return grouped
         prefix = pods_dir + "/"
         needle = os.fsencode(escape(prefix))
-        data = table.data
-        out: dict[tuple[str, str, str], list[str]] = {}
+        grouped = {}
         pos = 0
         while (hit := data.find(needle, pos)) >= 0:
             start = data.rfind(b"\n", 0, hit) + 1
             end = data.find(b"\n", hit)
             end = len(data) if end < 0 else end
             pos = end + 1
-            found = self._pod_mount(data[start:end], prefix)
-            if found is None or found[1] != escaped:
+            line = data[start:end]
+            found = self._lines.get(line, _UNSEEN)  # a dict read needs no lock
+            if found is _UNSEEN:
+                found = self._pod_mount(line, prefix)
+            if found is None:
                 continue
-            uid, _, spec_name, point = found
-            vol_dir = os.path.join(pods_dir, uid, layout.POD_VOLUMES_DIR, escaped, spec_name)
-            out.setdefault((uid, spec_name, vol_dir), []).append(point)
-        return out
+            escaped, directory, point = found
+            grouped.setdefault(escaped, {}).setdefault(directory, []).append(point)
+        self._grouped = (data, grouped)
+        return grouped
 
-    def _pod_mount(self, line: bytes, prefix: str) -> tuple[str, str, str, str] | None:
-        """(pod UID, escaped plugin, spec name, mount point) of a mount under a pod's
-        ``volumes`` directory, from one mountinfo line (cached by its bytes)."""
-        with self._lock:
-            if line in self._lines:
-                return self._lines[line]
+    def _pod_mount(self, line: bytes, prefix: str) -> _PodMount | None:
+        """(escaped plugin, (pod UID, spec name, volume directory), mount point) of a mount
+        under a pod's ``volumes`` directory, from one mountinfo line (cached by its
+        bytes)."""
         point = parse_mountinfo_line(os.fsdecode(line)).mount_point
         pod = layout.split_pod_path(point[len(prefix) :]) if point.startswith(prefix) else None
         found = None
         if pod is not None and pod.kind == layout.POD_VOLUMES_DIR and len(pod.rest) >= 2:
-            found = (pod.pod_uid, pod.rest[0], pod.rest[1], point)
+            escaped, spec_name = pod.rest[0], pod.rest[1]
+            vol_dir = os.path.join(prefix, pod.pod_uid, layout.POD_VOLUMES_DIR, escaped,
+                                   spec_name)
+            found = (escaped, (pod.pod_uid, spec_name, vol_dir), point)
         with self._lock:
             if len(self._lines) > _LINE_CACHE_SIZE:
                 self._lines.clear()
@@ -114,10 +144,8 @@ class VolumeUsage:
         return found
 
     @staticmethod
-    def _block_candidates(
-        pods_dir: str, escaped: str
-    ) -> dict[tuple[str, str, str], list[str]]:
-        out: dict[tuple[str, str, str], list[str]] = {}
+    def _block_candidates(pods_dir: str, escaped: str) -> _Candidates:
+        out: _Candidates = {}
         try:
             uids = os.listdir(pods_dir)
         except FileNotFoundError:
@@ -133,20 +161,17 @@ class VolumeUsage:
                 out[(uid, name, link)] = [link]
         return out
 
-    def _unique_name(self, d: PodVolumeDir, names: ScanPass) -> str | None:
-        try:
-            st = os.lstat(d.path)
-        except OSError:
-            return None
-        stamp = (st.st_ino, st.st_mtime_ns)
-        with self._lock:
-            cached = self._cache.get(d.path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+    def _rebuilt_name(
+        self, d: PodVolumeDir, stamp: tuple[int, int], names: ScanPass
+    ) -> str | None:
+        """The unique name the plugin rebuilds from ``d`` (None: it cannot), cached under
+        the directory's ``stamp`` (inode and modification time)."""
         try:
             name: str | None = names.reconstruct(d).unique_name
         except ReconstructionError:
             name = None
         with self._lock:
+            if len(self._cache) > _LINE_CACHE_SIZE:
+                self._cache.clear()
             self._cache[d.path] = (stamp, name)
         return name
