@@ -58,7 +58,7 @@ from kubevol.node.manifests import (
 )
 from kubevol.node.mountcheck import MountCheck
 from kubevol.node.podevents import PodVolumeEvents
-from kubevol.node.reconstruct import Reconstruction
+from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
@@ -67,6 +67,8 @@ from kubevol.node.static_pods import ManifestDirectory
 from kubevol.plugins.atomic_writer import DATA_DIR_NAME
 from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
 from kubevol.plugins.csi.registration.watcher import PluginWatcher
+from kubevol.plugins.empty_dir import EMPTY_DIR_PLUGIN_NAME
+from kubevol.plugins.empty_dir import set_up_finished as empty_dir_set_up_finished
 from kubevol.spec import Spec
 from kubevol.util.lifecycle import ClosesOnExit
 
@@ -461,9 +463,10 @@ class Agent(ClosesOnExit):
         scan found mounted, of a pod still desired, are marked mounted instead of
         uncertain, so that nothing is staged or published again after a crash or a
         restart (the driver's mount is its answer; every step before it is written before
-        the call). What is not found mounted (a plain directory, a missing or unresponsive
-        mount, a block volume) stays uncertain and is set up again; volumes whose plugin
-        asks for it (configMap, projected...) are still set up again every
+        the call); so is a plain directory whose set-up shows it finished
+        (:meth:`_finished_unmounted`). What else is not found mounted (a missing or
+        unresponsive mount, a block volume) stays uncertain and is set up again; volumes
+        whose plugin asks for it (configMap, projected...) are still set up again every
         ``remount_period``."""
         desired, actual = self.pods.manager.desired, self.pods.manager.actual
         adopted = 0
@@ -479,8 +482,7 @@ class Agent(ClosesOnExit):
             if not self._nothing_after_the_mount(desired.pod(f.dir.pod_uid), f.unique_name):
                 continue  # set up again: its later steps are redone
             if f.mount is MountCheck.MOUNTED or (
-                f.mount is MountCheck.NOT_MOUNTED and self._projected(f.unique_name, f.spec,
-                                                                      f.mount_path)
+                f.mount is MountCheck.NOT_MOUNTED and self._finished_unmounted(f)
             ):
                 actual.set_pod_state(f.unique_name, f.dir.pod_uid, MountState.MOUNTED,
                                      reconstructed=True)
@@ -504,6 +506,19 @@ class Agent(ClosesOnExit):
             for container in pod_containers(pod.pod)
             for mount in getattr(container, "volume_mounts", None) or []
         )
+
+    def _finished_unmounted(self, f: FoundVolume) -> bool:
+        """Whether a volume that is a plain directory shows its set-up finished: a payload
+        projected (:meth:`_projected`), or a disk emptyDir's ready marker, written last
+        (the desired pod's spec says which medium: a Memory one needs its tmpfs)."""
+        if self._projected(f.unique_name, f.spec, f.mount_path):
+            return True
+        pod = self.pods.manager.desired.pod(f.dir.pod_uid)
+        volume = next((v for v in pod.volumes if v.unique_name == f.unique_name), None) if (
+            pod is not None) else None
+        return (volume is not None and volume.plugin_name == EMPTY_DIR_PLUGIN_NAME
+                and empty_dir_set_up_finished(self.runtime.host, f.dir.pod_uid,
+                                              f.dir.spec_name, volume.spec))
 
     def _projected(self, unique_name: str, spec: Spec, path: str) -> bool:
         """Whether the volume is a plain directory that the atomic writer projected a

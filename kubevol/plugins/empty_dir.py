@@ -8,6 +8,7 @@ records a completed set-up, as the kubelet keeps one.
 from __future__ import annotations
 
 import os
+import stat
 from typing import TYPE_CHECKING
 
 from kubevol.errors import MountError, SpecError
@@ -106,6 +107,22 @@ def _source(spec: Spec) -> V1EmptyDirVolumeSource | KnownSource | None:
     """The emptyDir source of ``spec`` (``V1EmptyDirVolumeSource``, or the
     :class:`~kubevol.spec.KnownSource` a reconstructed Spec carries), None when it has none."""
     return spec.derived(_SOURCE_KEY, _read_source)
+
+
+def set_up_finished(host: VolumeHost, pod_uid: str, volume_name: str, spec: Spec) -> bool:
+    """Whether the disk-medium emptyDir ``volume_name`` of the pod (``spec``) was set up to
+    its end: its ready marker, written by the set-up's last step, is there, and its
+    directory is a real directory (not a link). A Memory one is finished only while its
+    tmpfs is mounted: a mount check, not this."""
+    source = _source(spec)
+    if source is None or (source.medium or MEDIUM_DEFAULT) != MEDIUM_DEFAULT:
+        return False
+    volume = EmptyDir(host=host, pod_uid=pod_uid, volume_name=volume_name)
+    try:
+        return (os.path.isfile(volume._ready_path())
+                and stat.S_ISDIR(os.lstat(volume.get_path()).st_mode))
+    except OSError:
+        return False
 
 
 class EmptyDir(Mounter, Unmounter):
