@@ -10,7 +10,9 @@ types: :func:`is_suspect`) and makes every call on them through a :class:`PathPr
 * the call runs on a daemon thread and the caller waits at most the probe's timeout; a
   call that does not answer raises :class:`UnresponsiveError` naming the path and the
   call, and its thread is left to the kernel (it cannot be killed; it ends with the
-  process, whose exit kills it);
+  process, whose exit kills it). A thread whose call answered waits for the next call
+  (:class:`_Workers`): starting one per call cost more than most calls (a stats refresh
+  makes thousands);
 * while a call on a mount is stuck, further calls on the same mount fail at once, without
   a new thread, and no more than ``max_stuck`` threads are ever left stuck in all.
 
@@ -20,6 +22,7 @@ it and leave the volume as it is.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -65,8 +68,8 @@ class PathProbe:
         self.timeout = timeout
         self.max_stuck = max_stuck
         self._lock = threading.Lock()
-        #: The thread left waiting on each mount point, and on what.
-        self._stuck: dict[str, tuple[threading.Thread, str]] = {}
+        #: The call left waiting on each mount point, and what it is.
+        self._stuck: dict[str, tuple[threading.Event, str]] = {}
 
     def stuck(self) -> dict[str, str]:
         """The mount points with a call still stuck, and which call (a call in a lane is
@@ -141,46 +144,78 @@ class PathProbe:
         :class:`UnresponsiveError` says it did not answer within ``limit``."""
         if not call.wait(deadline):
             with self._lock:
-                self._stuck[call.key] = (call.thread, call.what)
+                self._stuck[call.key] = (call.done, call.what)
             raise UnresponsiveError(call.path, call.mount_point, (
                 f"{call.path}: {call.what} did not answer within {limit:g}s (a dead server or "
                 f"a frozen filesystem daemon below {call.mount_point})"))
         return call.outcome()
 
     def _forget_finished(self) -> None:
-        for mount_point, (thread, _) in list(self._stuck.items()):
-            if not thread.is_alive():
+        for mount_point, (done, _) in list(self._stuck.items()):
+            if done.is_set():
                 del self._stuck[mount_point]
 
 
 class _Call(Generic[_T]):
-    """One call of a :class:`PathProbe` running on its daemon thread."""
+    """One call of a :class:`PathProbe`, handed to a worker thread."""
 
     def __init__(self, key: str, mount_point: str, path: str, what: str,
                  fn: Callable[[], _T]) -> None:
         self.key, self.mount_point, self.path, self.what = key, mount_point, path, what
-        self._done = threading.Event()
+        #: Set once the call ended.
+        self.done = threading.Event()
         self._outcome: list[_T] = []
         self._failure: list[BaseException] = []
         self._fn = fn
-        self.thread = threading.Thread(target=self._run, name=f"kubevol-probe {mount_point}",
-                                       daemon=True)
-        self.thread.start()
+        _WORKERS.run(self.run)
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Make the call (on a worker thread)."""
         try:
             self._outcome.append(self._fn())
         except BaseException as exc:  # handed to the caller
             self._failure.append(exc)
         finally:
-            self._done.set()
+            self.done.set()
 
     def wait(self, deadline: float) -> bool:
         """Whether the call ended by ``deadline`` (monotonic)."""
-        return self._done.wait(max(0.0, deadline - time.monotonic()))
+        return self.done.wait(max(0.0, deadline - time.monotonic()))
 
     def outcome(self) -> _T:
         """What the ended call returned, or its exception raised."""
         if self._failure:
             raise self._failure[0]
         return self._outcome[0]
+
+
+class _Workers:
+    """The daemon threads that make the calls: one whose call ended waits for the next
+    (at most ``keep`` wait; more end), one whose call is stuck stays with it."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="kubevol-probe",
+                             daemon=True).start()
+        inbox.put(call)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            call = inbox.get()
+            call()
+            with self._lock:
+                if len(self._idle) >= self.keep:
+                    return
+                self._idle.append(inbox)
+
+
+#: The calls' threads, shared by every probe of the process.
+_WORKERS = _Workers(keep=16)

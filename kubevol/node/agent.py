@@ -8,7 +8,8 @@ volumes show finished: a device or pod mount in place, a projected payload; see
 ``settled:`` the first time nothing is left to do. A pass looks only at what changed since
 the last one (a pod of the sources, a volume whose operation ended, a volume due for its
 periodic set-up), every ``period`` seconds while there is work (the kubelet's 100 ms) and
-at once when an operation ends or a source changes; a pass over every volume runs first and
+at once when an operation ends that a next step may follow (not a volume's successful
+periodic set-up) or a source changes; a pass over every volume runs first and
 then every ``RESYNC_PERIOD`` seconds as a safety net. Otherwise the loop sleeps on its
 sources, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
 by SIGTERM) takes no new work, lets running operations finish (for ``STOP_TIMEOUT`` at
@@ -233,6 +234,7 @@ class Agent(ClosesOnExit):
         self.pods = runtime.volume_manager(
             workers=workers, observer=self._observe, bindings=api_pods, **backoff
         )
+        self.pods.manager.on_step_end = self._step_ended
         self.metrics = AgentMetrics(self.pods.manager)
         #: Events about pods' volumes, on the API server's pods (None without one).
         self.events = (
@@ -286,6 +288,9 @@ class Agent(ClosesOnExit):
         self.metrics.observe(key, kind, seconds, error)
         if self.events is not None:
             self.events.observe(key, kind, error)
+
+    def _step_ended(self) -> None:
+        """An operation ended that a next step may follow: a pass at once."""
         self._changed.set()
         self._poke()
 

@@ -155,6 +155,9 @@ class OperationExecutor:
         #: that matches another names the same volume, so a lookup reads one short list,
         #: not every record (starting n operations is O(n), not O(n²)).
         self._records: dict[str, list[_Record]] = {}
+        #: The records whose last operation failed, by identity (what :meth:`failures`
+        #: lists: a pass asks every time, while thousands of operations may be pending).
+        self._failed: dict[int, _Record] = {}
         #: How many records are pending (what :meth:`wait_idle` waits on).
         self._running = 0
         self._cond = threading.Condition()
@@ -247,8 +250,10 @@ class OperationExecutor:
                 same_volume.remove(record)
                 if not same_volume:
                     del self._records[record.key.volume]
+                self._failed.pop(id(record), None)
             else:
                 record.backoff.update(error, self._clock())
+                self._failed[id(record)] = record
             record.pending = False
             self._running -= 1
             # Wake the waiters only when one of them may be done: a pass waiting for half
@@ -292,7 +297,7 @@ class OperationExecutor:
                     key=r.key, kind=r.kind, error=r.backoff.last_error,
                     retry_in=r.backoff.retry_in(now),
                 )
-                for r in self._all()
+                for r in self._failed.values()
                 if not r.pending and r.backoff.last_error is not None
             ]
 

@@ -96,6 +96,9 @@ class NodeVolumeManager:
         self.desired = DesiredState()
         self.actual = ActualState()
         self._observer = observer
+        #: Called when an operation ended that a next step may follow (not the periodic
+        #: set-up of a volume that stays mounted): the agent wakes its loop then.
+        self.on_step_end: Callable[[], None] | None = None
         self.executor = OperationExecutor(
             workers=workers, initial_backoff=initial_backoff, max_backoff=max_backoff,
             observer=self._observe,
@@ -121,9 +124,11 @@ class NodeVolumeManager:
         error: BaseException | None,
     ) -> None:
         # The key is free now: the next partial pass looks at what the operation changed.
-        self.reconciler.touch_key(key)
+        follows = self.reconciler.touch_key(key, error)
         if self._observer is not None:
             self._observer(key, kind, seconds, error)
+        if follows and self.on_step_end is not None:
+            self.on_step_end()
 
     # -- pods -------------------------------------------------------------------------------
 

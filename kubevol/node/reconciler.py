@@ -100,6 +100,8 @@ class Reconciler:
         self._pod_volumes: dict[str, frozenset[str]] = {}
         self._wanted_by: dict[str, set[str]] = {}
         self._holders: HoldersOnce | None = None
+        #: The keys of the periodic set-ups running (of volumes that stay mounted).
+        self._periodic: set[OperationKey] = set()
         self._lock = threading.Lock()
 
     def forget_pod_later(self, uid: str) -> None:
@@ -121,13 +123,22 @@ class Reconciler:
             if volume:
                 self._dirty_volumes.add(volume)
 
-    def touch_key(self, key: OperationKey) -> None:
+    def touch_key(self, key: OperationKey, error: BaseException | None = None) -> bool:
         """:meth:`touch` what an operation on ``key`` changed (call it once the key is free:
-        the executor's observer)."""
+        the executor's observer), ended with ``error``; whether a next step may follow.
+        None follows the periodic set-up of a volume that stays mounted when it succeeded:
+        nothing is touched (a node's thousand configMap and token volumes are set up again
+        every minute, and a pass after each would cost more than the set-ups)."""
+        with self._lock:
+            periodic = key in self._periodic
+            self._periodic.discard(key)
+        if periodic and error is None:
+            return False
         if key.volume.startswith("/"):  # a pod directory's removal: <pods>/<uid>
             self.touch(pod=key.volume.rstrip("/").rsplit("/", 1)[-1])
         else:
             self.touch(pod=key.pod, volume=key.volume)
+        return True
 
     def reconcile(self, *, full: bool = True) -> int:
         """One pass; returns how many operations were started.
@@ -206,22 +217,30 @@ class Reconciler:
             return self._busy.get(uid, 0) > 0
 
     def _start(
-        self, kind: OperationKind, unique: str, pod_uid: str, op: Operation, *, pod: str = ""
+        self, kind: OperationKind, unique: str, pod_uid: str, op: Operation, *, pod: str = "",
+        periodic: bool = False,
     ) -> int:
-        """Start ``op`` under its key; ``pod`` is the pod whose directories it touches.
+        """Start ``op`` under its key; ``pod`` is the pod whose directories it touches;
+        ``periodic``: the set-up again of a volume that stays mounted.
 
-        Whatever its outcome, the next partial pass looks at the volume and its pods again
-        (touched by the executor's observer once the key is free: :meth:`touch_key`)."""
+        The next partial pass looks at the volume and its pods again (touched by the
+        executor's observer once the key is free: :meth:`touch_key`), unless a periodic
+        set-up succeeded."""
         key = operation_key(kind, unique, pod_uid, self.generator.node_name)
+        with self._lock:
+            if pod:
+                self._busy[pod] = self._busy.get(pod, 0) + 1
+            if periodic:
+                self._periodic.add(key)  # before it runs: it may end before run() returns
         if pod:
             op = self._tracked(pod, op)
-            with self._lock:
-                self._busy[pod] = self._busy.get(pod, 0) + 1
         try:
             self.executor.run(key, kind, op)
         except (OperationPendingError, OperationBackoffError) as exc:
             if pod:
                 self._done(pod)
+            with self._lock:
+                self._periodic.discard(key)
             log.debug("not starting %s: %s", kind, exc)
             return 0
         return 1
@@ -327,10 +346,11 @@ class Reconciler:
             return self._start(
                 OperationKind.MOUNT_DEVICE, v.unique_name, "", self.generator.mount_device(v)
             )
-        if pod is None or pod.state is not MountState.MOUNTED or self._remount_due(v):
+        mounted = pod is not None and pod.state is MountState.MOUNTED
+        if not mounted or self._remount_due(v):
             return self._start(
                 OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v),
-                pod=v.pod_uid,
+                pod=v.pod_uid, periodic=mounted,
             )
         return self._expand_if_grown(v, av)
 

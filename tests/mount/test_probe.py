@@ -58,6 +58,14 @@ def test_stuck_threads_are_bounded() -> None:
     release.set()
 
 
+def test_threads_whose_call_answered_make_the_next_calls() -> None:
+    """A thread is not started per call: one whose call answered takes the next (a stats
+    refresh of thousands of volumes once started thousands of threads)."""
+    probe = PathProbe(timeout=5)
+    threads = [probe.call("/m", "/m", "stat", threading.current_thread) for _ in range(50)]
+    assert len({id(t) for t in threads}) <= 5, len({id(t) for t in threads})
+
+
 def test_errors_of_the_call_are_raised_as_they_are() -> None:
     """An error of the call itself (ENOTCONN of a dead FUSE mount) is not a timeout."""
     def fail() -> None:

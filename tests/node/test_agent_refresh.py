@@ -1,4 +1,6 @@
-"""The agent sets volumes up again as the kubelet's pod sync does (issue 31, points 5 and 6):
+"""Covers kubevol.node.agent and kubevol.node.manager: remounts and token renewal.
+
+The agent sets volumes up again as the kubelet's pod sync does (issue 31, points 5 and 6):
 ConfigMaps and Secrets given in its static manifests reach their volumes, a changed ConfigMap
 reaches a running pod within the remount period (the kubelet's one minute by default;
 shortened here), and a short-lived projected token is renewed before it expires."""
@@ -73,6 +75,40 @@ def test_static_configmaps_and_secrets_reach_the_pod_and_changes_follow(
     wait_until(lambda: read(token) == "s3cret", 10, "the Secret's key in the volume")
     write_atomically(manifest, objects("debug") + pod("web", VOLUMES))
     wait_until(lambda: read(level) == "debug", 10, "the changed ConfigMap in the volume")
+
+
+def test_a_periodic_set_up_that_succeeds_does_not_wake_the_loop(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing follows the periodic set-up of a volume that stays mounted: when it succeeds
+    the loop is not woken for a pass (a node sets up a thousand such volumes every
+    minute); the volumes are still set up again on time."""
+    env.manifests.joinpath("web.yaml").write_text(objects("info") + pod("web", VOLUMES))
+    running = start_agent(remount_period=0.3)
+    wait_until(running.agent.settled.is_set, 30, "the agent settled")
+    woken: list[int] = []
+    poke = running.agent._poke
+
+    def counted() -> None:
+        woken.append(1)
+        poke()
+
+    monkeypatch.setattr(running.agent, "_poke", counted)
+    before = configmap_set_ups(running)
+    wait_until(lambda: configmap_set_ups(running) >= before + 3, 10,
+               "three periodic set-ups of the configMap volume")
+    assert woken == []
+
+
+def configmap_set_ups(running: RunningAgent) -> float:
+    """How many set-ups (volume_mount operations) of the configmap plugin the agent ran."""
+    return sum(
+        value for (name, labels), value in running.scrape().items()
+        if name == "storage_operation_duration_seconds_count"
+        and dict(labels).get("volume_plugin") == "kubernetes.io/configmap"
+        and dict(labels).get("operation_name") == "volume_mount"
+    )
 
 
 class ShortLivedTokens(TokenProvider):
