@@ -1,4 +1,7 @@
-"""NodeVolumeHost: the kubelet's directory layout and its refusal of path traversal."""
+"""Covers kubevol.node.host (not kubevol.host) and kubevol.layout's plugin-name escaping.
+
+NodeVolumeHost: the kubelet's directory layout and its refusal of path traversal.
+"""
 
 from __future__ import annotations
 

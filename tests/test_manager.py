@@ -1,4 +1,7 @@
-"""VolumePluginMgr: registration rules, lookups, typed finders, probing, discovery."""
+"""Covers kubevol.manager.
+
+VolumePluginMgr: registration rules, lookups, typed finders, probing, discovery.
+"""
 
 from __future__ import annotations
 

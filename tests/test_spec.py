@@ -1,4 +1,7 @@
-"""Spec: construction rules and loading from manifests."""
+"""Covers kubevol.spec.
+
+Spec: construction rules and loading from manifests.
+"""
 
 from __future__ import annotations
 

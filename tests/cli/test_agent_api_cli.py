@@ -1,4 +1,6 @@
-"""The real ``kubevol agent --kubeconfig`` process against the stand-in API server: the pods
+"""Covers kubevol.cli.agent, kubevol.node.api_pods and kubevol.cli.status, as processes.
+
+The real ``kubevol agent --kubeconfig`` process against the stand-in API server: the pods
 bound to its node come and go, its driver is published in CSINode, and ``kubevol status``
 (another process) is answered by it instead of scanning."""
 

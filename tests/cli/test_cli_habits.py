@@ -1,4 +1,6 @@
-"""kubectl's habits and the operator's: ``--version`` with the git commit (a build records
+"""Covers kubevol.cli.main, kubevol.cli.completion, kubevol.cli.csi_drivers, kubevol.cli.agent.
+
+kubectl's habits and the operator's: ``--version`` with the git commit (a build records
 it), ``-v`` after the command, shell completion generated from the parser, remembered CSI
 drivers listed and forgotten (a bad one never remembered), ``down`` that exits 1 when a
 volume is left staged, and the agent waiting for a static pod directory that does not

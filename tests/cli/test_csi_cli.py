@@ -1,4 +1,7 @@
-"""``kubevol csi``: every command group against the bundled drivers over real sockets."""
+"""Covers kubevol.cli.csi: every ``kubevol csi`` command group.
+
+``kubevol csi``: every command group against the bundled drivers over real sockets.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``kubevol csi`` output formats against the bundled mock driver over a real socket: enums
+"""Covers kubevol.cli.csi with kubevol.cli.output: ``kubevol csi``'s output formats.
+
+``kubevol csi`` output formats against the bundled mock driver over a real socket: enums
 by name in every format, as protobuf's JSON mapping writes them
 (``google.protobuf.json_format``), ``-o name`` one line per object, and the group snapshot
 commands sending the member ids the CSI spec requires."""

@@ -1,4 +1,6 @@
-"""``kubevol csi snapshot-metadata allocated|delta``: the streamed SnapshotMetadata RPCs,
+"""Covers kubevol.cli.csi.snapshot_metadata.
+
+``kubevol csi snapshot-metadata allocated|delta``: the streamed SnapshotMetadata RPCs,
 against the mock driver serving them over a real unix socket."""
 
 from __future__ import annotations

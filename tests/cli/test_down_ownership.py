@@ -1,4 +1,6 @@
-"""``kubevol down`` obeys the ownership model: it tears down exactly the pods it is given,
+"""Covers kubevol.cli.down with the ownership model of kubevol.node.owners.
+
+``kubevol down`` obeys the ownership model: it tears down exactly the pods it is given,
 never a pod it has no record of and that is not named, nor a recorded pod not named."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``kubevol driver``: version YAML, and serving the bundled drivers as real processes."""
+"""Covers kubevol.cli.driver: ``kubevol driver``.
+
+``kubevol driver``: version YAML, and serving the bundled drivers as real processes.
+"""
 
 from __future__ import annotations
 

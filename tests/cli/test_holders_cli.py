@@ -1,4 +1,6 @@
-"""The last line of defence from the command line: ``kubevol down`` and ``reconstruct
+"""Covers kubevol.node.holders in kubevol.cli.down and in the repair (kubevol.node.plan).
+
+The last line of defence from the command line: ``kubevol down`` and ``reconstruct
 --repair`` refuse to tear down a pod volume that a process or another mount namespace still
 holds, name the holder, leave the volume as it is, and go on once it is released. Real
 mounts, the bundled hostpath CSI driver, real processes and namespaces."""

@@ -1,4 +1,6 @@
-"""On a kubelet root shaped as a real node has it (:mod:`kubevol.testing.kubelet_root`), a
+"""Covers kubevol.node.holders in the repair plan (kubevol.node.plan), on a real node's root.
+
+On a kubelet root shaped as a real node has it (:mod:`kubevol.testing.kubelet_root`), a
 process holding a file open in a volume of the pod named gone makes that volume's tear-down
 refused, with the process named, in the plan and in the repair; the volume stays mounted
 with its files, and the other pods are not touched."""

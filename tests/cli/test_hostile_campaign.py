@@ -1,4 +1,6 @@
-"""A property-based campaign (hypothesis) over manifests and on-disk metadata (issue 20):
+"""Covers kubevol.cli.up, kubevol.cli.status, kubevol.cli.reconstruct and kubevol.cli.down.
+
+A property-based campaign (hypothesis) over manifests and on-disk metadata (issue 20):
 whatever ``up``, ``status``, ``reconstruct`` and ``down`` are given, they end with a
 documented exit code and no traceback, nothing outside the root changes, and once every pod
 is down no mount is left. Bounded examples, so that CI stays fast (``KUBEVOL_CAMPAIGN_EXAMPLES``

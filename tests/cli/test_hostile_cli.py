@@ -1,4 +1,6 @@
-"""The node commands given hostile input (issue 20): each ends in one line on stderr and a
+"""Covers kubevol.cli's node commands (up, status, reconstruct, down, plugins) on bad input.
+
+The node commands given hostile input (issue 20): each ends in one line on stderr and a
 documented exit code, changes nothing it should not, and stays within bounded memory."""
 
 from __future__ import annotations

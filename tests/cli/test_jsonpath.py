@@ -1,4 +1,6 @@
-"""kubectl's JSONPath templates (``-o jsonpath=``) give kubectl's output: the cases and the
+"""Covers kubevol.cli.jsonpath.
+
+kubectl's JSONPath templates (``-o jsonpath=``) give kubectl's output: the cases and the
 expected text are client-go's own (``util/jsonpath/jsonpath_test.go``) and kubectl's
 documentation's (``docs/reference/kubectl/jsonpath``)."""
 

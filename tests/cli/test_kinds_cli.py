@@ -1,4 +1,6 @@
-"""``kubevol up`` of the example pod with every common volume kind (configMap, secret,
+"""Covers kubevol.cli.up, kubevol.cli.reconstruct and kubevol.cli.down with every volume kind.
+
+``kubevol up`` of the example pod with every common volume kind (configMap, secret,
 downwardAPI, projected with a token from a provider, local PV, emptyDir, a CSI PV with two
 subPath mounts), ``reconstruct`` after the process is gone, and ``down`` leaving nothing;
 canary secret and token values never reach the output or the logs."""

@@ -1,4 +1,6 @@
-"""One logging scheme for every command: ``-v`` and ``--log-format`` before the command,
+"""Covers kubevol.cli.logs.
+
+One logging scheme for every command: ``-v`` and ``--log-format`` before the command,
 each message printed once."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""kubevol(1) (issue 32, item 7): generated from the parser by scripts/make-man.py, it renders
+"""Covers kubevol.cli.main's parser as scripts/make-man.py renders it into kubevol(1).
+
+kubevol(1) (issue 32, item 7): generated from the parser by scripts/make-man.py, it renders
 with man(1) and documents every command and the exit codes."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``kubevol metrics``: figures as GNU du/df/blockdev give them, in every output format."""
+"""Covers kubevol.cli.metrics: ``kubevol metrics``.
+
+``kubevol metrics``: figures as GNU du/df/blockdev give them, in every output format.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""``kubevol mount-refs`` on real mounts: exit codes, JSON shape, table, bad input."""
+"""Covers kubevol.cli.mount_refs: ``kubevol mount-refs``.
+
+``kubevol mount-refs`` on real mounts: exit codes, JSON shape, table, bad input.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``kubevol up``, ``down``, ``status``, ``reconstruct`` and ``demo`` end to end: real mounts,
+"""Covers kubevol.cli's node commands (up, down, status, reconstruct, demo) end to end.
+
+``kubevol up``, ``down``, ``status``, ``reconstruct`` and ``demo`` end to end: real mounts,
 the bundled hostpath CSI driver on a unix socket, the command line as users run it."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``kubevol nomad``: register a real plugin (the bundled hostpath driver over gRPC) by its
+"""Covers kubevol.cli.nomad: ``kubevol nomad``.
+
+``kubevol nomad``: register a real plugin (the bundled hostpath driver over gRPC) by its
 socket, show it as ``nomad plugin status`` does, mount, expand and unmount a volume for
 allocations with the per-allocation layout, on real mounts (as root, in a private mount
 namespace)."""

@@ -1,4 +1,6 @@
-"""The one output module: every format on every read command, the same fields in each,
+"""Covers kubevol.cli.output.
+
+The one output module: every format on every read command, the same fields in each,
 one write per answer, and a quiet stop when the reader goes away."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The ``kubevol`` command line as a whole: lazy command loading, exact flag spelling,
+"""Covers kubevol.cli.parser and kubevol.cli.main.
+
+The ``kubevol`` command line as a whole: lazy command loading, exact flag spelling,
 usage errors distinct from gRPC codes, help text for terminals, durations and sizes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`kubevol plugins`."""
+"""Covers kubevol.cli.plugins: ``kubevol plugins``."""
 
 from __future__ import annotations
 

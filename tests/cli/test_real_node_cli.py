@@ -1,4 +1,6 @@
-"""``kubevol reconstruct`` on a kubelet root shaped as a real node has it
+"""Covers kubevol.cli.reconstruct and its repair (kubevol.node.plan) on a real node's root.
+
+``kubevol reconstruct`` on a kubelet root shaped as a real node has it
 (:mod:`kubevol.testing.kubelet_root`, built from the kubelet's code): every volume
 reported, nothing failed; a repair with no pod named gone changes nothing at all; with one
 pod named gone, exactly its volumes are torn down and nothing else changes."""

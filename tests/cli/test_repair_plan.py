@@ -1,4 +1,6 @@
-"""``reconstruct --repair``'s plan: ``--dry-run`` lists every action with its reason and
+"""Covers kubevol.node.plan through kubevol.cli.reconstruct (``reconstruct --repair``).
+
+``reconstruct --repair``'s plan: ``--dry-run`` lists every action with its reason and
 what is left alone, changes nothing; the real repair prints the same plan first and does
 exactly its actions."""
 

@@ -1,4 +1,6 @@
-"""``kubevol status`` asks the agent running on the root instead of scanning it: the answer
+"""Covers kubevol.cli.status and kubevol.node.agent_status.
+
+``kubevol status`` asks the agent running on the root instead of scanning it: the answer
 equals a scan's, and it comes without a scan; a dead agent's socket means a scan."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``--token-provider NAME``: a bare name not on ``PATH`` is found beside kubevol's own
+"""Covers kubevol.cli.node_common's ``--token-provider`` and kubevol.k8s.tokens.
+
+``--token-provider NAME``: a bare name not on ``PATH`` is found beside kubevol's own
 scripts, so the stand-in issuer installed with kubevol works however kubevol was started."""
 
 from __future__ import annotations

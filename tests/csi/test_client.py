@@ -1,4 +1,7 @@
-"""CSIClient against the test driver over a real unix socket: every RPC and error mapping."""
+"""Covers kubevol.csi.client and kubevol.csi.errors.
+
+CSIClient against the test driver over a real unix socket: every RPC and error mapping.
+"""
 
 from __future__ import annotations
 

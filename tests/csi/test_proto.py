@@ -1,4 +1,7 @@
-"""kubevol's generated CSI descriptors against figures written down from CSI spec v1.12."""
+"""Covers kubevol.csi._pb and the descriptors generated in kubevol.csi._generated.
+
+kubevol's generated CSI descriptors against figures written down from CSI spec v1.12.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Serving on unix sockets: the socket appears only when it serves, with its final mode; a
+"""Covers kubevol.csi.unixsocket.
+
+Serving on unix sockets: the socket appears only when it serves, with its final mode; a
 stopping server never removes a socket it did not publish; an already-open listener and
 gRPC server options are honoured."""
 

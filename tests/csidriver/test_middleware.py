@@ -1,4 +1,7 @@
-"""Every middleware behaviour, through real gRPC on a unix socket with the test driver."""
+"""Covers kubevol.csidriver.server.middleware.
+
+Every middleware behaviour, through real gRPC on a unix socket with the test driver.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Serial volume access across driver PROCESSES through a real etcd started by the test."""
+"""Covers kubevol.csidriver.server.middleware.serialvolume with kubevol.csidriver.locks.etcd.
+
+Serial volume access across driver PROCESSES through a real etcd started by the test.
+"""
 
 from __future__ import annotations
 

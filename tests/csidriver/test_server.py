@@ -1,4 +1,7 @@
-"""The serving side: modes, sockets, permissions, hooks, interceptors, shutdown."""
+"""Covers kubevol.csidriver.server.serve.
+
+The serving side: modes, sockets, permissions, hooks, interceptors, shutdown.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""gocsi's environment as its documentation describes it: X_CSI_REQUIRE_* switches request
+"""Covers kubevol.csidriver.server.config.
+
+gocsi's environment as its documentation describes it: X_CSI_REQUIRE_* switches request
 validation on, older names and CSI_MODE are read, X_CSI_LOG_LEVEL works, a relative
 CSI_ENDPOINT is a path in the working directory, X_CSI_PLUGIN_INFO is CSV, and
 ``kubevol driver serve --help`` lists every variable with its default."""

@@ -1,4 +1,6 @@
-"""The driver server's thread pool: a few steady threads for calls as they come, extra
+"""Covers kubevol.csidriver.server.executor.
+
+The driver server's thread pool: a few steady threads for calls as they come, extra
 threads only while calls are kept waiting, and those end when no call waits."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``kubevol driver serve sharedfs``: its --help, its usage errors, and a real driver process
+"""Covers kubevol.cli.driver serving kubevol.csidriver.drivers.sharedfs.
+
+``kubevol driver serve sharedfs``: its --help, its usage errors, and a real driver process
 on a real GlusterFS that keeps its staged volume across a restart."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The sharedfs driver passes the conformance suite on a real GlusterFS, with 0 failures,
+"""Covers kubevol.csidriver.drivers.sharedfs under kubevol.csidriver.sanity.
+
+The sharedfs driver passes the conformance suite on a real GlusterFS, with 0 failures,
 whether the filesystem comes from the driver's defaults or from CreateVolume parameters; and
 leaves nothing mounted and no volume directory behind."""
 

@@ -1,4 +1,6 @@
-"""Downward API values: field paths, Go quoting of labels and annotations, and resource
+"""Covers kubevol.k8s.fieldpath.
+
+Downward API values: field paths, Go quoting of labels and annotations, and resource
 values divided and rounded up as the kubelet does."""
 
 from __future__ import annotations

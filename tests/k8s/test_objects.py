@@ -1,4 +1,6 @@
-"""API object sources: manifests beside the pods, and a real API server through the
+"""Covers kubevol.k8s.objects.
+
+API object sources: manifests beside the pods, and a real API server through the
 ``kubernetes`` client (the stand-in server), with the kubelet's not-found errors."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Container environments and the kubelet's ``$(VAR)`` expansion for subPathExpr."""
+"""Covers kubevol.k8s.podenv.
+
+Container environments and the kubelet's ``$(VAR)`` expansion for subPathExpr.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Service-account tokens: the TokenRequest API (stand-in server), a command provider, and
+"""Covers kubevol.k8s.tokens.
+
+Service-account tokens: the TokenRequest API (stand-in server), a command provider, and
 the manager's refresh at 80% of the lifetime."""
 
 from __future__ import annotations

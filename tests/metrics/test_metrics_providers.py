@@ -1,4 +1,7 @@
-"""Every provider against GNU du/df/stat and blockdev on real filesystems and devices."""
+"""Covers kubevol.metrics' providers (du, statfs, block, nil, cached) and kubevol.metrics.quota.
+
+Every provider against GNU du/df/stat and blockdev on real filesystems and devices.
+"""
 
 from __future__ import annotations
 

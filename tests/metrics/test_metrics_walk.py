@@ -1,4 +1,7 @@
-"""The du walker (both implementations) against GNU du on real trees and real mounts."""
+"""Covers kubevol.metrics.walk.
+
+The du walker (both implementations) against GNU du on real trees and real mounts.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""FakeMounter: records calls, keeps a table, injects errors, masks sensitive options."""
+"""Covers kubevol.testing.fake_mounter.
+
+FakeMounter: records calls, keeps a table, injects errors, masks sensitive options.
+"""
 
 from __future__ import annotations
 

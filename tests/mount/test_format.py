@@ -1,4 +1,7 @@
-"""SafeFormatAndMount on real loop devices: format only blank devices, check before rw."""
+"""Covers kubevol.mount.format.
+
+SafeFormatAndMount on real loop devices: format only blank devices, check before rw.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The unstage guard on real mounts: every row of the issue's table under both policies.
+"""Covers kubevol.mount.guard.
+
+The unstage guard on real mounts: every row of the issue's table under both policies.
 
 Lustre's shape is reproduced with an ext4 image on a loop device mounted at several staging
 paths: every mount shows the same major:minor and root ``/``, which is what every Lustre

@@ -1,4 +1,6 @@
-"""The unstage guard on recorded mount tables of Lustre, CephFS and NFS nodes.
+"""Covers kubevol.mount.guard.
+
+The unstage guard on recorded mount tables of Lustre, CephFS and NFS nodes.
 
 The fixtures use ``/var/lib/kubelet``; each test moves them under a temporary kubelet root
 and creates the directories and vol_data.json files a kubelet would have written.

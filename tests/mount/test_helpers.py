@@ -1,4 +1,7 @@
-"""path_exists, corrupted-mount detection and cleanup_mount_point on real mounts."""
+"""Covers kubevol.mount.helpers.
+
+path_exists, corrupted-mount detection and cleanup_mount_point on real mounts.
+"""
 
 from __future__ import annotations
 

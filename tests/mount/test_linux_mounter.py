@@ -1,4 +1,7 @@
-"""LinuxMounter on real mounts: mount, bind + remount, sensitive options, unmount, checks."""
+"""Covers kubevol.mount.linux.
+
+LinuxMounter on real mounts: mount, bind + remount, sensitive options, unmount, checks.
+"""
 
 from __future__ import annotations
 

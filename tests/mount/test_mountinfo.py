@@ -1,4 +1,7 @@
-"""mountinfo parsing, the searchable MountTable, and the poll-based MountTableCache."""
+"""Covers kubevol.mount.mountinfo, kubevol.mount.table and kubevol.mount.mountread.
+
+mountinfo parsing, the searchable MountTable, and the poll-based MountTableCache.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The C parser decodes mountinfo's octal escapes itself, exactly as the Python parser does.
+"""Covers kubevol.mount.mountinfo.
+
+The C parser decodes mountinfo's octal escapes itself, exactly as the Python parser does.
 
 The kernel writes space, tab, newline and backslash in paths as ``\\040``, ``\\011``,
 ``\\012`` and ``\\134`` (``mangle_path``). ``kubevol.mount.mountinfo`` reads the line as

@@ -1,4 +1,6 @@
-"""Mount events (fanotify, Linux 6.15+) and the mount table cache's ``superset`` tables, on
+"""Covers kubevol.mount.mountwatch and kubevol.mount.table.
+
+Mount events (fanotify, Linux 6.15+) and the mount table cache's ``superset`` tables, on
 real mounts in the test's private mount namespace."""
 
 from __future__ import annotations

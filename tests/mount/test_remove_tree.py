@@ -1,4 +1,6 @@
-"""remove_tree_on_one_device: deletes a tree a workload can write without ever following a
+"""Covers kubevol.mount.helpers.
+
+remove_tree_on_one_device: deletes a tree a workload can write without ever following a
 link or crossing a mount, even while the workload swaps directories for links (issue 20,
 points 1 and 2)."""
 

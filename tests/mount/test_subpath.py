@@ -1,4 +1,6 @@
-"""subPath binds on real mounts: what works (directories, single files, links inside the
+"""Covers kubevol.mount.subpath.
+
+subPath binds on real mounts: what works (directories, single files, links inside the
 volume), every escape attempt refused without mounting anything outside the volume (a link
 to /etc, a link in a middle component, ``..``, a link swapped in while binding), clean-up,
 and a subPath bind of a CSI volume holding the unstage until it is gone."""

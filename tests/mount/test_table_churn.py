@@ -1,4 +1,6 @@
-"""Reading the mount table while other mounts come and go: never an error, never a mount
+"""Covers kubevol.mount.mountread and kubevol.mount.table.
+
+Reading the mount table while other mounts come and go: never an error, never a mount
 that stayed missing, never a stale cached table."""
 
 from __future__ import annotations

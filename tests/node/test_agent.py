@@ -1,4 +1,6 @@
-"""``kubevol agent`` end to end: real mounts, the bundled hostpath CSI driver on a unix
+"""Covers kubevol.node.agent.
+
+``kubevol agent`` end to end: real mounts, the bundled hostpath CSI driver on a unix
 socket, a static-pod directory changed while the agent runs, and its /metrics scraped."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``kubevol agent`` with an API server: the pods bound to its node on the stand-in API
+"""Covers kubevol.node.agent with kubevol.node.api_pods.
+
+``kubevol agent`` with an API server: the pods bound to its node on the stand-in API
 server, read through the real ``kubernetes`` client (list, watch, resume, relist on 410),
 mounted for real with the bundled hostpath CSI driver, beside a static pod."""
 

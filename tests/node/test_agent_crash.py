@@ -1,4 +1,6 @@
-"""The crash test of ``test_crash.py`` run against the real ``kubevol agent`` command: pods
+"""Covers kubevol.node.agent, as the ``kubevol agent`` process.
+
+The crash test of ``test_crash.py`` run against the real ``kubevol agent`` command: pods
 come and go as static-pod manifests, and the agent process is SIGKILLed at random points
 and restarted; it must converge with no leaked mount and no lost file. Its readiness is
 read from systemd's notify socket, as a service manager would."""

@@ -1,4 +1,6 @@
-"""The agent beside a volume that stopped answering (issue 29): a frozen FUSE daemon over a
+"""Covers kubevol.node.agent and kubevol.node.exporter beside a dead mount.
+
+The agent beside a volume that stopped answering (issue 29): a frozen FUSE daemon over a
 running pod's CSI volume costs that claim only. Its stats are reported abnormal and not
 measured again while one measurement is stuck, /healthz and /metrics answer promptly, and a
 new pod is set up."""

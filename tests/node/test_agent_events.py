@@ -1,4 +1,6 @@
-"""Events about pods' volumes (issue 31, point 9): with an API server, a pod whose volume
+"""Covers kubevol.node.podevents and kubevol.k8s.events in the agent.
+
+Events about pods' volumes (issue 31, point 9): with an API server, a pod whose volume
 fails to mount gets the kubelet's Warning event ``FailedMount`` with its message shape
 (``MountVolume.MountDevice failed for volume "<name>" : <error>``), counted as it repeats instead of
 posted again, as client-go's recorder does."""

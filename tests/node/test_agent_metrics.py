@@ -1,4 +1,6 @@
-"""The agent's /metrics as Prometheus reads it, against the kubelet's volume stats
+"""Covers kubevol.node.exporter: the agent's /metrics.
+
+The agent's /metrics as Prometheus reads it, against the kubelet's volume stats
 collector (``pkg/kubelet/metrics/collectors/volume_stats.go``): each claim once however many
 pods use it, and block-mode CSI claims under the same gauges (kubernetes#97972), measured
 by NodeGetVolumeStats at the kubelet's block path, ``volumeDevices/<pv>/dev/<pod uid>``.

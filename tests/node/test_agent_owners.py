@@ -1,4 +1,6 @@
-"""The agent and ``kubevol up`` on one root never take each other's pods (issue 28, point
+"""Covers kubevol.node.agent and kubevol.cli.up sharing a root.
+
+The agent and ``kubevol up`` on one root never take each other's pods (issue 28, point
 5): a record says who wrote it; the agent tears down only pods it recorded, and ``up``
 refuses a pod UID the agent runs, before anything is written."""
 

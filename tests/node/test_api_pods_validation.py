@@ -1,4 +1,6 @@
-"""Pods from the API server are checked as manifest files are before they are used (issue
+"""Covers kubevol.node.api_pods with kubevol.node.validation.
+
+Pods from the API server are checked as manifest files are before they are used (issue
 28, point 6): one the API server should have refused is reported under its name and
 skipped; the others run."""
 

@@ -1,4 +1,6 @@
-"""The agent's servers cannot be worn down (issue 28, point 7): the metrics server and the
+"""Covers kubevol.node.httpbounds and the agent's servers (exporter, agent_status, api_pods).
+
+The agent's servers cannot be worn down (issue 28, point 7): the metrics server and the
 status socket cut idle and slow connections, cap how many they serve, say nothing but a
 debug line about clients that hang up; the API pod source backs off its relists and watch
 restarts as client-go's reflector does."""

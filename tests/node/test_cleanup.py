@@ -1,4 +1,7 @@
-"""Clean-up outcomes: code branches on their kind; reports show the same text as before."""
+"""Covers kubevol.node.cleanup.
+
+Clean-up outcomes: code branches on their kind; reports show the same text as before.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Crash tests: an agent process killed with SIGKILL at random points while pods churn, and
+"""Covers kubevol.node.manager and kubevol.node.records across crashes.
+
+Crash tests: an agent process killed with SIGKILL at random points while pods churn, and
 a CSI driver killed in the middle of NodeStageVolume.
 
 The agent (``agent_process.py``) follows the pod records under the root, as ``kubevol up``

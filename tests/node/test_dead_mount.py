@@ -1,4 +1,6 @@
-"""A dead mount never freezes kubevol (issue 29), played with real hung filesystems: a FUSE
+"""Covers kubevol.mount.probe and kubevol.mount.hungmount in the node commands.
+
+A dead mount never freezes kubevol (issue 29), played with real hung filesystems: a FUSE
 mount whose daemon is frozen (bindfs, SIGSTOP) and a GlusterFS mount whose client is frozen,
 each over one pod's volume, beside a healthy pod. ``status``, ``reconstruct`` and ``down`` of
 the healthy pod return within their ``--timeout`` (plus start-up), name the hung volume

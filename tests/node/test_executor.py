@@ -1,4 +1,7 @@
-"""The operation executor: one operation per key with wildcards, refusal, backoff."""
+"""Covers kubevol.node.executor.
+
+The operation executor: one operation per key with wildcards, refusal, backoff.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Generic ephemeral volumes (issue 31, point 8): a pod volume with
+"""Covers kubevol.node.manifests: generic ephemeral volumes.
+
+Generic ephemeral volumes (issue 31, point 8): a pod volume with
 ``ephemeral.volumeClaimTemplate`` uses the claim named ``<pod name>-<volume name>``, and only
 when the pod controls it (``k8s.io/component-helpers/storage/ephemeral``: ``VolumeClaimName``
 and ``VolumeIsForPod``, whose error text the refusal repeats)."""

@@ -1,4 +1,6 @@
-"""The node volume manager with the volume kinds every pod has: periodic remounts bring
+"""Covers kubevol.node.manager and kubevol.node.subpaths with the common volume kinds.
+
+The node volume manager with the volume kinds every pod has: periodic remounts bring
 ConfigMap updates and fresh tokens, subPaths are bound after set-up and removed before
 tear-down, and an escaping subPath leaves the volume uncertain (retried, torn down when
 the pod goes) without mounting anything outside it."""

@@ -1,4 +1,6 @@
-"""CSIDriver objects on a node without an API server (issue 31, point 4): ``kubevol up``
+"""Covers kubevol.node.manifests and kubevol.plugins.csi.driverinfo: local CSIDrivers.
+
+CSIDriver objects on a node without an API server (issue 31, point 4): ``kubevol up``
 accepts ``kind: CSIDriver`` in its manifests, the pod's record keeps the objects of the
 drivers its volumes use, and the kubelet's rules read them: an inline (ephemeral) CSI volume
 runs only when its driver's object allows ``Ephemeral``, and ``podInfoOnMount`` hands the

@@ -1,4 +1,7 @@
-"""The node volume manager end to end on real mounts: in-tree plugins and a staged plugin."""
+"""Covers kubevol.node.manager and kubevol.node.reconciler.
+
+The node volume manager end to end on real mounts: in-tree plugins and a staged plugin.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The node's mount table has one owner, the host's mounter
+"""Covers kubevol.mount.interface's table as the one table kubevol.node reads.
+
+The node's mount table has one owner, the host's mounter
 (:meth:`kubevol.mount.interface.MountInterface.table`): the volume-users check, the
 unstage path, reconstruction and orphan detection all ask it instead of reading and
 caching tables of their own."""

@@ -1,4 +1,7 @@
-"""Which mounts belong to which pod, read from the mount table."""
+"""Covers kubevol.node.mountcheck.
+
+Which mounts belong to which pod, read from the mount table.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""A grown claim is expanded on the node, by ``kubevol up`` (the one-shot form of the
+"""Covers kubevol.node.operations' expansion and kubevol.plugins.csi.expander.
+
+A grown claim is expanded on the node, by ``kubevol up`` (the one-shot form of the
 agent's reconcile pass) and by the agent, for filesystem and block volumes: the bundled
 hostpath driver over gRPC sees NodeExpandVolume with the kubelet's arguments, and the
 volume or the loop device then has the new size.

@@ -1,4 +1,6 @@
-"""The node's volume operations against a real CSI driver (the bundled hostpath driver on a
+"""Covers kubevol.node.operations with kubevol.mount.guard.
+
+The node's volume operations against a real CSI driver (the bundled hostpath driver on a
 unix socket): the unstage guard is asked once per unmount_device and decides alone."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The ownership model: which pods, volumes and orphan device mounts kubevol may destroy,
+"""Covers kubevol.node.owners.
+
+The ownership model: which pods, volumes and orphan device mounts kubevol may destroy,
 and the reason it gives either way."""
 
 from __future__ import annotations

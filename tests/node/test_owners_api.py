@@ -1,4 +1,6 @@
-"""Issue 14's third owner, as issue 28 narrowed it: with an API server, a pod it listed on
+"""Covers kubevol.node.owners with an API server.
+
+Issue 14's third owner, as issue 28 narrowed it: with an API server, a pod it listed on
 this node by that UID and lists running no more is gone (deleted, bound elsewhere, finished);
 one it lists, one being deleted, one it never listed (a kubelet's static pod, whose mirror
 pod has another UID) is not; an API server that cannot answer makes nothing gone."""

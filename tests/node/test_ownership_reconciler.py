@@ -1,4 +1,6 @@
-"""The long-running reconciler obeys the ownership model: over many passes (the agent's
+"""Covers kubevol.node.reconciler with kubevol.node.owners.
+
+The long-running reconciler obeys the ownership model: over many passes (the agent's
 loop, with its follow-up of volumes that could not be rebuilt and its pod directory
 clean-up) a pod it does not own keeps every mount, its broken volume and the device mount
 that volume led to, even when the caller asks to remove it; a pod it owns goes. And the

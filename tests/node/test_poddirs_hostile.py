@@ -1,4 +1,6 @@
-"""A gone pod's directory is removed without following a link at the pod directory or at
+"""Covers kubevol.node.poddirs.
+
+A gone pod's directory is removed without following a link at the pod directory or at
 one of its kind directories (issue 20, point 2)."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Manifests into desired pods, and the on-disk pod records."""
+"""Covers kubevol.node.desired, kubevol.node.manifests and kubevol.node.records.
+
+Manifests into desired pods, and the on-disk pod records.
+"""
 
 from __future__ import annotations
 

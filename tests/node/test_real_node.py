@@ -1,4 +1,6 @@
-"""Reconstruction on a kubelet root shaped as a real node has it (built from the kubelet's
+"""Covers kubevol.node.reconstruct on a real node's root.
+
+Reconstruction on a kubelet root shaped as a real node has it (built from the kubelet's
 code, not kubevol's writers: :mod:`kubevol.testing.kubelet_root`)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Reconstruction from disk: the layout walk, mount checks, failures cleaned once, orphan
+"""Covers kubevol.node.reconstruct.
+
+Reconstruction from disk: the layout walk, mount checks, failures cleaned once, orphan
 device mounts, and a read-only scan that changes nothing."""
 
 from __future__ import annotations

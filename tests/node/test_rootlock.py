@@ -1,4 +1,6 @@
-"""RootLock: one writer per root, waiting with a message or failing clearly; released when
+"""Covers kubevol.node.rootlock.
+
+RootLock: one writer per root, waiting with a message or failing clearly; released when
 its holder dies (issue 20, point 11)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""A node shared with unprivileged users (issue 28), played for real: a pod is brought up with
+"""Covers kubevol.layout's directory modes, through ``kubevol up`` and ``kubevol status``.
+
+A node shared with unprivileged users (issue 28), played for real: a pod is brought up with
 the real ``kubevol up`` under umask 000, and an unprivileged user (``setpriv --reuid=65534``)
 then tries to read its Secret, write into its emptyDir and swap its ``..data`` link. The
 kubelet's directory modes (0750 for the root, ``pods``, ``pods/<uid>`` and its ``volumes`` and

@@ -1,4 +1,6 @@
-"""The Lustre staging case (Kubernetes issue 105323) end to end on a real network
+"""Covers kubevol.mount.guard through kubevol.plugins.csi and kubevol.csidriver.drivers.sharedfs.
+
+The Lustre staging case (Kubernetes issue 105323) end to end on a real network
 filesystem: the bundled sharedfs driver on a real GlusterFS, driven through kubevol's
 ``kubernetes.io/csi`` adapter with pods.
 

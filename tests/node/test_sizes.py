@@ -1,4 +1,6 @@
-"""The sizes kubevol remembers for the volumes on a root (what the kubelet keeps in the
+"""Covers kubevol.node.sizes.
+
+The sizes kubevol remembers for the volumes on a root (what the kubelet keeps in the
 claim's status.capacity): written and read back, and hostile files under the root taken as
 no figure at all, never followed, never waited on."""
 

@@ -1,4 +1,7 @@
-"""The actual state: snapshots that follow every change."""
+"""Covers kubevol.node.state.
+
+The actual state: snapshots that follow every change.
+"""
 
 from __future__ import annotations
 

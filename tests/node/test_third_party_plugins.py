@@ -1,4 +1,6 @@
-"""A third-party volume plugin installed from its own package (the ``kubevol.plugins``
+"""Covers kubevol.manager's entry-point plugins in kubevol.cli.node_common and the agent.
+
+A third-party volume plugin installed from its own package (the ``kubevol.plugins``
 entry-point group) is used by ``kubevol up``/``down`` and by the agent, and can be left out
 (``--no-entry-points``) or picked by name (``--plugin``)."""
 

@@ -1,4 +1,6 @@
-"""The node layer installs turn-taking (:mod:`kubevol.util.turns`) into the layers below it:
+"""Covers kubevol.node.runtime and kubevol.node.host: their turn-taking hooks.
+
+The node layer installs turn-taking (:mod:`kubevol.util.turns`) into the layers below it:
 its CSI clients (:class:`kubevol.node.runtime.NodeRuntime`'s registry) and its mounter
 (:class:`kubevol.node.host.NodeVolumeHost`) give an operation's turn away while they wait on
 another process, so another operation runs meanwhile. Neither the CSI client nor the mount

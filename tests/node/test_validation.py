@@ -1,4 +1,6 @@
-"""Manifests are checked as the API server checks them, in full, before anything is recorded
+"""Covers kubevol.node.validation and kubevol.node.records.
+
+Manifests are checked as the API server checks them, in full, before anything is recorded
 (issue 20, point 9; issue 28, points 3 and 6): every hostile value below is one SpecError
 naming the field, and a pod record edited on disk to hold one is skipped."""
 

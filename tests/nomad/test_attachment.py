@@ -1,4 +1,6 @@
-"""Waiting for a volume's attachment before mounting it: the controller publish happens
+"""Covers kubevol.nomad.attachment.
+
+Waiting for a volume's attachment before mounting it: the controller publish happens
 elsewhere (here a thread playing the server, calling the bundled hostpath driver's
 ControllerPublishVolume over gRPC), the node agent waits for the publish context."""
 

@@ -1,4 +1,6 @@
-"""The volume checker on real mounts: the plugin's volume condition where offered, the
+"""Covers kubevol.nomad.checker.
+
+The volume checker on real mounts: the plugin's volume condition where offered, the
 mount and corrupted-mount checks otherwise."""
 
 from __future__ import annotations

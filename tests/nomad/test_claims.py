@@ -1,4 +1,7 @@
-"""Usage options, volume capabilities and the usage tracker's logic and persistence."""
+"""Covers kubevol.nomad.claims and kubevol.nomad.types.
+
+Usage options, volume capabilities and the usage tracker's logic and persistence.
+"""
 
 from __future__ import annotations
 

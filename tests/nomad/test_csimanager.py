@@ -1,4 +1,6 @@
-"""The CSI manager against real plugin processes: fingerprints, health transitions,
+"""Covers kubevol.nomad.csimanager and kubevol.nomad.instance.
+
+The CSI manager against real plugin processes: fingerprints, health transitions,
 registry-driven instances and a deterministic shutdown."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""NodeExpandVolume through the manager (Nomad's ``VolumeManager.ExpandVolume``): online
+"""Covers kubevol.nomad.volumes: volume expansion.
+
+NodeExpandVolume through the manager (Nomad's ``VolumeManager.ExpandVolume``): online
 expansion of a claimed volume, against the bundled hostpath driver and the test driver."""
 
 from __future__ import annotations

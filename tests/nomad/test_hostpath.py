@@ -1,4 +1,7 @@
-"""The manager with kubevol's bundled hostpath driver, run as a separate process."""
+"""Covers kubevol.nomad with kubevol.csidriver.drivers.hostpath as a process.
+
+The manager with kubevol's bundled hostpath driver, run as a separate process.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The manager's interfaces (Nomad's ``Manager``, ``PluginManager``, ``VolumeMounter`` /
+"""Covers kubevol.nomad.interface and kubevol.testing.fake_nomad.
+
+The manager's interfaces (Nomad's ``Manager``, ``PluginManager``, ``VolumeMounter`` /
 ``VolumeManager``): the real classes and the shipped fake both implement them, so agent
 code written against them runs on either; the config object and its injected logger; and
 the seed's "Shutdown unmounts" behaviour as an explicit option."""

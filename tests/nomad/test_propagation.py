@@ -1,4 +1,6 @@
-"""Mount propagation for plugins run as tasks: the supervisor makes the plugin's directory
+"""Covers kubevol.nomad.propagation and kubevol.nomad.supervisor.
+
+Mount propagation for plugins run as tasks: the supervisor makes the plugin's directory
 an rshared mount, so the mounts a node plugin makes inside its own mount namespace (a
 container's view of that directory) appear on the host, where the agent and other tasks
 find them. Real mounts, real namespaces (``unshare -m``), a real plugin process."""

@@ -1,4 +1,7 @@
-"""The dynamic plugin registry: instances, ordered lossless events, waiting, persistence."""
+"""Covers kubevol.nomad.registry.
+
+The dynamic plugin registry: instances, ordered lossless events, waiting, persistence.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The plugin supervisor against real plugin processes: preparing the mount root, waiting
+"""Covers kubevol.nomad.supervisor.
+
+The plugin supervisor against real plugin processes: preparing the mount root, waiting
 for the socket, the health timeout, registration order and heartbeat events."""
 
 from __future__ import annotations

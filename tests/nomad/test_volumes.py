@@ -1,4 +1,6 @@
-"""The volume mounter against a real plugin process doing real bind mounts: paths on disk,
+"""Covers kubevol.nomad.volumes and kubevol.nomad.claims.
+
+The volume mounter against a real plugin process doing real bind mounts: paths on disk,
 staging only when advertised, idempotency, serialisation, retries, and the usage tracker
 across agent restarts (hashicorp/nomad#25813)."""
 

@@ -1,4 +1,6 @@
-"""configMap, secret, downwardAPI and projected volumes on real directories and real tmpfs
+"""Covers kubevol.plugins.atomic_volume: configMap, secret, downwardAPI and projected volumes.
+
+configMap, secret, downwardAPI and projected volumes on real directories and real tmpfs
 mounts: the kubelet's layout, updates, optional sources, missing objects and keys, modes and
 fsGroup, tokens, tear-down and reconstruction."""
 

@@ -1,4 +1,6 @@
-"""The atomic writer: the kubelet's on-disk layout, updates, validation, modes, and readers
+"""Covers kubevol.plugins.atomic_writer.
+
+The atomic writer: the kubelet's on-disk layout, updates, validation, modes, and readers
 that never see a mix of two versions."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""emptyDir plugin: disk and memory media on real directories and real tmpfs mounts."""
+"""Covers kubevol.plugins.empty_dir.
+
+emptyDir plugin: disk and memory media on real directories and real tmpfs mounts.
+"""
 
 from __future__ import annotations
 

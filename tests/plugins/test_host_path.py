@@ -1,4 +1,7 @@
-"""hostPath plugin: type checks, set-up, provisioner, deleter and recycler on real files."""
+"""Covers kubevol.plugins.host_path.
+
+hostPath plugin: type checks, set-up, provisioner, deleter and recycler on real files.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Local PersistentVolumes on real mounts: the bind mount, fsGroup on the first mount only,
+"""Covers kubevol.plugins.local.
+
+Local PersistentVolumes on real mounts: the bind mount, fsGroup on the first mount only,
 read-only, node affinity, block mode through a loop device, and reconstruction from the
 mount table."""
 

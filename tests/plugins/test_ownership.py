@@ -1,4 +1,7 @@
-"""set_volume_ownership on real files."""
+"""Covers kubevol.plugins.ownership.
+
+set_volume_ownership on real files.
+"""
 
 from __future__ import annotations
 

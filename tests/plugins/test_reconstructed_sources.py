@@ -1,4 +1,6 @@
-"""The sources reconstructed Specs carry (so that a scan builds no kubernetes model) read
+"""Covers kubevol.spec's reconstructed sources against kubevol.plugins' models.
+
+The sources reconstructed Specs carry (so that a scan builds no kubernetes model) read
 exactly like the sources of the models built from the same data."""
 
 from __future__ import annotations

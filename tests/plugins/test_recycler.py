@@ -1,4 +1,7 @@
-"""Recycler pod template helpers."""
+"""Covers kubevol.plugins.recycler.
+
+Recycler pod template helpers.
+"""
 
 from __future__ import annotations
 

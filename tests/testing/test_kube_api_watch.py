@@ -1,4 +1,6 @@
-"""The stand-in API server's lists, watches and resourceVersions, driven through the real
+"""Covers kubevol.testing.kube_api.
+
+The stand-in API server's lists, watches and resourceVersions, driven through the real
 ``kubernetes`` client: what a client sees must be what an API server sends (event shapes,
 the 410 Expired Status in a 200 stream, bookmarks, field selectors)."""
 

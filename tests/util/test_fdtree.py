@@ -1,4 +1,6 @@
-"""fdtree.open_dir below a trusted directory: the kernel's one-call walk (openat2) and the
+"""Covers kubevol.util.fdtree.
+
+fdtree.open_dir below a trusted directory: the kernel's one-call walk (openat2) and the
 component-by-component walk it falls back to."""
 
 from __future__ import annotations

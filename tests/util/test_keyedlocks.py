@@ -1,4 +1,7 @@
-"""KeyedLocks: one lock per key, with timeouts, cancellation and no memory for idle keys."""
+"""Covers kubevol.util.keyedlocks.
+
+KeyedLocks: one lock per key, with timeouts, cancellation and no memory for idle keys.
+"""
 
 from __future__ import annotations
 

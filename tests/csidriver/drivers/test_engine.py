@@ -1,4 +1,6 @@
-"""The engine's state handling: saved before a call returns, undone when saving fails,
+"""Covers kubevol.csidriver.drivers.engine.
+
+The engine's state handling: saved before a call returns, undone when saving fails,
 saves shared by concurrent calls; per-key locks."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The hostpath driver on real mounts and loop devices, over a real unix socket."""
+"""Covers kubevol.csidriver.drivers.hostpath.
+
+The hostpath driver on real mounts and loop devices, over a real unix socket.
+"""
 
 from __future__ import annotations
 

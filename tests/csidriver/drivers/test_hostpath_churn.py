@@ -1,4 +1,7 @@
-"""The hostpath driver while other mounts on the node come and go: every RPC succeeds."""
+"""Covers kubevol.csidriver.drivers.hostpath.
+
+The hostpath driver while other mounts on the node come and go: every RPC succeeds.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The hostpath driver (and the mock's real-path mode) acts only on what its state says it
+"""Covers kubevol.csidriver.drivers.hostpath and kubevol.csidriver.drivers.mock.
+
+The hostpath driver (and the mock's real-path mode) acts only on what its state says it
 made: foreign mounts, existing targets, the root directory and ids edited in its state file
 are refused, and nothing of theirs is unmounted or deleted (issue 20, point 3)."""
 

@@ -1,4 +1,6 @@
-"""The hostpath driver's SQLite state: every acknowledged change survives kill -9 at any
+"""Covers kubevol.csidriver.drivers.hostpath.state.
+
+The hostpath driver's SQLite state: every acknowledged change survives kill -9 at any
 instant, a change writes only its records, an older driver's state.json is taken over."""
 
 from __future__ import annotations

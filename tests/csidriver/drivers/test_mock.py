@@ -1,4 +1,7 @@
-"""The mock driver answers every RPC as the CSI spec says, over a real unix socket."""
+"""Covers kubevol.csidriver.drivers.mock.
+
+The mock driver answers every RPC as the CSI spec says, over a real unix socket.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The mock serves the SnapshotMetadata service, when asked to, over a real unix socket: a
+"""Covers kubevol.csidriver.drivers.mock.
+
+The mock serves the SnapshotMetadata service, when asked to, over a real unix socket: a
 fixed synthetic layout of its snapshots, streamed, with the spec's errors."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The sharedfs driver: where its volumes live (parameters and volume contexts in kubevol's,
+"""Covers kubevol.csidriver.drivers.sharedfs.
+
+The sharedfs driver: where its volumes live (parameters and volume contexts in kubevol's,
 csi-driver-nfs's and Azure Lustre's spellings, with csi-driver-nfs's templates), and what its
 calls do on a real GlusterFS: sub-directories made, deleted, kept or archived, capacity from
 statfs, static volumes staged from their context alone, nothing deleted that is not its own."""

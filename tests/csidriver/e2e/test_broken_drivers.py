@@ -1,4 +1,6 @@
-"""Each pattern of the kubelet-in-a-box suite fails a hostpath driver with one node
+"""Covers kubevol.testing.e2e: its checks against broken drivers.
+
+Each pattern of the kubelet-in-a-box suite fails a hostpath driver with one node
 behaviour broken on purpose, naming the problem; the sound driver passes every check."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``kubevol driver e2e`` and the pytest plugin: exit codes, the report, the driver command
+"""Covers kubevol.testing.e2e through ``kubevol driver e2e`` and kubevol.testing.e2e.plugin.
+
+``kubevol driver e2e`` and the pytest plugin: exit codes, the report, the driver command
 that the restart check needs."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The kubelet-in-a-box suite against kubevol's bundled mock driver (issue 33: it passes
+"""Covers kubevol.testing.e2e against kubevol.csidriver.drivers.mock.
+
+The kubelet-in-a-box suite against kubevol's bundled mock driver (issue 33: it passes
 against the mock where it applies): with ``--mock`` the checks of what the kubelet sends
 and the driver answers pass, every other check is skipped saying why, none fails."""
 

@@ -1,4 +1,6 @@
-"""The kubelet-in-a-box suite against the bundled sharedfs driver on a real GlusterFS (issue
+"""Covers kubevol.testing.e2e against kubevol.csidriver.drivers.sharedfs.
+
+The kubelet-in-a-box suite against the bundled sharedfs driver on a real GlusterFS (issue
 33: it passes against kubevol's bundled drivers): every filesystem check passes, and the
 block checks are skipped with the driver's own refusal (sharedfs serves no block volumes)."""
 

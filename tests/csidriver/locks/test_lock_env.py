@@ -1,4 +1,7 @@
-"""Choosing and configuring lock providers from gocsi's environment variables."""
+"""Covers kubevol.csidriver.locks.env.
+
+Choosing and configuring lock providers from gocsi's environment variables.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""EtcdLockProvider against a real etcd server started on loopback."""
+"""Covers kubevol.csidriver.locks.etcd.
+
+EtcdLockProvider against a real etcd server started on loopback.
+"""
 
 from __future__ import annotations
 

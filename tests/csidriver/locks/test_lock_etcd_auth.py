@@ -1,4 +1,7 @@
-"""EtcdLockProvider against a real etcd with authentication switched on."""
+"""Covers kubevol.csidriver.locks.etcd.
+
+EtcdLockProvider against a real etcd with authentication switched on.
+"""
 
 from __future__ import annotations
 

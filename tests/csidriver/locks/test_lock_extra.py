@@ -1,4 +1,6 @@
-"""The etcd lock provider is an optional extra: without etcd3gw, everything else works and
+"""Covers kubevol.csidriver.locks without its etcd extra.
+
+The etcd lock provider is an optional extra: without etcd3gw, everything else works and
 asking for the provider names the extra to install."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""InProcessLockProvider: exclusion between the threads of one process."""
+"""Covers kubevol.csidriver.locks.inprocess.
+
+InProcessLockProvider: exclusion between the threads of one process.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``kubevol driver new NAME`` writes a driver project that installs into a fresh virtual
+"""Covers kubevol.csidriver.server.bootstrap: ``kubevol driver new``.
+
+``kubevol driver new NAME`` writes a driver project that installs into a fresh virtual
 environment and passes the conformance suite with its own test."""
 
 from __future__ import annotations

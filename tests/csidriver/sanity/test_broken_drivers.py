@@ -1,4 +1,6 @@
-"""The suite catches each class of bug upstream csi-sanity found in kubevol's drivers (and
+"""Covers kubevol.csidriver.sanity: its tests against broken drivers.
+
+The suite catches each class of bug upstream csi-sanity found in kubevol's drivers (and
 the common ones csi-test's issues list): a deliberately broken driver fails the right test.
 A driver that follows the spec's error table where csi-sanity's cleanup is lenient passes."""
 

@@ -1,4 +1,6 @@
-"""The bundled drivers pass the conformance suite in every mode (mock mount and block;
+"""Covers kubevol.csidriver.sanity on the bundled drivers (mock, hostpath).
+
+The bundled drivers pass the conformance suite in every mode (mock mount and block;
 hostpath mount, block and shared-filesystem, on real mounts and loop devices); the suite's
 own command-line behaviour."""
 

@@ -1,4 +1,6 @@
-"""The suite's coverage table names real tests, and the csi-sanity-style command line
+"""Covers kubevol.csidriver.sanity.coverage and kubevol.csidriver.sanity.__main__.
+
+The suite's coverage table names real tests, and the csi-sanity-style command line
 (``python -m kubevol.csidriver.sanity``) works."""
 
 from __future__ import annotations

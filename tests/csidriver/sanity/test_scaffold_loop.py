@@ -1,4 +1,6 @@
-"""The conformance loop of a driver author, on a project ``kubevol driver new`` wrote with a
+"""Covers kubevol.csidriver.server.bootstrap and kubevol.csidriver.sanity.plugin.
+
+The conformance loop of a driver author, on a project ``kubevol driver new`` wrote with a
 64 MiB limit: its own test asks the suite for volumes it can hold and passes; a failure
 names the test, the rule and the reason in its first lines; the driver logs its start;
 ``python -m kubevol.csidriver.sanity --help`` starts with the CSI options; the README and

@@ -1,4 +1,6 @@
-"""The stand-in API server answers the real kubernetes client as an API server would, and
+"""Covers kubevol.testing.kube_api and kubevol.plugins.csi.driverinfo.
+
+The stand-in API server answers the real kubernetes client as an API server would, and
 CSIDriver objects are read from it (and from local YAML) as the plugin needs them."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The CSI plugin's attachment paths: through VolumeAttachments when the host has a Kubernetes
+"""Covers kubevol.plugins.csi.attacher and kubevol.plugins.csi.attach.
+
+The CSI plugin's attachment paths: through VolumeAttachments when the host has a Kubernetes
 client (CSIDriver objects and secrets read from the API too), and direct ControllerPublish
 for real against a driver."""
 

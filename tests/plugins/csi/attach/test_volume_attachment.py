@@ -1,4 +1,6 @@
-"""VolumeAttachment-based attachment through the kubernetes client against the stand-in
+"""Covers kubevol.plugins.csi.attach.volumeattachment.
+
+VolumeAttachment-based attachment through the kubernetes client against the stand-in
 API server: object names and shapes, waiting with backoff, errors surfaced, detach."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Block volume lifecycle, and the unstage guard on the shared-superblock (Lustre) shape."""
+"""Covers kubevol.plugins.csi.block and the unstage guard (kubevol.mount.guard).
+
+Block volume lifecycle, and the unstage guard on the shared-superblock (Lustre) shape.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""End to end against the bundled hostpath driver on a unix socket: the plugin registered
+"""Covers kubevol.plugins.csi end to end with kubevol.csidriver.drivers.hostpath.
+
+End to end against the bundled hostpath driver on a unix socket: the plugin registered
 through the plugin watcher, filesystem and block lifecycles with direct attachment, and the
 shared-superblock (Lustre-shaped) unstage under both guard policies."""
 

@@ -1,4 +1,6 @@
-"""Full lifecycles of CSI volumes through the plugin, on real bind mounts against a real
+"""Covers kubevol.plugins.csi.mounter and kubevol.plugins.csi.attacher: full lifecycles.
+
+Full lifecycles of CSI volumes through the plugin, on real bind mounts against a real
 driver on a unix socket: exactly the kubelet's files on disk, and nothing left after."""
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The CSI plugin inside a VolumePluginMgr, and SELinux context mounts."""
+"""Covers kubevol.plugins.csi.plugin in kubevol.manager, and SELinux mounts.
+
+The CSI plugin inside a VolumePluginMgr, and SELinux context mounts.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The kubelet's rules the CSI plugin follows: ephemeral volumes, pod information, fsGroup,
+"""Covers kubevol.plugins.csi.rules, kubevol.plugins.csi.source and kubevol.plugins.csi.mounter.
+
+The kubelet's rules the CSI plugin follows: ephemeral volumes, pod information, fsGroup,
 access modes, SELinux-free defaults, and which errors are transient, uncertain or final."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Rebuilding specs from vol_data.json, metrics through NodeGetVolumeStats, expansion, names
+"""Covers kubevol.plugins.csi.voldata, kubevol.plugins.csi.metrics, kubevol.plugins.csi.expander.
+
+Rebuilding specs from vol_data.json, metrics through NodeGetVolumeStats, expansion, names
 and limits."""
 
 from __future__ import annotations

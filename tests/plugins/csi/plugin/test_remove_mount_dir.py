@@ -1,4 +1,7 @@
-"""remove_mount_dir: the kubelet's removeMountDir, on real directories and a real mount."""
+"""Covers kubevol.plugins.csi.rules: remove_mount_dir.
+
+remove_mount_dir: the kubelet's removeMountDir, on real directories and a real mount.
+"""
 
 from __future__ import annotations
 

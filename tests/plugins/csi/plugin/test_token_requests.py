@@ -1,4 +1,6 @@
-"""CSI ``tokenRequests`` and ``requiresRepublish`` (issue 31, point 7), against the test
+"""Covers kubevol.plugins.csi.rules (tokenRequests) and kubevol.plugins.csi.plugin (republish).
+
+CSI ``tokenRequests`` and ``requiresRepublish`` (issue 31, point 7), against the test
 driver over gRPC: a driver whose CSIDriver object asks for tokens gets, at NodePublishVolume,
 the pod's service-account tokens by audience under ``csi.storage.k8s.io/serviceAccount.tokens``
 (JSON of TokenRequest statuses, as ``pkg/volume/csi/csi_mounter.go``'s

@@ -1,4 +1,6 @@
-"""The plugin watcher's health checks, against a registrar in its own process that the tests
+"""Covers kubevol.plugins.csi.registration.watcher: health checks.
+
+The plugin watcher's health checks, against a registrar in its own process that the tests
 kill (``SIGKILL``: its socket stays) or freeze (``SIGSTOP``: its socket stays and accepts
 connections nobody answers).
 

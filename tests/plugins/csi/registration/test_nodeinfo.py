@@ -1,4 +1,6 @@
-"""CSINode entries and the csi.volume.kubernetes.io/nodeid annotation, written through the
+"""Covers kubevol.plugins.csi.registration.nodeinfo.
+
+CSINode entries and the csi.volume.kubernetes.io/nodeid annotation, written through the
 real kubernetes client to the stand-in API server when drivers register and deregister
 through plugins_registry (as the kubelet's nodeinfomanager does)."""
 

@@ -1,4 +1,7 @@
-"""The driver registry's version rules, NodeGetInfo at registration and deregistration."""
+"""Covers kubevol.plugins.csi.registration.registry.
+
+The driver registry's version rules, NodeGetInfo at registration and deregistration.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The plugin watcher speaking the kubelet's registration API to real registration sockets."""
+"""Covers kubevol.plugins.csi.registration.watcher and kubevol.plugins.csi.registration.server.
+
+The plugin watcher speaking the kubelet's registration API to real registration sockets.
+"""
 
 from __future__ import annotations
 
