@@ -192,3 +192,4 @@ _.pod_mounts  # node/mountcheck.py: public, one pod of mounts_by_pod
 _.records_for  # node/records.py: public, records built from manifests
 _.open_node  # node/runtime.py: the library's documented entry point
 _.NORMAL  # k8s/events.py: public, the event type besides WARNING
+_.example  # cli/down.py: a key of the _PodRow TypedDict, read as row["example"]

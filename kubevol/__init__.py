@@ -9,7 +9,7 @@ load only when a manifest is read or a Kubernetes object is built.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubevol._version import __version__
 
@@ -415,7 +415,7 @@ __all__ = [
 # mypy; the TYPE_CHECKING imports above tell it the real types.
 if not TYPE_CHECKING:
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module = _MODULE_OF.get(name)
         if module is None:
             raise AttributeError(f"module 'kubevol' has no attribute {name!r}")

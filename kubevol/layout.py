@@ -40,7 +40,7 @@ import functools
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 
@@ -666,14 +666,14 @@ def fsync_dir(directory: str) -> None:
         os.close(dir_fd)
 
 
-def write_json_atomically(path: str, document: Any, *, mode: int = 0o600) -> os.stat_result:
+def write_json_atomically(path: str, document: object, *, mode: int = 0o600) -> os.stat_result:
     """:func:`write_file_atomically` of ``document`` as JSON (keys sorted, indented two spaces,
     a final newline). Raises ``OSError``, or ``TypeError``/``ValueError`` when ``document``
     is not JSON-serialisable (before anything is written)."""
     return write_file_atomically(path, json_document(document), mode=mode)
 
 
-def json_document(document: Any) -> bytes:
+def json_document(document: object) -> bytes:
     """``document`` as the JSON files kubevol writes hold it (keys sorted, indented two
     spaces, a final newline). Raises ``TypeError``/``ValueError`` when not serialisable."""
     return (jsontext.dumps(document, indent=True, sort_keys=True) + "\n").encode()

@@ -13,7 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from inspect import signature
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 
@@ -124,7 +124,7 @@ class Spec:
     read_only: bool = False
     inline_volume_spec_for_csi_migration: bool = False
     migrated: bool = False
-    _derived: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
+    _derived: dict[str, object] = attrs.field(factory=dict, init=False, repr=False)
 
     @property
     def volume(self) -> Any:
@@ -146,7 +146,8 @@ class Spec:
         ``"kubernetes.io/csi:source"``). Raises what ``read`` raises; a failure is not
         remembered."""
         try:
-            value: _T = self._derived[key]
+            # What read (or from_api_data's ``known``, which must match it) stored there.
+            return cast(_T, self._derived[key])
         except KeyError:
             value = self._derived[key] = read(self)
         return value

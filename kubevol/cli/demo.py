@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 
@@ -179,12 +179,12 @@ class Story:
             self.problems.append(what)
 
 
-def _markers(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+def _markers(rows: list[dict[str, object]]) -> dict[tuple[str, str], str]:
     """Write a marker into each writable filesystem volume and the block device; returns
     (pod, volume) → where it went (a file path, or ``block:<device path>``)."""
     written: dict[tuple[str, str], str] = {}
     for row in rows:
-        path, key = row["path"], (row["pod"], row["volume"])
+        path, key = str(row["path"]), (str(row["pod"]), str(row["volume"]))
         text = f"{row['pod']} {row['volume']}\n".encode()
         if row["plugin"] == CSI_PLUGIN_NAME and f"/{POD_VOLUME_DEVICES_DIR}/" in path:
             with open(path, "r+b") as dev:
@@ -217,12 +217,12 @@ def _check_markers(story: Story, written: dict[tuple[str, str], str]) -> None:
 
 def _show(
     story: Story, runtime: NodeRuntime, pods: list[DesiredPod], actual: ActualState, root: str
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     names = {p.uid: p.name for p in pods}
     rows = volume_rows(pods, actual, None, names)
     add_metrics(runtime, rows)
     shown = [
-        {**r, "path": r["path"].replace(root + "/", "<root>/")}
+        {**r, "path": str(r["path"]).replace(root + "/", "<root>/")}
         for r in rows
     ]
     story.say(f"<root> is {root}")
@@ -403,9 +403,9 @@ def _mount_and_crash(demo: _Demo) -> None:
         story.say(f"{len(mounted)} mounts stay on the node; nothing in memory knows them")
 
 
-def _show_kinds(story: Story, rows: list[dict[str, Any]], root: str) -> None:
+def _show_kinds(story: Story, rows: list[dict[str, object]], root: str) -> None:
     """What the configMap, secret, downwardAPI, projected and subPath volumes hold."""
-    by_plugin = {r["plugin"]: r["path"] for r in rows}
+    by_plugin = {str(r["plugin"]): str(r["path"]) for r in rows}
     config = by_plugin.get("kubernetes.io/configmap")
     if config is None:
         return  # the example with these kinds was not loaded

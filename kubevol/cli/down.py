@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         if left or not ours_done.converged:
             why = not_done(ours_done) or {"reason": "pods left", "pending": [], "failures": []}
             why["pods"] = [f"{r['pod_uid']}: {r['state']}" for r in left]
-        _print({"pods": rows, "not_done": why}, args)
+        _print(rows, why, args)
         if not ours_done.converged:
             report_sync(ours_done, sys.stderr)
         for r in left:
@@ -122,7 +122,18 @@ def _known(runtime: NodeRuntime, uid: str, mounts: dict[str, list[str]]) -> bool
             or bool(mounts.get(uid)))
 
 
-def _row(runtime: NodeRuntime, uid: str, mounted: list[str], missing: bool) -> dict[str, object]:
+class _PodRow(TypedDict):
+    """What ``down`` says of one pod asked for."""
+
+    pod_uid: str
+    #: ``gone``, ``terminating`` or ``not found``.
+    state: str
+    mounts_left: int
+    #: One of the mounts left, None when none is.
+    example: str | None
+
+
+def _row(runtime: NodeRuntime, uid: str, mounted: list[str], missing: bool) -> _PodRow:
     if missing:
         state = NOT_FOUND
     elif mounted or _recorded(runtime, uid):
@@ -133,12 +144,14 @@ def _row(runtime: NodeRuntime, uid: str, mounted: list[str], missing: bool) -> d
             "example": mounted[0] if mounted else None}
 
 
-def _print(data: dict[str, Any], args: argparse.Namespace) -> None:
-    """``-o``'s format; without ``-o``, one line a pod (``UID: gone``)."""
+def _print(rows: list[_PodRow], why: dict[str, object] | None,
+           args: argparse.Namespace) -> None:
+    """``-o``'s format (the rows under ``pods``, ``why`` under ``not_done``); without
+    ``-o``, one line a pod (``UID: gone``)."""
     if "output" in args:
-        emit(data, TABLES, args, sys.stdout)
+        emit({"pods": rows, "not_done": why}, TABLES, args, sys.stdout)
         return
-    for row in data["pods"]:
+    for row in rows:
         if row["state"] == "gone":
             print(f"{row['pod_uid']}: gone")
         elif row["state"] == NOT_FOUND:

@@ -11,10 +11,12 @@ e2e`` plays the kubelet against a driver (:mod:`kubevol.testing.e2e`).
 from __future__ import annotations
 
 import argparse
+import enum
 import logging
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 from kubevol.cli import exits
 from kubevol.cli.logs import verbosity_level
@@ -61,8 +63,12 @@ DEFAULT_SHAREDFS_STATE_DIR = "/var/lib/kubevol/csi-sharedfs"
 DRIVERS = {"mock": mock.DRIVER_NAME, "hostpath": HOSTPATH_NAME, "sharedfs": SHAREDFS_NAME}
 
 
-def _caps(kind: Any) -> Any:
-    def convert(text: str) -> Any:
+#: A CSI capability enum (:mod:`kubevol.csi.types`).
+_Cap = TypeVar("_Cap", bound=enum.IntEnum)
+
+
+def _caps(kind: type[_Cap]) -> Callable[[str], frozenset[_Cap]]:
+    def convert(text: str) -> frozenset[_Cap]:
         try:
             return mock.parse_capabilities(kind, text)
         except ValueError as exc:
@@ -297,7 +303,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _configure_e2e(verbs: Any) -> None:
+def _configure_e2e(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``kubevol driver e2e``'s options (csi-sanity's names where they mean the same)."""
     e2e_parser = verbs.add_parser(
         "e2e",

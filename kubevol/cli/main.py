@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kubevol.cli import exits
 from kubevol.cli.logs import add_logging_flags, setup_logging
@@ -147,8 +147,8 @@ def version_text() -> str:
 class VersionAction(argparse.Action):
     """``--version``: print :func:`version_text` and exit 0 (computed only when asked)."""
 
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, _option_string: str | None = None) -> None:

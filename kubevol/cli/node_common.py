@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO, TypedDict
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from kubevol.cli.exits import UsageError
 from kubevol.cli.output import Column
@@ -266,16 +266,16 @@ VOLUME_STATES: dict[str, str] = {
 }
 
 
-def settle_states(rows: Iterable[dict[str, Any]], mounts: MountSnapshot) -> None:
+def settle_states(rows: Iterable[dict[str, object]], mounts: MountSnapshot) -> None:
     """Turn the actual state's words in ``rows`` (``up``, the agent's answer) into those
     a scan of the disk gives (:data:`VOLUME_STATES`): a volume set up is looked at to say
     whether it is a mount or a plain directory, a hostPath is its node path."""
     for row in rows:
         if row["state"] == MountState.MOUNTED:
             if row["plugin"] == HOST_PATH_PLUGIN_NAME:
-                row["state"] = _host_path_state(row["path"], mounts.probe)
+                row["state"] = _host_path_state(str(row["path"]), mounts.probe)
             else:
-                row["state"] = state_of_path(mounts, row["path"],
+                row["state"] = state_of_path(mounts, str(row["path"]),
                                              device=row["device"] is not None)
         elif row["state"] == MountState.UNMOUNTED:
             row["state"] = MountCheck.NOT_MOUNTED.value
@@ -311,13 +311,13 @@ def volume_rows(
     found: Reconstruction | None,
     names: dict[str, str],
     probe: PathProbe | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """One row per pod volume: from the actual state when given, else from a scan.
 
     ``desired`` supplies outer names (and hostPath volumes, which leave nothing on disk,
     looked at through ``probe``); ``names`` maps pod UIDs to ``namespace/name``.
     """
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    rows: dict[tuple[str, str, str], dict[str, object]] = {}
     if actual is not None:
         for av in actual.volumes():
             device = av.device_state.value if av.device_mountable else None
@@ -359,7 +359,7 @@ def volume_rows(
                 names, v.pod_uid, v.spec_name, volume=v.outer_name, plugin=v.plugin_name,
                 path=path, state=state, device=None,
             )
-    return [rows[k] for k in sorted(rows, key=lambda k: (rows[k]["pod"], k[2]))]
+    return [rows[k] for k in sorted(rows, key=lambda k: (str(rows[k]["pod"]), k[2]))]
 
 
 def _host_path_state(path: str, probe: PathProbe | None) -> str:
@@ -374,7 +374,7 @@ def _host_path_state(path: str, probe: PathProbe | None) -> str:
 
 
 def add_metrics(
-    runtime: NodeRuntime, rows: Iterable[dict[str, Any]], deadline: Deadline | None = None
+    runtime: NodeRuntime, rows: Iterable[dict[str, object]], deadline: Deadline | None = None
 ) -> None:
     """Fill ``used``/``capacity``/``available`` (bytes, None when unknown) of each row from
     its plugin; ``metrics_error`` says why they are unknown when measuring failed. Once
@@ -390,12 +390,13 @@ def add_metrics(
         if deadline is not None and deadline.expired:
             row["metrics_error"] = "not measured: --timeout reached"
             continue
+        path = str(row["path"])
         try:
-            plugin = runtime.mgr.find_plugin_by_name(row["plugin"])
-            unmounter = plugin.new_unmounter(row["spec_name"], row["pod_uid"])
+            plugin = runtime.mgr.find_plugin_by_name(str(row["plugin"]))
+            unmounter = plugin.new_unmounter(str(row["spec_name"]), str(row["pod_uid"]))
             # du and statfs walk below the mount point: with a deadline, as any such call.
             metrics = runtime.host.probe.call(
-                row["path"], row["path"], "measuring usage", unmounter.get_metrics,
+                path, path, "measuring usage", unmounter.get_metrics,
                 timeout=deadline.cap(runtime.host.probe.timeout) if deadline else None)
         except UnresponsiveError as exc:
             row.update(state=MountCheck.UNRESPONSIVE, metrics_error=str(exc))
@@ -455,7 +456,7 @@ def not_done(result: SyncResult) -> dict[str, object] | None:
     }
 
 
-def add_errors(rows: Sequence[dict[str, Any]], desired: Sequence[DesiredPod],
+def add_errors(rows: Sequence[dict[str, object]], desired: Sequence[DesiredPod],
                result: SyncResult) -> None:
     """Give each row of a volume the sync did not set up an ``error``: its operation's last
     failure (with what to do), else why the sync stopped."""
@@ -470,7 +471,7 @@ def add_errors(rows: Sequence[dict[str, Any]], desired: Sequence[DesiredPod],
     stopped = "not done: " + ("only final errors are left" if result.stuck
                               else "the time ran out")
     for row in rows:
-        error = failed.get((row["pod_uid"], row["spec_name"]))
+        error = failed.get((str(row["pod_uid"]), str(row["spec_name"])))
         if error is None and row["state"] in ("mounted", "present", "host path"):
             continue
         row["error"] = error or stopped

@@ -27,7 +27,7 @@ import datetime
 import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 import attrs
 
@@ -96,7 +96,7 @@ class Column:
     header: str = ""
     size: bool = False
     wide: bool = False
-    show: Callable[[Any], str] | None = attrs.field(default=None, eq=False)
+    show: Callable[[object], str] | None = attrs.field(default=None, eq=False)
 
     @property
     def title(self) -> str:

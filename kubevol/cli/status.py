@@ -7,7 +7,8 @@ import os
 import stat
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from kubevol import layout
 from kubevol.cli import exits
@@ -73,18 +74,18 @@ def run(args: argparse.Namespace) -> int:
         rows = volume_rows(desired, None, found, names, runtime.host.probe)
         wanted = {r.uid: r.state.value for r in records}
         for row in rows:
-            row["desired"] = wanted.get(row["pod_uid"], "unknown")
+            row["desired"] = wanted.get(str(row["pod_uid"]), "unknown")
         if not args.no_metrics:
             add_metrics(runtime, rows, deadline)
         emit(rows, TABLE, args, sys.stdout)
         return report_unresponsive(rows)
 
 
-def report_unresponsive(rows: list[dict[str, Any]]) -> int:
+def report_unresponsive(rows: Sequence[Mapping[str, object]]) -> int:
     """Name the volumes that did not answer on stderr; the exit code."""
     return exits.report_unresponsive(
         (f"pod {r['pod']} volume {r['volume']} at {r['path']}",
-         r.get("metrics_error") or "stat did not answer")
+         str(r.get("metrics_error") or "stat did not answer"))
         for r in rows if r["state"] == MountCheck.UNRESPONSIVE
     )
 
@@ -108,7 +109,7 @@ def warn_wide_root(root: str) -> None:
 AGENT_TIMEOUT = 5.0
 
 
-def agent_rows(agent: Agent) -> list[dict[str, Any]]:
+def agent_rows(agent: Agent) -> list[dict[str, object]]:
     """What ``status`` shows, from a running agent's own state (its records, desired and
     actual state): no scan of the root. A volume the agent has mounted is looked at only
     to say, as a scan would, whether it is a mount or a plain directory."""
@@ -119,7 +120,7 @@ def agent_rows(agent: Agent) -> list[dict[str, Any]]:
                        {uid: r.name for uid, r in records.items()}, host.probe)
     settle_states(rows, MountSnapshot(manager.usage.table(), host.root_dir, host.probe))
     for row in rows:
-        record = records.get(row["pod_uid"])
+        record = records.get(str(row["pod_uid"]))
         row["desired"] = record.state.value if record is not None else "unknown"
     return rows
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # gRPC's fork handlers (pthread_atfork) wait for gRPC's threads to reach a safe point before
 # every fork; kubevol forks only to exec (mount(8), helpers, drivers), where they protect
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kubevol.csi' has no attribute {name!r}")

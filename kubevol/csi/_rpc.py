@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
+from google.protobuf.message import Message
 
 from kubevol.csi._pb import csi_pb2
 
@@ -24,8 +24,8 @@ class RPC:
 
     service: str
     name: str
-    request_type: Any
-    response_type: Any
+    request_type: type[Message]
+    response_type: type[Message]
     server_streaming: bool = False
 
     @property

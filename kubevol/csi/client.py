@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, TypeVar, cast
+from typing import TypeAlias, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -44,6 +44,15 @@ _MAY_PROGRESS = frozenset(
 Metadata = Mapping[str, str] | None
 #: The response message of a typed call.
 _Answer = TypeVar("_Answer", bound=Message)
+#: A client-side interceptor :func:`grpc.intercept_channel` accepts.
+_Interceptor: TypeAlias = (
+    grpc.UnaryUnaryClientInterceptor
+    | grpc.UnaryStreamClientInterceptor
+    | grpc.StreamUnaryClientInterceptor
+    | grpc.StreamStreamClientInterceptor
+)
+#: What :meth:`CSIClient._callable` makes: a unary or a server-streaming method.
+_MultiCallable: TypeAlias = grpc.UnaryUnaryMultiCallable | grpc.UnaryStreamMultiCallable
 
 
 class CSIClient(ClosesOnExit):
@@ -62,7 +71,7 @@ class CSIClient(ClosesOnExit):
         timeout: float = DEFAULT_TIMEOUT,
         user_agent: str = "kubevol",
         metadata: Metadata = None,
-        interceptors: Sequence[Any] = (),
+        interceptors: Sequence[_Interceptor] = (),
         around_call: Around = nullcontext,
     ) -> None:
         self.endpoint = parse_endpoint(endpoint)
@@ -76,7 +85,7 @@ class CSIClient(ClosesOnExit):
         if interceptors:  # e.g. kubevol.csi.rpclog's request/response logging
             self._channel = grpc.intercept_channel(self._channel, *interceptors)
         self._lock = threading.Lock()
-        self._callables: dict[str, Any] = {}
+        self._callables: dict[str, _MultiCallable] = {}
         self._node_caps: frozenset[t.NodeCapability] | None = None
         self._closed = False
 
@@ -90,14 +99,14 @@ class CSIClient(ClosesOnExit):
                 self._channel.close()
 
     @property
-    def channel(self) -> Any:
+    def channel(self) -> grpc.Channel:
         """The underlying ``grpc.Channel`` (escape hatch, e.g. for other services' stubs)."""
         return self._channel
 
     def __repr__(self) -> str:
         return f"CSIClient({str(self.endpoint)!r})"
 
-    def _callable(self, name: str) -> Any:
+    def _callable(self, name: str) -> _MultiCallable:
         found = self._callables.get(name)  # a dict read is atomic; build under the lock
         if found is not None:
             return found
@@ -125,7 +134,7 @@ class CSIClient(ClosesOnExit):
         *,
         timeout: float | None = None,
         metadata: Metadata = None,
-    ) -> Any:
+    ) -> Message:
         """Send ``request`` (a protobuf message) to RPC ``name`` and return the response message.
 
         The escape hatch under the typed methods; raises like them.
@@ -133,11 +142,12 @@ class CSIClient(ClosesOnExit):
         md = self._metadata + tuple(metadata.items()) if metadata else self._metadata
         try:
             with self._around_call():
-                return self._callable(name)(
+                response: Message = self._callable(name)(
                     request,
                     timeout=self.timeout if timeout is None else timeout,
                     metadata=md or None,
                 )
+                return response
         except Exception as exc:
             path = RPCS[name].path
             raise error_from_rpc(exc, path, may_progress=name in _MAY_PROGRESS) from exc

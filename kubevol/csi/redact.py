@@ -9,7 +9,8 @@ messages is found too (gocsi only drops top-level fields named "Secrets").
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeVar
+from collections.abc import MutableMapping, MutableSequence
+from typing import Protocol, TypeVar, cast
 
 from google.protobuf import text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -34,14 +35,22 @@ def _is_map(field: FieldDescriptor) -> bool:
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
-def is_repeated(field: Any) -> bool:
+class _NewerFieldDescriptor(Protocol):
+    """A field descriptor of the protobuf releases that have ``is_repeated``."""
+
+    @property
+    def is_repeated(self) -> bool: ...
+
+
+def is_repeated(field: FieldDescriptor | _NewerFieldDescriptor) -> bool:
     """Whether a field descriptor is a repeated (or map) field, on every protobuf release:
     ``is_repeated`` where it exists (newer releases, which dropped ``label``), else
     ``label`` (protobuf 5.x, which has no ``is_repeated``)."""
     repeated = getattr(field, "is_repeated", None)
     if repeated is not None:
         return bool(repeated)
-    return bool(field.label == field.LABEL_REPEATED)
+    old = cast(FieldDescriptor, field)  # no is_repeated: a protobuf 5.x descriptor
+    return bool(old.label == old.LABEL_REPEATED)
 
 
 class Redactor:
@@ -98,7 +107,7 @@ class Redactor:
                     for key in SECRET_CONTEXT_KEYS & set(value):
                         value[key] = STRIPPED
             elif _is_secret(field):
-                _strip_field(message, field, value)
+                _strip_field(message, field)
             elif field.message_type is not None and self._has_sensitive(field.message_type):
                 if _is_map(field):
                     value_field = field.message_type.fields_by_name["value"]
@@ -119,17 +128,19 @@ class Redactor:
         return str(text_format.MessageToString(self.redact(message), as_one_line=True))
 
 
-def _strip_field(message: Message, field: FieldDescriptor, value: Any) -> None:
+def _strip_field(message: Message, field: FieldDescriptor) -> None:
     if _is_map(field):
         value_field = field.message_type.fields_by_name["value"]
         if value_field.type == value_field.TYPE_STRING:
-            for key in list(value):
-                value[key] = STRIPPED
+            secrets: MutableMapping[str, str] = getattr(message, field.name)
+            for key in list(secrets):
+                secrets[key] = STRIPPED
         else:
             message.ClearField(field.name)
     elif field.type == field.TYPE_STRING:
         if is_repeated(field):
-            value[:] = [STRIPPED] * len(value)
+            values: MutableSequence[str] = getattr(message, field.name)
+            values[:] = [STRIPPED] * len(values)
         else:
             setattr(message, field.name, STRIPPED)
     else:

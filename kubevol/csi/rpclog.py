@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
+from typing import TypeAlias
 
 import grpc
 from google.protobuf.message import Message
@@ -67,7 +68,11 @@ class _LoggingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClie
         return continuation(details, request)  # streamed responses are not logged one by one
 
 
-def logging_interceptor(*, requests: bool, responses: bool) -> grpc.UnaryUnaryClientInterceptor:
+#: What :func:`logging_interceptor` returns, named for callers that do not import grpc.
+ClientInterceptor: TypeAlias = grpc.UnaryUnaryClientInterceptor
+
+
+def logging_interceptor(*, requests: bool, responses: bool) -> ClientInterceptor:
     """An interceptor for :class:`~kubevol.csi.client.CSIClient` that logs what it sends
     (``requests``) and what comes back (``responses``)."""
     return _LoggingInterceptor(requests=requests, responses=responses)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import enum
 from collections.abc import Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import attrs
 
@@ -21,12 +21,12 @@ def _frozen_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
     return dict(value or {})
 
 
-def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+def _to_tuple(value: Iterable[object]) -> tuple[object, ...]:
     """Freeze a sequence argument (attrs converters need a concrete signature for mypy)."""
     return tuple(value)
 
 
-def _to_frozenset(value: Iterable[Any]) -> frozenset[Any]:
+def _to_frozenset(value: Iterable[object]) -> frozenset[object]:
     """Freeze a set argument."""
     return frozenset(value)
 

@@ -28,11 +28,14 @@ import shutil
 import socket
 import stat
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from kubevol.csi.errors import CSIServeError
+
+if TYPE_CHECKING:
+    import grpc
 
 _log = logging.getLogger("kubevol.csidriver.server")
 
@@ -113,7 +116,7 @@ def _private_address(private_dir: str, dir_fd: int) -> str:
 
 
 def serve_on_unix_socket(
-    server: Any, path: str, *, mode: int, uid: int = -1, gid: int = -1
+    server: grpc.Server, path: str, *, mode: int, uid: int = -1, gid: int = -1
 ) -> UnixSocket:
     """Bind ``server`` (a ``grpc.Server`` not started yet) to ``path``, start it and publish
     the socket there with ``mode`` and owner ``uid``/``gid`` (-1: unchanged); see the module

@@ -173,14 +173,14 @@ def _string_map(value: object, what: str, where: str) -> dict[str, str]:
 class ManifestObjects(APIObjectSource):
     """ConfigMaps and Secrets given as API dicts (the documents of manifest files)."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), where: str = "<manifest>"):
+    def __init__(self, objects: Iterable[Mapping[str, object]] = (), where: str = "<manifest>"):
         self._config_maps: dict[tuple[str, str], ConfigMap] = {}
         self._secrets: dict[tuple[str, str], Secret] = {}
         self._lock = threading.Lock()
         for obj in objects:
             self.add(obj, where)
 
-    def add(self, obj: Mapping[str, Any], where: str = "<manifest>") -> None:
+    def add(self, obj: Mapping[str, object], where: str = "<manifest>") -> None:
         """Add (or replace) a ConfigMap or Secret given as its API dict."""
         kind = obj.get("kind")
         with self._lock:

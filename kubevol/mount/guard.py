@@ -39,7 +39,6 @@ import os
 import posixpath
 import stat
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
@@ -88,7 +87,7 @@ class MountRef:
     blocking: bool
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON shape: ``{"mount_point", "kind", "blocking", "reason"}``."""
         return {
             "mount_point": self.mount_point,
@@ -123,7 +122,7 @@ class UnmountVerdict:
             if r.kind is RefKind.FOREIGN and not r.blocking
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON shape: ``{"path", "allowed", "policy", "refs": [...]}``."""
         return {
             "path": self.path,

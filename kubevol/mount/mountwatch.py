@@ -27,7 +27,6 @@ import functools
 import os
 import struct
 import weakref
-from typing import Any
 
 from kubevol.util import clib
 from kubevol.util.lifecycle import ClosesOnExit
@@ -47,7 +46,7 @@ _READ_SIZE = 65536
 
 
 @functools.cache
-def _libc() -> Any:
+def _libc() -> ctypes.CDLL:
     libc = clib.libc()
     libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
     libc.fanotify_mark.argtypes = [

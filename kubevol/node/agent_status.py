@@ -19,15 +19,15 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubevol.node.records import STATE_DIR
 from kubevol.util.lifecycle import RunsWhileEntered
 
 if TYPE_CHECKING:
-    from kubevol.node.httpbounds import ConnectionLimits
+    from kubevol.node.httpbounds import BoundedServer, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,14 @@ class StatusServer(RunsWhileEntered):
     ``limits`` (None: :data:`kubevol.node.httpbounds.DEFAULT_LIMITS`)."""
 
     def __init__(
-        self, root_dir: str, rows: Callable[[], list[dict[str, Any]]],
+        self, root_dir: str, rows: Callable[[], Sequence[Mapping[str, object]]],
         ready: Callable[[], bool] = lambda: True, *, limits: ConnectionLimits | None = None,
     ) -> None:
         self.path = status_socket_path(root_dir)
         self.rows = rows
         self.ready = ready
         self.limits = limits
-        self._server: Any = None
+        self._server: BoundedServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> StatusServer:
@@ -68,7 +68,7 @@ class StatusServer(RunsWhileEntered):
         outer = self
 
         class Handler(BoundedHandler):
-            def log_message(self, format: str, *args: Any) -> None:
+            def log_message(self, format: str, *args: object) -> None:
                 log.debug("status socket: " + format, *args)
 
             def address_string(self) -> str:
@@ -89,7 +89,7 @@ class StatusServer(RunsWhileEntered):
                     return
                 self._answer(HTTPStatus.OK, body)
 
-            def _answer(self, status: HTTPStatus, body: Any) -> None:
+            def _answer(self, status: HTTPStatus, body: object) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -145,7 +145,7 @@ def _request(path: str, timeout: float) -> tuple[int, bytes]:
     return int(status_line[1]), body
 
 
-def ask_agent(root_dir: str, timeout: float = 5.0) -> list[dict[str, Any]] | None:
+def ask_agent(root_dir: str, timeout: float = 5.0) -> list[dict[str, object]] | None:
     """The volume rows of the agent running on ``root_dir``; None when none answers (no
     socket, a stale one, a timeout or a bad answer)."""
     path = status_socket_path(root_dir)

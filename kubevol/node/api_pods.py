@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol.errors import KubevolError, SpecError
 from kubevol.node.manifests import Manifests, claim_name, manifest_pod_uid, namespace_of
@@ -33,6 +33,10 @@ from kubevol.node.validation import validate_pod
 from kubevol.util.backoff import Backoff
 from kubevol.util.lifecycle import ClosesOnExit
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, CoreV1Api
+    from kubernetes.watch import Watch
+
 log = logging.getLogger(__name__)
 
 #: How long one watch request lasts before it is resumed (the server ends it cleanly).
@@ -41,19 +45,25 @@ WATCH_TIMEOUT = 300
 RESOLVE_RETRY = 2.0
 
 
-def _clean(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _field(obj: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """``obj[key]`` (an API object's ``metadata``, ``spec``), empty when it is not set."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _clean(obj: Mapping[str, object]) -> dict[str, object]:
     """The object without what changes on every status update (status, resourceVersion,
     managedFields): a record is rewritten only when the pod itself changes."""
     out = {k: v for k, v in obj.items() if k != "status"}
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items()
+    meta = {k: v for k, v in _field(obj, "metadata").items()
             if k not in ("resourceVersion", "managedFields")}
     out["metadata"] = meta
     return out
 
 
-def is_running(pod: Mapping[str, Any]) -> bool:
+def is_running(pod: Mapping[str, object]) -> bool:
     """Whether the pod still wants its volumes: not terminal, not being deleted."""
-    return may_run(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    return may_run(pod) and not _field(pod, "metadata").get("deletionTimestamp")
 
 
 class APIServerPods(ClosesOnExit, PodBindings):
@@ -67,7 +77,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
     """
 
     def __init__(
-        self, api_client: Any, node_name: str, *, watch_timeout: int = WATCH_TIMEOUT,
+        self, api_client: ApiClient, node_name: str, *, watch_timeout: int = WATCH_TIMEOUT,
         backoff: Backoff | None = None,
     ) -> None:
         self.api_client = api_client
@@ -76,7 +86,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
         self.selector = f"spec.nodeName={node_name}"
         self._backoff = backoff or Backoff(initial=0.5, maximum=30.0)
         self._lock = threading.Lock()
-        self._pods: dict[str, dict[str, Any]] = {}
+        self._pods: dict[str, dict[str, object]] = {}
         #: Every pod UID listed on this node since the start (never a static pod's: a
         #: mirror pod has a UID of its own).
         self._listed: set[str] = set()
@@ -87,7 +97,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
         #: Called (on the watch thread) whenever the pods changed: a waiter elsewhere wakes.
         self.on_change: Callable[[], None] = lambda: None
         self._stop = threading.Event()
-        self._watch: Any = None
+        self._watch: Watch | None = None
         self._thread: threading.Thread | None = None
         #: Set once a list succeeded: the pods are the API server's.
         self.synced = threading.Event()
@@ -157,7 +167,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
             failures += 1
             self._stop.wait(delay)
 
-    def _core(self) -> Any:
+    def _core(self) -> CoreV1Api:
         from kubernetes.client import CoreV1Api
 
         return CoreV1Api(self.api_client)
@@ -168,7 +178,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
         )
         body = json.loads(resp.data)
         self.lists += 1
-        pods = {}
+        pods: dict[str, dict[str, object]] = {}
         for pod in body.get("items") or []:
             try:
                 pods[self._uid(pod)] = pod
@@ -191,7 +201,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
 
         core = self._core()
 
-        def list_pods(**kwargs: Any) -> Any:
+        def list_pods(**kwargs: object) -> object:
             """Without a model type the client's Watch hands out the API's dicts."""
             return core.list_pod_for_all_namespaces(**kwargs)
 
@@ -213,8 +223,8 @@ class APIServerPods(ClosesOnExit, PodBindings):
         finally:
             self._watch = None
 
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        version = (obj.get("metadata") or {}).get("resourceVersion")
+    def _apply(self, kind: str, obj: Mapping[str, object]) -> None:
+        version = _field(obj, "metadata").get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             try:
                 uid = self._uid(obj)
@@ -240,7 +250,7 @@ class APIServerPods(ClosesOnExit, PodBindings):
             self.resource_version = str(version)
 
     @staticmethod
-    def _uid(pod: Mapping[str, Any]) -> str:
+    def _uid(pod: Mapping[str, object]) -> str:
         return manifest_pod_uid(pod)
 
     # -- for the agent --------------------------------------------------------------------------
@@ -310,25 +320,27 @@ class APIServerPods(ClosesOnExit, PodBindings):
             pod = self._pods.get(uid)
             return uid in self._listed and (pod is None or not may_run(pod))
 
-    def pods(self) -> dict[str, dict[str, Any]]:
+    def pods(self) -> dict[str, dict[str, object]]:
         """Every pod of the node the API server lists now (running or not), by UID."""
         with self._lock:
             return {u: dict(p) for u, p in self._pods.items()}
 
     @staticmethod
-    def _pod_name(pod: Mapping[str, Any]) -> str:
-        return f"pod {namespace_of(pod)}/{(pod.get('metadata') or {}).get('name', '?')}"
+    def _pod_name(pod: Mapping[str, object]) -> str:
+        return f"pod {namespace_of(pod)}/{_field(pod, 'metadata').get('name', '?')}"
 
-    def _read_claims(self, pod: Mapping[str, Any]) -> Manifests:
+    def _read_claims(self, pod: Mapping[str, object]) -> Manifests:
         """The claims of ``pod`` and the PersistentVolumes they are bound to."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         namespace = namespace_of(pod)
-        pvcs: dict[tuple[str, str], dict[str, Any]] = {}
-        pvs: dict[str, dict[str, Any]] = {}
+        pvcs: dict[tuple[str, str], dict[str, object]] = {}
+        pvs: dict[str, dict[str, object]] = {}
         core = self._core()
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
+        volumes = _field(pod, "spec").get("volumes") or []
+        # Checked by validate_pod before: a list of mappings.
+        for volume in volumes if isinstance(volumes, list) else []:
             claim = claim_name(pod, volume)
             if not claim:
                 continue

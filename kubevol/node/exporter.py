@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from http import HTTPStatus
 from http.server import HTTPServer
-from typing import Any
 
 import attrs
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -33,6 +32,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kubevol.errors import KubevolError, MetricsError
+from kubevol.k8s.pod import Pod
 from kubevol.layout import CSI_PLUGIN_NAME
 from kubevol.manager import VolumePluginMgr
 from kubevol.mount.probe import UnresponsiveError
@@ -79,11 +79,15 @@ class ClaimStats:
     abnormal: bool | None
 
 
-def _claim_of(pod: Any, outer_name: str) -> tuple[str, str] | None:
+def _claim_of(pod: Pod | None, outer_name: str) -> tuple[str, str] | None:
     """``(namespace, claim)`` when the pod's volume ``outer_name`` is a claim."""
-    for volume in (pod.spec.volumes or []) if pod is not None and pod.spec else []:
-        if volume.name == outer_name and volume.persistent_volume_claim is not None:
-            return pod.metadata.namespace or "default", volume.persistent_volume_claim.claim_name
+    if pod is None or not pod.spec:
+        return None
+    for volume in pod.spec.volumes or []:  # V1Volume: read by name
+        source = getattr(volume, "persistent_volume_claim", None)
+        if getattr(volume, "name", None) == outer_name and source is not None:
+            namespace = pod.metadata.namespace if pod.metadata is not None else None
+            return namespace or "default", source.claim_name
     return None
 
 
@@ -340,7 +344,7 @@ class MetricsServer(RunsWhileEntered):
         outer = self
 
         class Handler(BoundedHandler):
-            def log_message(self, format: str, *args: Any) -> None:
+            def log_message(self, format: str, *args: object) -> None:
                 log.debug("metrics server: " + format, *args)
 
             def do_GET(self) -> None:

@@ -14,12 +14,12 @@ import socket
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol import layout
 from kubevol.errors import InvalidPathSegmentError, KubevolError
 from kubevol.host import CommandRunner, KubeletVolumeHost
-from kubevol.k8s.objects import APIObjectSource, KubeAPIObjects, NoObjects
+from kubevol.k8s.objects import APIObjectSource, ConfigMap, KubeAPIObjects, NoObjects, Secret
 from kubevol.k8s.pod import Pod
 from kubevol.k8s.tokens import (
     APITokenProvider,
@@ -38,6 +38,9 @@ from kubevol.spec import Spec
 from kubevol.types import VolumeOptions
 from kubevol.util.turns import given_up
 from kubevol.volume import Mounter, Unmounter
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1CSIDriver
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +95,8 @@ class NodeVolumeHost(KubeletVolumeHost):
         root_dir: str,
         node_name: str,
         mounter: MountInterface | None = None,
-        kube_client: Any = None,
-        csi_drivers: Callable[[str], Any] | None = None,
+        kube_client: ApiClient | None = None,
+        csi_drivers: Callable[[str], V1CSIDriver | None] | None = None,
         node_labels: dict[str, str] | None = None,
         objects: APIObjectSource | None = None,
         tokens: TokenManager | None = None,
@@ -180,7 +183,7 @@ class NodeVolumeHost(KubeletVolumeHost):
     def get_pod_volume_device_dir(self, pod_uid: str, plugin_name: str) -> str:
         return layout.pod_volume_device_dir(self._root_prefix, pod_uid, plugin_name)
 
-    def get_kube_client(self) -> Any:
+    def get_kube_client(self) -> ApiClient | None:
         return self._kube_client
 
     def get_mounter(self) -> MountInterface:
@@ -217,10 +220,10 @@ class NodeVolumeHost(KubeletVolumeHost):
         allocatable["memory"] = str(pages * page_size)
         return allocatable
 
-    def get_secret_func(self) -> Callable[[str, str], Any]:
+    def get_secret_func(self) -> Callable[[str, str], Secret]:
         return self.objects.get_secret
 
-    def get_config_map_func(self) -> Callable[[str, str], Any]:
+    def get_config_map_func(self) -> Callable[[str, str], ConfigMap]:
         return self.objects.get_config_map
 
     def get_service_account_token_func(self) -> Callable[[TokenRequest], IssuedToken]:
@@ -240,7 +243,7 @@ class NodeVolumeHost(KubeletVolumeHost):
     def bind_plugin_mgr(self, mgr: VolumePluginMgr) -> None:
         self._plugin_mgr = mgr
 
-    def _wrapped_plugin(self, spec: Spec) -> Any:
+    def _wrapped_plugin(self, spec: Spec) -> VolumePlugin:
         if self._plugin_mgr is None:
             raise KubevolError("the host is not bound to a plugin manager yet")
         return self._plugin_mgr.find_plugin_by_spec(spec)
@@ -269,7 +272,7 @@ class NodeVolumeHost(KubeletVolumeHost):
         with self._lock:
             return list(self._errors)
 
-    def get_csi_driver(self, name: str) -> Any:
+    def get_csi_driver(self, name: str) -> V1CSIDriver | None:
         if self._csi_drivers is not None:
             return self._csi_drivers(name)
         return None

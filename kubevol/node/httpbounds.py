@@ -35,12 +35,16 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
+
+    #: What socketserver hands a server for one connection (a datagram server's: the data
+    #: and the socket).
+    Request = socket.socket | tuple[bytes, socket.socket]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,7 @@ class ConnectionLimits:
 DEFAULT_LIMITS = ConnectionLimits()
 
 
-def _peer(client_address: Any) -> str:
+def _peer(client_address: object) -> str:
     """``HOST:PORT`` of a TCP peer; ``local`` for a unix socket's (it has no address)."""
     if isinstance(client_address, tuple) and len(client_address) >= 2:
         return f"{client_address[0]}:{client_address[1]}"
@@ -81,16 +85,17 @@ class BoundedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     #: What the log calls this server.
     name = "server"
 
-    def __init__(self, *args: Any, limits: ConnectionLimits = DEFAULT_LIMITS,
-                 **kwargs: Any) -> None:
+    def __init__(self, server_address: str | tuple[str, int],
+                 handler_class: type[socketserver.BaseRequestHandler], *,
+                 limits: ConnectionLimits = DEFAULT_LIMITS) -> None:
         self.limits = limits
         self._slots = threading.BoundedSemaphore(limits.max_connections)
         # A burst up to the cap waits in the kernel to be accepted, not in SYN retries
         # (socketserver listens with a backlog of 5).
         self.request_queue_size = limits.max_connections
-        super().__init__(*args, **kwargs)
+        super().__init__(server_address, handler_class)
 
-    def verify_request(self, request: Any, client_address: Any) -> bool:
+    def verify_request(self, request: Request, client_address: object) -> bool:
         """Take a slot, or refuse the connection (socketserver then closes it)."""
         if not super().verify_request(request, client_address):
             return False
@@ -100,20 +105,20 @@ class BoundedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
             return False
         return True
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: Request, client_address: object) -> None:
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._slots.release()  # no thread was started to release it
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def process_request_thread(self, request: Request, client_address: object) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: Request, client_address: object) -> None:
         """A client that went away is one debug line; anything else one error."""
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -29,6 +29,9 @@ from kubevol.node.validation import (
 from kubevol.plugins.csi.driverinfo import CSIDriverInfoError, check_csidriver
 from kubevol.spec import deserialize
 from kubevol.util import safeyaml
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
 
 #: An API object as its JSON dict (what a manifest's documents are).
 ApiDict = dict[str, Any]
@@ -183,7 +186,7 @@ def parse_manifests(text: str, where: str = "<manifest>") -> Manifests:
     return manifests_from_objects(docs, where)
 
 
-def manifests_from_objects(objects: Iterable[Any], where: str) -> Manifests:
+def manifests_from_objects(objects: Iterable[object], where: str) -> Manifests:
     """Pods, PVs and PVCs among objects already loaded (``kind: List`` expanded), checked as
     :func:`parse_manifests` checks them; raises :class:`~kubevol.errors.SpecError` naming
     ``where`` likewise."""
@@ -256,7 +259,7 @@ def manifest_pod_uid(pod: ApiObject) -> str:
     return validate_pod_uid(uid)
 
 
-def pod_object(pod: ApiObject) -> Any:
+def pod_object(pod: ApiObject) -> V1Pod:
     """The ``V1Pod`` of a pod manifest, with its UID filled in."""
     data = dict(pod)
     data["metadata"] = {**(pod.get("metadata") or {}), "uid": manifest_pod_uid(pod)}

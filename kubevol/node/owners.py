@@ -33,12 +33,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from kubevol import layout
 from kubevol.layout import CSI_PLUGIN_NAME, validate_path_segment
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +49,11 @@ log = logging.getLogger(__name__)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-def is_running(pod: Mapping[str, Any]) -> bool:
+def is_running(pod: Mapping[str, object]) -> bool:
     """Whether the API says the pod may still run containers: not in a terminal phase.
     (Deletion pending does not count: containers stop only after the grace period.)"""
-    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+    status = pod.get("status")
+    return (status.get("phase") if isinstance(status, Mapping) else None) not in TERMINAL_PHASES
 
 
 class PodBindings(abc.ABC):
@@ -77,7 +81,7 @@ class APIServerBindings(PodBindings):
     logged once, with the reason kept in :attr:`error`.
     """
 
-    def __init__(self, api_client: Any, node_name: str, *, max_age: float = 2.0) -> None:
+    def __init__(self, api_client: ApiClient, node_name: str, *, max_age: float = 2.0) -> None:
         self.api_client = api_client
         self.node_name = node_name
         self.max_age = max_age

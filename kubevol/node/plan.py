@@ -14,7 +14,6 @@ defence will refuse (a process or another mount namespace holds its path:
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import attrs
 
@@ -65,7 +64,7 @@ class RepairPlan:
     #: Processes whose open files could not be read (not root): refusals may be missing.
     uninspected: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "actions": [a.to_dict() for a in self.actions],
             "left": [a.to_dict() for a in self.left],

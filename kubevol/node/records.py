@@ -172,7 +172,7 @@ def _record_uids(names: Iterable[str]) -> list[str]:
     return [n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith(".")]
 
 
-def _record_of(uid: str, data: Any) -> PodRecord:
+def _record_of(uid: str, data: object) -> PodRecord:
     """The record in document ``data`` of file ``<uid>.json``, checked field by field."""
     where = f"the record of pod {uid}"
     if not isinstance(data, dict):

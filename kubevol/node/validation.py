@@ -27,7 +27,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from kubevol.errors import InvalidPathSegmentError, InvalidPayloadPathError, SpecError
 from kubevol.layout import MAX_SEGMENT_BYTES, validate_path_segment
@@ -58,7 +57,7 @@ FS_GROUP_CHANGE_POLICIES = ("OnRootMismatch", "Always")
 VOLUME_MODES = ("Filesystem", "Block")
 
 
-def validate_pod_uid(uid: Any) -> str:
+def validate_pod_uid(uid: object) -> str:
     """``uid`` if it can name a pod's directory and record, else SpecError: a path segment,
     not hidden (records and temporary files starting with "." are not read as records),
     short enough for ``<uid>.json``."""
@@ -77,7 +76,7 @@ def validate_pod_uid(uid: Any) -> str:
     return uid
 
 
-def _get(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _get(obj: Mapping[str, object], key: str, kind: type | tuple[type, ...], where: str) -> object:
     """``obj[key]`` when present and not null, checked to be of ``kind``; None if absent."""
     value = obj.get(key)
     if value is None:
@@ -89,22 +88,42 @@ def _get(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where:
     return value
 
 
+def _mapping(obj: Mapping[str, object], key: str, where: str) -> Mapping[str, object] | None:
+    """``obj[key]``: a mapping, or None when absent (:func:`_get`)."""
+    value = _get(obj, key, dict, where)
+    return value if isinstance(value, dict) else None
+
+
+def _string(obj: Mapping[str, object], key: str, where: str) -> str | None:
+    """``obj[key]``: a string, or None when absent (:func:`_get`)."""
+    value = _get(obj, key, str, where)
+    return value if isinstance(value, str) else None
+
+
+def _integer(obj: Mapping[str, object], key: str, where: str) -> int | None:
+    """``obj[key]``: an integer (not a boolean), or None when absent (:func:`_get`)."""
+    value = _get(obj, key, int, where)
+    return value if isinstance(value, int) else None
+
+
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     names = {dict: "a mapping", list: "a list", str: "a string", int: "an integer"}
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _mappings(obj: Mapping[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+def _mappings(obj: Mapping[str, object], key: str, where: str) -> list[Mapping[str, object]]:
     """``obj[key]``: a list of mappings (``[]`` when absent)."""
-    items = _get(obj, key, list, where) or []
-    for i, item in enumerate(items):
+    value = _get(obj, key, list, where)
+    items: list[Mapping[str, object]] = []
+    for i, item in enumerate(value if isinstance(value, list) else []):
         if not isinstance(item, dict):
             raise SpecError(f"{where}.{key}[{i}] must be a mapping, got {type(item).__name__}")
+        items.append(item)
     return items
 
 
-def _name(value: Any, pattern: re.Pattern[str], limit: int, what: str) -> None:
+def _name(value: object, pattern: re.Pattern[str], limit: int, what: str) -> None:
     if not isinstance(value, str) or len(value) > limit or not pattern.fullmatch(value):
         raise SpecError(
             f"{what} {value!r} is not valid: at most {limit} lowercase letters, digits and "
@@ -113,8 +132,8 @@ def _name(value: Any, pattern: re.Pattern[str], limit: int, what: str) -> None:
         )
 
 
-def _metadata(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
-    meta = _get(obj, "metadata", dict, where) or {}
+def _metadata(obj: Mapping[str, object], where: str) -> Mapping[str, object]:
+    meta = _mapping(obj, "metadata", where) or {}
     if meta.get("name") in (None, ""):
         raise SpecError(f"a {obj.get('kind', 'manifest')} in {where} has no metadata.name")
     _name(meta.get("name"), _DNS1123_SUBDOMAIN, _DNS1123_SUBDOMAIN_MAX, f"{where} name")
@@ -125,7 +144,7 @@ def _metadata(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     return meta
 
 
-def _quantity(value: Any, what: str) -> None:
+def _quantity(value: object, what: str) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -136,17 +155,17 @@ def _quantity(value: Any, what: str) -> None:
         raise SpecError(f"{what} {value!r} is not a valid quantity: {exc}") from exc
 
 
-def validate_pod(pod: Mapping[str, Any], where: str) -> None:
+def validate_pod(pod: Mapping[str, object], where: str) -> None:
     """Raise SpecError unless pod manifest ``pod`` is one the API server would accept, as
     far as the fields kubevol reads go."""
     meta = _metadata(pod, where)
     where = f"{where}: pod {meta.get('namespace') or 'default'}/{meta['name']}"
-    spec = _get(pod, "spec", dict, where) or {}
-    context = _get(spec, "securityContext", dict, f"{where} spec") or {}
-    fs_group = _get(context, "fsGroup", int, f"{where} spec.securityContext")
+    spec = _mapping(pod, "spec", where) or {}
+    context = _mapping(spec, "securityContext", f"{where} spec") or {}
+    fs_group = _integer(context, "fsGroup", f"{where} spec.securityContext")
     if fs_group is not None and not 0 <= fs_group <= _MAX_GROUP_ID:
         raise SpecError(f"{where}: fsGroup {fs_group} is not within 0..{_MAX_GROUP_ID}")
-    policy = _get(context, "fsGroupChangePolicy", str, f"{where} spec.securityContext")
+    policy = _string(context, "fsGroupChangePolicy", f"{where} spec.securityContext")
     if policy is not None and policy not in FS_GROUP_CHANGE_POLICIES:
         raise SpecError(
             f"{where}: fsGroupChangePolicy {policy!r} is not one of {FS_GROUP_CHANGE_POLICIES}"
@@ -155,7 +174,7 @@ def validate_pod(pod: Mapping[str, Any], where: str) -> None:
         for i, container in enumerate(_mappings(spec, key, f"{where} spec")):
             for use in ("volumeMounts", "volumeDevices"):
                 for j, item in enumerate(_mappings(container, use, f"{where} {key}[{i}]")):
-                    _get(item, "name", str, f"{where} {key}[{i}].{use}[{j}]")
+                    _string(item, "name", f"{where} {key}[{i}].{use}[{j}]")
                     if use == "volumeMounts":
                         _sub_paths(item, f"{where} {key}[{i}].{use}[{j}]")
     seen: set[str] = set()
@@ -178,7 +197,7 @@ VOLUME_SOURCES = frozenset({
 })
 
 
-def _volume_source(volume: Mapping[str, Any], where: str) -> None:
+def _volume_source(volume: Mapping[str, object], where: str) -> None:
     for key in volume:
         if key == "name":
             continue
@@ -187,43 +206,43 @@ def _volume_source(volume: Mapping[str, Any], where: str) -> None:
             close = difflib.get_close_matches(str(key), VOLUME_SOURCES, n=1)
             hint = f' (did you mean "{close[0]}"?)' if close else ""
             raise SpecError(f'{where}: unknown field "{key}" in a volume{hint}')
-        _get(volume, key, dict, where)  # every source is an object in the API
-    claim = _get(volume, "persistentVolumeClaim", dict, where)
+        _mapping(volume, key, where)  # every source is an object in the API
+    claim = _mapping(volume, "persistentVolumeClaim", where)
     if claim is not None and not isinstance(claim.get("claimName"), str):
         raise SpecError(f"{where}: persistentVolumeClaim.claimName must be a string")
-    empty_dir = _get(volume, "emptyDir", dict, where)
+    empty_dir = _mapping(volume, "emptyDir", where)
     if empty_dir is not None:
         _quantity(empty_dir.get("sizeLimit"), f"{where}: emptyDir.sizeLimit")
-    host_path = _get(volume, "hostPath", dict, where)
+    host_path = _mapping(volume, "hostPath", where)
     if host_path is not None:
         path = host_path.get("path")
         if not isinstance(path, str) or not path.startswith("/") or ".." in path.split("/"):
             raise SpecError(
                 f"{where}: hostPath.path {path!r} must be an absolute path without '..'"
             )
-    config_map = _get(volume, "configMap", dict, where)
+    config_map = _mapping(volume, "configMap", where)
     if config_map is not None:
         _mode(config_map, "defaultMode", f"{where}: configMap")
         _key_paths(config_map, "name", f"{where}: configMap")
-    secret = _get(volume, "secret", dict, where)
+    secret = _mapping(volume, "secret", where)
     if secret is not None:
         _mode(secret, "defaultMode", f"{where}: secret")
         _key_paths(secret, "secretName", f"{where}: secret")
-    downward_api = _get(volume, "downwardAPI", dict, where)
+    downward_api = _mapping(volume, "downwardAPI", where)
     if downward_api is not None:
         _mode(downward_api, "defaultMode", f"{where}: downwardAPI")
         _downward_api_files(downward_api, f"{where}: downwardAPI")
-    projected = _get(volume, "projected", dict, where)
+    projected = _mapping(volume, "projected", where)
     if projected is not None:
         _projected(projected, f"{where}: projected")
 
 
-def _sub_paths(mount: Mapping[str, Any], where: str) -> None:
+def _sub_paths(mount: Mapping[str, object], where: str) -> None:
     """``ValidateVolumeMounts``' subPath rules (``validateLocalDescendingPath``): a relative
     ``subPath`` or ``subPathExpr`` (checked before expansion) without a ``..`` element, not
     both."""
-    sub_path = _get(mount, "subPath", str, where)
-    expr = _get(mount, "subPathExpr", str, where)
+    sub_path = _string(mount, "subPath", where)
+    expr = _string(mount, "subPathExpr", where)
     if sub_path and expr:
         raise SpecError(f"{where}: subPathExpr and subPath are mutually exclusive")
     for key, value in (("subPath", sub_path), ("subPathExpr", expr)):
@@ -234,22 +253,22 @@ def _sub_paths(mount: Mapping[str, Any], where: str) -> None:
                 raise SpecError(f"{where}.{key}: {exc}") from exc
 
 
-def _mode(obj: Mapping[str, Any], key: str, where: str) -> None:
+def _mode(obj: Mapping[str, object], key: str, where: str) -> None:
     """A file mode (``defaultMode``, ``items[].mode``), when given, within 0..0777."""
-    mode = _get(obj, key, int, where)
+    mode = _integer(obj, key, where)
     if mode is not None and not 0 <= mode <= _MAX_FILE_MODE:
         raise SpecError(f"{where}.{key} {mode} ({oct(mode)}) is not valid: {_FILE_MODE_RULE}")
 
 
-def _required(obj: Mapping[str, Any], key: str, where: str) -> str:
+def _required(obj: Mapping[str, object], key: str, where: str) -> str:
     """``obj[key]``: a string, not empty."""
-    value = _get(obj, key, str, where)
+    value = _string(obj, key, where)
     if not value:
         raise SpecError(f"{where}.{key} is required")
-    return str(value)
+    return value
 
 
-def _payload_path(obj: Mapping[str, Any], where: str, key: str | None = None) -> str:
+def _payload_path(obj: Mapping[str, object], where: str, key: str | None = None) -> str:
     """``obj["path"]``, required and a path the atomic writer accepts
     (``ValidateLocalNonReservedPath``: relative, no ``..`` element, not starting with ``..``,
     and the writer's own limits), cleaned as the writer cleans it; ``key`` is what the path
@@ -261,20 +280,20 @@ def _payload_path(obj: Mapping[str, Any], where: str, key: str | None = None) ->
         raise SpecError(f"{where}.path: {exc}") from exc
 
 
-def _key_paths(source: Mapping[str, Any], name_key: str, where: str) -> list[str]:
+def _key_paths(source: Mapping[str, object], name_key: str, where: str) -> list[str]:
     """A ConfigMap's or Secret's name and items (``validateConfigMapVolumeSource``,
     ``validateSecretVolumeSource``, and the projections of both); the item paths."""
     _required(source, name_key, where)
     return _items(source, where, keyed=True)
 
 
-def _downward_api_files(source: Mapping[str, Any], where: str) -> list[str]:
+def _downward_api_files(source: Mapping[str, object], where: str) -> list[str]:
     """The items of a downwardAPI volume or projection (``validateDownwardAPIVolumeFile``:
     path and mode); their paths."""
     return _items(source, where, keyed=False)
 
 
-def _items(source: Mapping[str, Any], where: str, *, keyed: bool) -> list[str]:
+def _items(source: Mapping[str, object], where: str, *, keyed: bool) -> list[str]:
     """Each of ``items``: its ``key`` when ``keyed`` (``validateKeyToPath``), its path and
     its mode; the paths."""
     paths = []
@@ -286,25 +305,26 @@ def _items(source: Mapping[str, Any], where: str, *, keyed: bool) -> list[str]:
     return paths
 
 
-def _projected(projected: Mapping[str, Any], where: str) -> None:
+def _projected(projected: Mapping[str, object], where: str) -> None:
     """``validateProjectedVolumeSource`` and ``validateProjectionSources``: the default mode,
     one kind per source, each source's names, items and paths, and no path twice."""
     _mode(projected, "defaultMode", where)
     seen: set[str] = set()
     for i, source in enumerate(_mappings(projected, "sources", where)):
         at = f"{where}.sources[{i}]"
-        kinds = [k for k in _PROJECTIONS if _get(source, k, dict, at) is not None]
+        kinds = {k: s for k in _PROJECTIONS if (s := _mapping(source, k, at)) is not None}
         if len(kinds) > 1:
             raise SpecError(f"{at} may not specify more than 1 volume type per source, "
                             f"got {', '.join(kinds)}")
-        paths = _projection_paths(kinds[0], source[kinds[0]], f"{at}.{kinds[0]}") if kinds else []
+        paths = [path for kind, found in kinds.items()
+                 for path in _projection_paths(kind, found, f"{at}.{kind}")]
         for path in paths:
             if path in seen:
                 raise SpecError(f"{at}: conflicting duplicate paths: {path!r} is given twice")
             seen.add(path)
 
 
-def _projection_paths(kind: str, source: Mapping[str, Any], where: str) -> list[str]:
+def _projection_paths(kind: str, source: Mapping[str, object], where: str) -> list[str]:
     """The paths of one projected source of ``kind``, checked."""
     if kind in ("secret", "configMap"):
         return _key_paths(source, "name", where)
@@ -315,9 +335,9 @@ def _projection_paths(kind: str, source: Mapping[str, Any], where: str) -> list[
     return [_payload_path(source, where)]
 
 
-def _token_lifetime(token: Mapping[str, Any], where: str) -> None:
+def _token_lifetime(token: Mapping[str, object], where: str) -> None:
     """A token's ``expirationSeconds``, when given, within 10 minutes..2^32 seconds."""
-    seconds = _get(token, "expirationSeconds", int, where)
+    seconds = _integer(token, "expirationSeconds", where)
     if seconds is not None and seconds < _MIN_TOKEN_SECONDS:
         raise SpecError(f"{where}.expirationSeconds {seconds}: may not specify a duration "
                         "less than 10 minutes")
@@ -326,23 +346,23 @@ def _token_lifetime(token: Mapping[str, Any], where: str) -> None:
                         "larger than 2^32 seconds")
 
 
-def validate_persistent_volume(pv: Mapping[str, Any], where: str) -> None:
+def validate_persistent_volume(pv: Mapping[str, object], where: str) -> None:
     """Raise SpecError unless PersistentVolume manifest ``pv`` has the shape kubevol reads."""
     meta = _metadata(pv, where)
     where = f"{where}: PersistentVolume {meta['name']}"
-    spec = _get(pv, "spec", dict, where) or {}
-    _get(spec, "claimRef", dict, f"{where} spec")
-    capacity = _get(spec, "capacity", dict, f"{where} spec") or {}
+    spec = _mapping(pv, "spec", where) or {}
+    _mapping(spec, "claimRef", f"{where} spec")
+    capacity = _mapping(spec, "capacity", f"{where} spec") or {}
     _quantity(capacity.get("storage"), f"{where}: capacity.storage")
-    mode = _get(spec, "volumeMode", str, f"{where} spec")
+    mode = _string(spec, "volumeMode", f"{where} spec")
     if mode is not None and mode not in VOLUME_MODES:
         raise SpecError(f"{where}: volumeMode {mode!r} is not one of {VOLUME_MODES}")
 
 
-def validate_claim(pvc: Mapping[str, Any], where: str) -> None:
+def validate_claim(pvc: Mapping[str, object], where: str) -> None:
     """Raise SpecError unless PersistentVolumeClaim manifest ``pvc`` has the shape kubevol
     reads."""
     meta = _metadata(pvc, where)
     where = f"{where}: PersistentVolumeClaim {meta['name']}"
-    spec = _get(pvc, "spec", dict, where) or {}
-    _get(spec, "volumeName", str, f"{where} spec")
+    spec = _mapping(pvc, "spec", where) or {}
+    _string(spec, "volumeName", f"{where} spec")

@@ -4,7 +4,6 @@ through them, so a crash mid-write leaves either the old state or the new, never
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from kubevol.layout import write_json_atomically
 from kubevol.nomad.errors import ManagerStateError
@@ -14,7 +13,7 @@ from kubevol.util.safeio import load_json_file
 STATE_VERSION = 1
 
 
-def write_state(path: str, kind: str, payload: Any) -> None:
+def write_state(path: str, kind: str, payload: object) -> None:
     """Replace ``path`` with ``{"kind", "version", "data": payload}`` as JSON, atomically.
 
     Writes a temporary file in the same directory (mode 0600), fsyncs it, renames it over
@@ -31,7 +30,7 @@ def write_state(path: str, kind: str, payload: Any) -> None:
         raise ManagerStateError(f"cannot write {kind} state to {path!r}: {exc}") from exc
 
 
-def read_state(path: str, kind: str) -> Any | None:
+def read_state(path: str, kind: str) -> object:
     """The ``data`` of a file written by :func:`write_state`, or None when it does not exist.
 
     Raises :class:`ManagerStateError` when the file cannot be read, is not JSON, holds

@@ -67,6 +67,8 @@ class UsageTracker:
         if data is None:
             return
         try:
+            if not isinstance(data, dict):
+                raise TypeError(f"the state is a {type(data).__name__}, not an object")
             for item in data["claims"]:
                 key = VolumeKey(
                     namespace=str(item["namespace"]),

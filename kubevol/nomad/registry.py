@@ -18,7 +18,7 @@ import enum
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -35,6 +35,10 @@ WAIT_BACKOFF = Backoff(initial=0.2, maximum=5.0)
 _STATE_KIND = "csi-plugin-registry"
 
 
+#: An attrs validator of a string field.
+_Validator = Callable[[object, "attrs.Attribute[str]", str], None]
+
+
 class PluginType(enum.StrEnum):
     """What a registered plugin serves."""
 
@@ -42,14 +46,14 @@ class PluginType(enum.StrEnum):
     CSI_NODE = "csi-node"
 
 
-def _segment(what: str) -> Any:
+def _segment(what: str) -> _Validator:
     def check(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
         validate_path_segment(value, what)
 
     return check
 
 
-def _absolute_path(what: str, *, allow_empty: bool = False) -> Any:
+def _absolute_path(what: str, *, allow_empty: bool = False) -> _Validator:
     def check(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
         if allow_empty and value == "":
             return
@@ -89,7 +93,7 @@ class RegisteredPlugin:
         """The mount root as the plugin sees it."""
         return self.plugin_mount_root or self.mount_root
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """A JSON-ready dict; :meth:`from_json` reads it back."""
         return {
             "type": self.type.value,
@@ -216,6 +220,8 @@ class PluginRegistry:
         if data is None:
             return
         try:
+            if not isinstance(data, dict):
+                raise TypeError(f"the state is a {type(data).__name__}, not an object")
             for item in data["plugins"]:
                 plugin = RegisteredPlugin.from_json(item)
                 self._plugins.setdefault((plugin.type, plugin.name), []).append(plugin)

@@ -18,14 +18,13 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from kubevol.k8s.tokens import IssuedToken, TokenProvider, TokenRequest
 
 ISSUER = "https://kubevol.invalid/stand-in-issuer"
 
 
-def _b64url(data: dict[str, Any]) -> str:
+def _b64url(data: dict[str, object]) -> str:
     raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

@@ -201,8 +201,8 @@ def load_all(text: str, where: str = "<manifest>") -> list[Any]:
         or _depth_upper_bound(text) > MAX_YAML_DEPTH
     ):
         _measure(text, where)
-    loader: Any = _Loader(text)
-    docs: list[Any] = []
+    loader: Any = _Loader(text)  # check_data and get_data are untyped in PyYAML's stubs
+    docs: list[object] = []
     try:
         while loader.check_data():
             docs.append(loader.get_data())

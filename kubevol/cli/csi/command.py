@@ -17,7 +17,7 @@ import argparse
 import functools
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubevol._version import __version__
 from kubevol.cli import exits
@@ -30,6 +30,9 @@ from kubevol.cli.csi.node import NODE
 from kubevol.cli.csi.snapshot_metadata import SNAPSHOT_METADATA
 from kubevol.cli.output import add_output_flags, emit
 from kubevol.cli.parser import DURATION
+
+if TYPE_CHECKING:
+    from kubevol.csi.rpclog import ClientInterceptor
 
 #: Per-call timeout when none is given (csc's default).
 DEFAULT_TIMEOUT = 60.0
@@ -119,7 +122,7 @@ def add_connection_flags(parser: argparse.ArgumentParser, *, leaf: bool) -> None
     add_output_flags(parser, suppress=leaf)
 
 
-def set_up_logging(args: argparse.Namespace) -> list[Any]:
+def set_up_logging(args: argparse.Namespace) -> list[ClientInterceptor]:
     """Log on stderr at ``--log-level``; returns the client interceptors the request and
     response logging flags ask for (their lines are logged at INFO whatever the level)."""
     import logging

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -106,8 +107,8 @@ def _volume_spec(text: str) -> tuple[str, str, str]:
 def _usage_figure(field: str) -> Column:
     """A figure of the usage entry a row shows: bytes for the BYTES unit, counts else."""
 
-    def show(usage: dict[str, Any] | None) -> str:
-        if usage is None:
+    def show(usage: object) -> str:
+        if not isinstance(usage, Mapping):  # None: no usage entry
             return "-"
         value = usage.get(field)
         bytes_ = usage.get("unit") == t.UsageUnit.BYTES.name

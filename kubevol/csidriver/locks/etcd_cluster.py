@@ -244,7 +244,7 @@ def _create_with_lease(client: Etcd3Client, key: bytes, value: bytes, lease_id: 
     )
     if answer.get("succeeded"):
         return True
-    responses: list[Any] = list(answer.get("responses", []))
+    responses = list(answer.get("responses", []))  # etcd3gw is untyped
     kvs = responses[0].get("response_range", {}).get("kvs", []) if responses else []
     return bool(kvs) and int(kvs[0].get("lease", 0)) == lease_id
 

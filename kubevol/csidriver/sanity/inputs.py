@@ -9,12 +9,11 @@ never part of a message).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
 
-def _load_mapping(path: str, what: str) -> Mapping[str, Any]:
+def _load_mapping(path: str, what: str) -> Mapping[object, object]:
     import yaml  # only files need it: `kubevol csi` uses Secrets on every call
 
     try:
@@ -31,7 +30,7 @@ def _load_mapping(path: str, what: str) -> Mapping[str, Any]:
     return data
 
 
-def _strings(data: Mapping[str, Any], where: str) -> dict[str, str]:
+def _strings(data: Mapping[object, object], where: str) -> dict[str, str]:
     out = {}
     for key, value in data.items():
         if isinstance(value, Mapping | list):
@@ -69,9 +68,10 @@ def load_secrets(path: str) -> Secrets:
       ``NodeStageVolumeSecret: ...`` (``ControllerValidateVolumeCapabilitiesSecret`` too).
     """
     data = _load_mapping(path, "secrets")
-    if data and all(isinstance(v, Mapping) for v in data.values()):
+    sections = {k: v for k, v in data.items() if isinstance(v, Mapping)}
+    if data and len(sections) == len(data):
         per_rpc = {}
-        for section, values in data.items():
+        for section, values in sections.items():
             name = str(section)
             if not name.endswith("Secret"):
                 raise ValueError(f"secrets file {path}: section {name!r} is not <RPC>Secret")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Generator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -199,7 +199,7 @@ def build_config(config: pytest.Config) -> SanityConfig:
         raise pytest.UsageError(f"csi-sanity: {exc}") from exc
 
 
-def _params(path: str, load: Any) -> dict[str, str]:
+def _params(path: str, load: Callable[[str], Mapping[str, str]]) -> dict[str, str]:
     return dict(load(path)) if path else {}
 
 

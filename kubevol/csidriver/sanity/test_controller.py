@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from kubevol.csi import convert
+from kubevol.csi import convert, pb
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.errors import CSIRPCError
@@ -25,6 +25,7 @@ def test_controller_capabilities_are_known(csi_sanity: SanityContext) -> None:
     raw = csi_sanity.controller.call(
         "ControllerGetCapabilities", csi_pb2.ControllerGetCapabilitiesRequest()
     )
+    assert isinstance(raw, pb.ControllerGetCapabilitiesResponse), type(raw)
     known = frozenset(int(v) for v in CC if v)
     for cap in raw.capabilities:
         assert cap.WhichOneof("type") == "rpc", f"unknown controller capability {cap}"
@@ -157,6 +158,7 @@ def test_list_volumes_shows_new_and_hides_deleted(csi_resources: Resources) -> N
     c.delete_volume(vol.volume_id, secrets=ctx.secrets("DeleteVolume"))
     assert vol.volume_id not in listed()
     raw = c.call("ListVolumes", csi_pb2.ListVolumesRequest())
+    assert isinstance(raw, pb.ListVolumesResponse), type(raw)
     assert all(entry.volume.volume_id for entry in raw.entries), "a listed volume has no id"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from kubevol.csi import pb
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csi.client import CSIClient
@@ -42,6 +43,7 @@ def test_plugin_capabilities_are_known(csi_sanity: SanityContext) -> None:
     know; the spec defines it, so this suite accepts it."""
     for where, client in _identities(csi_sanity):
         raw = client.call("GetPluginCapabilities", csi_pb2.GetPluginCapabilitiesRequest())
+        assert isinstance(raw, pb.GetPluginCapabilitiesResponse), type(raw)
         for cap in raw.capabilities:
             kind = cap.WhichOneof("type")
             assert kind in ("service", "volume_expansion"), f"{where}: unknown capability {cap}"
@@ -73,6 +75,7 @@ def test_node_capabilities_are_known(csi_sanity: SanityContext) -> None:
     """NodeGetCapabilities answers only capabilities the spec defines (UNKNOWN, 0, is
     tolerated, as csi-sanity does)."""
     raw = csi_sanity.client.call("NodeGetCapabilities", csi_pb2.NodeGetCapabilitiesRequest())
+    assert isinstance(raw, pb.NodeGetCapabilitiesResponse), type(raw)
     known = frozenset(int(v) for v in t.NodeCapability)
     for cap in raw.capabilities:
         assert cap.WhichOneof("type") == "rpc", f"unknown node capability {cap}"

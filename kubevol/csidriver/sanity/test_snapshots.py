@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from kubevol.csi import pb
 from kubevol.csi import types as t
 from kubevol.csi._pb import csi_pb2
 from kubevol.csidriver.sanity.checks import Code, expect_code, need_controller
@@ -100,6 +101,7 @@ def test_list_snapshots_entries_and_deletion(csi_resources: Resources) -> None:
     secrets = ctx.secrets("ListSnapshots")
     snap = csi_resources.create_snapshot(csi_resources.create_volume().volume_id)
     raw = c.call("ListSnapshots", csi_pb2.ListSnapshotsRequest(secrets=secrets))
+    assert isinstance(raw, pb.ListSnapshotsResponse), type(raw)
     for entry in raw.entries:
         s = entry.snapshot
         assert s.snapshot_id and s.source_volume_id and s.HasField("creation_time"), s

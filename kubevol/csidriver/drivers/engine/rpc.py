@@ -7,16 +7,16 @@ import base64
 import binascii
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
-from kubevol.csi import convert
+from kubevol.csi import convert, pb
 from kubevol.csi import types as t
 from kubevol.csi.errors import CSIRPCError
 
 T = TypeVar("T")
-Message = Any
 
 Code = grpc.StatusCode
 
@@ -65,12 +65,12 @@ def capabilities(request: Message, field: str = "volume_capabilities") -> list[t
     return [_checked(item, f"{field}[{i}]") for i, item in enumerate(items)]
 
 
-def _checked(msg: Message, field: str) -> t.VolumeCapability:
+def _checked(msg: pb.VolumeCapability, field: str) -> t.VolumeCapability:
     if msg.WhichOneof("access_type") is None:
         fail(Code.INVALID_ARGUMENT, f"{field}: access_type (mount or block) is required")
     if not msg.HasField("access_mode") or msg.access_mode.mode == 0:
         fail(Code.INVALID_ARGUMENT, f"{field}: access_mode is required")
-    if msg.access_mode.mode not in t.AccessMode.__members__.values():
+    if int(msg.access_mode.mode) not in t.AccessMode.__members__.values():
         fail(Code.INVALID_ARGUMENT, f"{field}: unknown access mode {msg.access_mode.mode}")
     return convert.capability_from_pb(msg)
 

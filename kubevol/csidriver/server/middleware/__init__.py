@@ -7,7 +7,8 @@ spec validation, plugin info, serial volume access.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+import grpc
 
 from kubevol.csidriver.locks import VolumeLockProvider
 from kubevol.csidriver.server.config import ServerConfig
@@ -45,15 +46,15 @@ __all__ = [
 def build_chain(
     config: ServerConfig,
     *,
-    extra: Sequence[Any] = (),
+    extra: Sequence[grpc.ServerInterceptor] = (),
     lock_provider: VolumeLockProvider | None = None,
-) -> list[Any]:
+) -> list[grpc.ServerInterceptor]:
     """The interceptors ``config`` switches on, outermost first (gocsi's order).
 
     ``extra`` (the plugin's interceptors) sit just inside status translation, so they see
     failures as exceptions. Serial volume access needs ``lock_provider`` when it is on.
     """
-    chain: list[Any] = [StatusMiddleware(), *extra]
+    chain: list[grpc.ServerInterceptor] = [StatusMiddleware(), *extra]
     logging_on = config.req_logging or config.rep_logging
     if logging_on:
         # As in gocsi, request ids exist to correlate log lines.

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 import grpc
+from google.protobuf import message
 
 from kubevol.csi._rpc import RPC, rpc_for_path
 
 #: A request or response: the CSI message of whichever RPC the middleware wraps (the
 #: middlewares read requests generically, by field name).
-Message = Any
+Message = message.Message
 #: Calls the next layer (eventually the driver's method) with a request.
 Proceed = Callable[[Message], Message]
 

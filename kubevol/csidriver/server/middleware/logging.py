@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+import grpc
 
 from kubevol.csi.redact import Redactor
 from kubevol.csidriver.server.middleware.base import CallInfo, Message, Middleware, Proceed
@@ -29,7 +30,9 @@ class LoggingMiddleware(Middleware):
         self._redactor = Redactor(drop_volume_context=drop_volume_context)
         self._log = logging.getLogger(LOGGER_NAME)
 
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
         name = call.rpc.name
         if self.requests and self._log.isEnabledFor(logging.INFO):
             self._log.info(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import grpc
 
-from kubevol.csi._pb import csi_pb2
+from kubevol.csi import pb
 from kubevol.csi._rpc import RPC
 from kubevol.csidriver.server.config import PluginInfoOverride
 from kubevol.csidriver.server.middleware.base import CallInfo, Message, Middleware, Proceed
@@ -14,14 +14,16 @@ class PluginInfoMiddleware(Middleware):
     """Short-circuit GetPluginInfo with a fixed name, version and manifest."""
 
     def __init__(self, info: PluginInfoOverride) -> None:
-        self._response = csi_pb2.GetPluginInfoResponse(
+        self._response = pb.GetPluginInfoResponse(
             name=info.name, vendor_version=info.vendor_version, manifest=dict(info.manifest)
         )
 
     def applies_to(self, rpc: RPC) -> bool:
         return rpc.name == "GetPluginInfo"
 
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
-        answer = csi_pb2.GetPluginInfoResponse()
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
+        answer = pb.GetPluginInfoResponse()
         answer.CopyFrom(self._response)
         return answer

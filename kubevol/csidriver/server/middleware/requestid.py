@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-from typing import Any
+
+import grpc
 
 from kubevol.csidriver.server.middleware.base import CallInfo, Message, Middleware, Proceed
 
@@ -28,7 +29,9 @@ class RequestIDMiddleware(Middleware):
     def __init__(self) -> None:
         self._counter = itertools.count(1)  # next() on a count is atomic under the GIL
 
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
         request_id = call.metadata.get(REQUEST_ID_KEY) or f"{next(self._counter):04d}"
         token = _REQUEST_ID.set(request_id)
         try:

@@ -9,7 +9,6 @@ reaches: this process, or every replica sharing an etcd cluster.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import grpc
 
@@ -49,7 +48,9 @@ class SerialVolumeMiddleware(Middleware):
     def applies_to(self, rpc: RPC) -> bool:
         return rpc.name in LOCKED_RPCS
 
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
         kind, field = LOCKED_RPCS[call.rpc.name]
         key = getattr(request, field)
         if not key:

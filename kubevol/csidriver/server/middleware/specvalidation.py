@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 import grpc
 
+from kubevol.csi import pb
 from kubevol.csi.errors import CSIRPCError
 from kubevol.csi.redact import is_repeated
 from kubevol.csidriver.server.config import ServerConfig
@@ -167,19 +167,30 @@ def find_request_problem(rpc_name: str, request: Message, rules: SpecRules) -> s
     return None
 
 
+def _field(message: Message, name: str) -> object:
+    """Field ``name`` of ``message`` (read by name: the checks serve every RPC), or None
+    when the message has no such field."""
+    if name not in message.DESCRIPTOR.fields_by_name:
+        return None
+    value: object = getattr(message, name)
+    return value
+
+
 def _find_value_problem(request: Message) -> str | None:
     """Values the spec forbids: control characters in names, odd secret keys, negatives."""
-    fields = request.DESCRIPTOR.fields_by_name
-    if "name" in fields and _BANNED_NAME_CHARS.search(request.name):
+    name = _field(request, "name")
+    if isinstance(name, str) and _BANNED_NAME_CHARS.search(name):
         return "name contains a control character the spec bans"
-    if "secrets" in fields:
-        for key in request.secrets:
+    secrets = _field(request, "secrets")
+    if isinstance(secrets, Mapping):
+        for key in secrets:
             if not _SECRET_KEY.fullmatch(key):
                 return f"secrets key {key!r} is not made of [A-Za-z0-9-_.]"
-    if "max_entries" in fields and request.max_entries < 0:
+    max_entries = _field(request, "max_entries")
+    if isinstance(max_entries, int) and max_entries < 0:
         return "max_entries must not be negative"
-    if "capacity_range" in fields and request.HasField("capacity_range"):
-        rng = request.capacity_range
+    rng = _field(request, "capacity_range")
+    if isinstance(rng, pb.CapacityRange) and request.HasField("capacity_range"):
         if rng.required_bytes < 0 or rng.limit_bytes < 0:
             return "capacity_range must not be negative"
         if rng.limit_bytes and rng.required_bytes > rng.limit_bytes:
@@ -192,22 +203,22 @@ def find_response_problem(rpc_name: str, response: Message, rules: SpecRules) ->
     for path in rules.required_response_fields(rpc_name):
         if not _present(response, path):
             return f"response field {path} is required"
-    if rpc_name == "GetPluginInfo":
+    if rpc_name == "GetPluginInfo" and isinstance(response, pb.GetPluginInfoResponse):
         name = response.name
         if len(name) > PLUGIN_NAME_LIMIT or not _PLUGIN_NAME.fullmatch(name):
             return (
                 f"plugin name {name!r} must be at most {PLUGIN_NAME_LIMIT} characters of "
                 "alphanumerics, '-' and '.', starting and ending with an alphanumeric"
             )
-    if rpc_name == "ListVolumes":
+    if rpc_name == "ListVolumes" and isinstance(response, pb.ListVolumesResponse):
         for entry in response.entries:
             if not entry.volume.volume_id:
                 return "response field entries.volume.volume_id is required"
-    if rpc_name == "ListSnapshots":
-        for entry in response.entries:
-            for name in _SNAPSHOT_FIELDS:
-                if not _present(entry.snapshot, name):
-                    return f"response field entries.snapshot.{name} is required"
+    if rpc_name == "ListSnapshots" and isinstance(response, pb.ListSnapshotsResponse):
+        for snapshot_entry in response.entries:
+            for field_name in _SNAPSHOT_FIELDS:
+                if not _present(snapshot_entry.snapshot, field_name):
+                    return f"response field entries.snapshot.{field_name} is required"
     if rules.check_lengths:
         return find_size_problem(response, rules.max_path_limit)
     return None
@@ -266,7 +277,9 @@ class SpecValidationMiddleware(Middleware):
         self.requests = requests
         self.responses = responses
 
-    def handle(self, call: CallInfo, request: Message, context: Any, proceed: Proceed) -> Message:
+    def handle(
+        self, call: CallInfo, request: Message, context: grpc.ServicerContext, proceed: Proceed
+    ) -> Message:
         name = call.rpc.name
         if self.requests:
             problem = find_request_problem(name, request, self.rules)
