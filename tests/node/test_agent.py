@@ -289,34 +289,27 @@ def test_a_restarted_agent_takes_a_finished_empty_dir_as_done(
     one without the marker (a crash in the middle of its set-up) is, and gets its marker."""
     (env.manifests / "web.yaml").write_text(pod("web", "  - {name: scratch, emptyDir: {}}\n"))
     ready = f"{env.root}/pods/{UIDS['web']}/plugins/kubernetes.io~empty-dir/scratch/ready"
-    first = start_agent()
-    wait_until(first.agent.settled.is_set, 30, "the first agent settled")
-    assert empty_dir_set_ups(first) == 1.0
-    first.stop.set()
-    first.thread.join(30)
-    assert os.path.isfile(ready)
 
-    second = start_agent()
-    wait_until(second.agent.settled.is_set, 30, "the restarted agent settled")
-    assert empty_dir_set_ups(second) == 0.0
-    second.stop.set()
-    second.thread.join(30)
+    def set_ups_until_settled() -> float:
+        running = start_agent()
+        wait_until(running.agent.settled.is_set, 30, "the agent settled")
+        count = set_ups(running, "kubernetes.io/empty-dir")
+        running.stop.set()
+        running.thread.join(30)
+        return count
 
+    assert set_ups_until_settled() == 1.0 and os.path.isfile(ready)
+    assert set_ups_until_settled() == 0.0  # restarted: taken as done
     os.unlink(ready)
-    third = start_agent()
-    wait_until(third.agent.settled.is_set, 30, "the third agent settled")
-    assert empty_dir_set_ups(third) == 1.0
-    third.stop.set()
-    third.thread.join(30)
-    assert os.path.isfile(ready)
+    assert set_ups_until_settled() == 1.0 and os.path.isfile(ready)
 
 
-def empty_dir_set_ups(running: RunningAgent) -> float:
-    """How many set-ups (volume_mount operations) of the empty-dir plugin the agent ran."""
+def set_ups(running: RunningAgent, plugin: str) -> float:
+    """How many set-ups (volume_mount operations) of ``plugin`` the agent ran."""
     return sum(
         value for (name, labels), value in running.scrape().items()
         if name == "storage_operation_duration_seconds_count"
-        and dict(labels).get("volume_plugin") == "kubernetes.io/empty-dir"
+        and dict(labels).get("volume_plugin") == plugin
         and dict(labels).get("operation_name") == "volume_mount"
     )
 

@@ -26,6 +26,7 @@ from tests.node.test_agent import (  # noqa: F401  (fixtures)
     RunningAgent,
     env,
     pod,
+    set_ups,
     start_agent,
     write_atomically,
 )
@@ -95,20 +96,10 @@ def test_a_periodic_set_up_that_succeeds_does_not_wake_the_loop(
         poke()
 
     monkeypatch.setattr(running.agent, "_poke", counted)
-    before = configmap_set_ups(running)
-    wait_until(lambda: configmap_set_ups(running) >= before + 3, 10,
+    before = set_ups(running, "kubernetes.io/configmap")
+    wait_until(lambda: set_ups(running, "kubernetes.io/configmap") >= before + 3, 10,
                "three periodic set-ups of the configMap volume")
     assert woken == []
-
-
-def configmap_set_ups(running: RunningAgent) -> float:
-    """How many set-ups (volume_mount operations) of the configmap plugin the agent ran."""
-    return sum(
-        value for (name, labels), value in running.scrape().items()
-        if name == "storage_operation_duration_seconds_count"
-        and dict(labels).get("volume_plugin") == "kubernetes.io/configmap"
-        and dict(labels).get("operation_name") == "volume_mount"
-    )
 
 
 class ShortLivedTokens(TokenProvider):
