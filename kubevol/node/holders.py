@@ -20,8 +20,11 @@ Before kubevol unmounts or removes anything under ``pods/<uid>``, it asks a
 If anything holds it, the action is refused and the path left as it is: unmounting under a
 process or another namespace would not free the volume, and removing would delete data
 someone still uses. The snapshot is taken once per batch of actions (a reconciler pass, a
-repair), not per path: one walk of ``/proc``; it keeps only what lies below the pods
-directory, so each question is a binary search.
+repair), not per path: one walk of ``/proc``; it keeps only what processes hold below the
+pods directory, so each question is a binary search. Our own namespace's table is not
+parsed whole (it lists every pod's mounts): each question finds its lines by substring
+search, in the table the host's mounter holds when the caller passes it (read once per
+change for every check of the node).
 
 What it does not see: memory mappings without a descriptor (``/proc/<pid>/maps``), the
 working directory of a thread that unshared its filesystem information, and what happens
@@ -42,6 +45,7 @@ from kubevol import layout
 from kubevol.errors import KubevolError
 from kubevol.mount.mountinfo import MountInfo, parse_mountinfo_bytes
 from kubevol.mount.mountread import read_mountinfo_bytes
+from kubevol.mount.table import MountTable
 
 PROC = "/proc"
 
@@ -97,13 +101,11 @@ def refusal(action: str, path: str, holders: list[Holder]) -> str:
 
 
 class _Mounts:
-    """The part of one mount table a snapshot asks about: mounts at or below ``under`` by
-    mount point, and mounts of the ``devices`` of interest by device and root, each sorted
-    for binary search. Built once per table (one parse); each question is a few bisects."""
+    """What a snapshot asks of another namespace's mount table: mounts at or below ``under``
+    by mount point, and every mount by device and root, each sorted for binary search.
+    Built once per table (one parse); each question is a few bisects."""
 
-    def __init__(
-        self, entries: list[MountInfo], under: str, devices: set[tuple[int, int]] | None
-    ) -> None:
+    def __init__(self, entries: list[MountInfo], under: str) -> None:
         prefix = under.rstrip("/") + "/"
         below = [e for e in entries if e.mount_point == under or e.mount_point.startswith(prefix)]
         below.sort(key=lambda e: e.mount_point)  # stable: table order kept at one point
@@ -111,8 +113,7 @@ class _Mounts:
         self._below_keys = [e.mount_point for e in below]
         by_dev: dict[tuple[int, int], list[MountInfo]] = {}
         for e in entries:
-            if devices is None or e.device in devices:
-                by_dev.setdefault(e.device, []).append(e)
+            by_dev.setdefault(e.device, []).append(e)
         self._by_dev = {d: sorted(es, key=lambda e: e.root) for d, es in by_dev.items()}
         self._dev_keys = {d: [e.root for e in es] for d, es in self._by_dev.items()}
 
@@ -126,10 +127,6 @@ class _Mounts:
         if not entries:
             return []
         return [entries[i] for i in _prefix_range(self._dev_keys[device], root)]
-
-    def devices(self) -> set[tuple[int, int]]:
-        """The devices mounted at or below ``under``."""
-        return {e.device for e in self._below}
 
 
 def _prefix_range(keys: list[str], path: str) -> list[int]:
@@ -166,7 +163,7 @@ class Holders:
         under: str,
         paths: list[tuple[str, Holder]],
         namespaces: list[tuple[int, int, str, bool, list[MountInfo]]],
-        own_entries: list[MountInfo],
+        own: MountTable,
         uninspected: int = 0,
         alias: str = "",
     ) -> None:
@@ -175,14 +172,12 @@ class Holders:
         self._alias = alias if alias != under else ""
         self._paths = sorted(paths, key=lambda p: p[0])
         self._keys = [p for p, _ in self._paths]
-        self._own = _Mounts(own_entries, under, set())
-        #: The top-most of our mounts at each mount point (to find the containing one).
-        self._own_at: dict[str, MountInfo] = {e.mount_point: e for e in own_entries}
-        containing = self._containing(under)
-        devices = self._own.devices() | ({containing.device} if containing else set())
+        #: Our own mount table, asked per question (lines found by substring search,
+        #: not a parse of the whole table: it lists every pod's mounts).
+        self._own = own
         self.namespaces = [
             _Namespace(inode=ino, pid=pid, comm=comm, same_root=same,
-                       mounts=_Mounts(entries, under, devices))
+                       mounts=_Mounts(entries, under))
             for ino, pid, comm, same, entries in namespaces
         ]
         #: Processes whose descriptors could not be read (not root); not those that exited.
@@ -190,11 +185,14 @@ class Holders:
 
     @classmethod
     def take(
-        cls, under: str, *, proc: str = PROC, exclude: Iterable[int] = ()
+        cls, under: str, *, proc: str = PROC, exclude: Iterable[int] = (),
+        own_table: MountTable | None = None,
     ) -> Holders:
         """Walk ``proc`` once; keep what lies at or below ``under`` (made real first).
 
-        The calling process and ``exclude`` are left out.
+        The calling process and ``exclude`` are left out. ``own_table`` is this process's
+        mount table as read now (None: read from ``proc``), from the host's mounter, whose
+        table is read once per change for everyone.
         """
         given, under = os.path.normpath(under), os.path.realpath(under)
         skip = {os.getpid(), *exclude}
@@ -233,8 +231,8 @@ class Holders:
                 seen_ns.add(ns)
                 same_root = (st.st_dev, st.st_ino) == root_id
                 namespaces.append((ns, pid, comm or _comm(base), same_root, entries))
-        own = parse_mountinfo_bytes(read_mountinfo_bytes(f"{proc}/self/mountinfo"))
-        return cls(under=under, paths=paths, namespaces=namespaces, own_entries=own,
+        own = own_table or MountTable(read_mountinfo_bytes(f"{proc}/self/mountinfo"))
+        return cls(under=under, paths=paths, namespaces=namespaces, own=own,
                    uninspected=uninspected, alias=given)
 
     def of(self, path: str) -> list[Holder]:
@@ -282,15 +280,11 @@ class Holders:
         return None
 
     def _containing(self, path: str) -> MountInfo | None:
-        """Our top-most mount at ``path`` or at its nearest ancestor."""
-        while True:
-            found = self._own_at.get(path)
-            if found is not None or path == "/":
-                return found
-            path = os.path.dirname(path)
+        """Our mount that holds ``path`` (the latest over it or an ancestor)."""
+        return self._own.find_containing(path)
 
     def _namespace_holders(self, path: str) -> list[Holder]:
-        ours = self._own.at_or_below(path)
+        ours = self._own.mounted_under(path)
         # Mounts that propagate from the ones we unmount go away with them.
         groups = {f.split(":", 1)[1] for e in ours for f in e.optional_fields
                   if f.startswith("shared:")}

@@ -439,9 +439,10 @@ class OperationGenerator:
 
     def holders_once(self) -> HoldersOnce:
         """What holds paths under the pods directory, for one batch of operations (one
-        walk of ``/proc``, when the first of them asks)."""
+        walk of ``/proc``, when the first of them asks; our own mounts from the mount table's
+        owner)."""
         pods_dir = self.host.get_pods_dir()
-        return HoldersOnce(lambda: Holders.take(pods_dir))
+        return HoldersOnce(lambda: Holders.take(pods_dir, own_table=self.usage.table()))
 
     def pod_volume_paths(self, pod_uid: str, plugin_name: str, spec_name: str) -> list[str]:
         """What tearing down a pod volume unmounts or removes: its directory and its
