@@ -29,6 +29,7 @@ running as recorded; pods found on disk without a record are left alone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -152,18 +153,24 @@ class _ChangedObjects:
         self.pvcs = self._keys(old.pvcs, new.pvcs)
         self.pvs = self._keys(old.pvs, new.pvs)
         self.csi_drivers = bool(self._keys(old.csi_drivers, new.csi_drivers))
-        #: With PVs changed, the claims still bound to a PV that did not change (asked of
-        #: every pod: one look at each claim here rather than one per pod).
-        self.steady_claims = {
-            key for key, pvc in new.pvcs.items()
+        self._new_pvcs = new.pvcs
+
+    @functools.cached_property
+    def steady_claims(self) -> set[tuple[str, str]]:
+        """With PVs changed, the claims still bound to a PV that did not change (asked of
+        every pod: one look at each claim here rather than one per pod)."""
+        return {
+            key for key, pvc in self._new_pvcs.items()
             if (name := (pvc.get("spec") or {}).get("volumeName")) and name not in self.pvs
-        } if self.pvs else set()
+        }
 
     @staticmethod
     def _keys(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> set[_K]:
         if old is new:
             return set()
-        return {k for k in old.keys() | new.keys() if old.get(k) is not new.get(k)}
+        changed = {k for k, v in new.items() if old.get(k) is not v}
+        changed.update(old.keys() - new.keys())
+        return changed
 
     @staticmethod
     def fresh(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> dict[_K, ApiDict]:
@@ -359,9 +366,12 @@ class Agent(ClosesOnExit):
                 name = (pod.get("metadata") or {}).get("name", "?")
                 log.error("static pod %s cannot be run: %s", name, exc)
                 self.invalid[f"pod {name}"] = str(exc)
-        self._built = {uid: b for uid, b in self._built.items() if uid in wanted}
-        self._refs = {uid: r for uid, r in self._refs.items() if uid in wanted}
-        self._refs_by_id = {id(r.pod): r for r in self._refs.values()}
+        # What no pod of the sources is any more (set operations: a change costs what it
+        # changed, not a copy of every pod's entries).
+        for uid in self._built.keys() - wanted.keys():
+            del self._built[uid]
+        for uid in self._refs.keys() - wanted.keys():
+            self._refs_by_id.pop(id(self._refs.pop(uid).pod), None)
         records = self.pods.records
         adding = [
             p for uid, p in wanted.items()
@@ -370,11 +380,12 @@ class Agent(ClosesOnExit):
         ]
         # Only what the agent recorded itself: a UID it once owned may since have been
         # recorded by up (the same static manifest gives the same UID).
-        gone = sorted(uid for uid in self._owned
-                      if uid not in wanted and uid not in keep and uid in records
+        unwanted = self._owned - wanted.keys()
+        gone = sorted(uid for uid in unwanted
+                      if uid not in keep and uid in records
                       and records[uid].writer is not Writer.UP)
-        owned = {u for u in self._owned | set(wanted)
-                 if u in wanted or (u in records and records[u].writer is not Writer.UP)}
+        owned = set(wanted).union(u for u in unwanted
+                                  if u in records and records[u].writer is not Writer.UP)
         if owned != self._owned:
             # Saved before the records change: an owned pod always has its UID on disk.
             self.owned.save(owned)
@@ -392,6 +403,9 @@ class Agent(ClosesOnExit):
         if refs is None or not seen:
             refs = _PodRefs.of(pod)
             self._refs_by_id[id(pod)] = refs
+        old = self._refs.get(refs.uid)
+        if old is not None and old is not refs and self._refs_by_id.get(id(old.pod)) is old:
+            del self._refs_by_id[id(old.pod)]  # the pod's previous object
         self._refs[refs.uid] = refs
         return refs.uid, seen
 
