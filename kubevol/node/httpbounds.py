@@ -35,16 +35,16 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-    #: What socketserver hands a server for one connection (a datagram server's: the data
-    #: and the socket).
-    Request = socket.socket | tuple[bytes, socket.socket]
+#: What socketserver hands a server for one connection (a datagram server's: the data and
+#: the socket).
+Request: TypeAlias = socket.socket | tuple[bytes, socket.socket]
 
 log = logging.getLogger(__name__)
 
