@@ -64,7 +64,7 @@ from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
-from kubevol.node.state import DesiredPod, MountState, VolumeMode
+from kubevol.node.state import DesiredPod, MountState, VolumeMode, VolumeToMount
 from kubevol.node.static_pods import ManifestDirectory
 from kubevol.plugins.atomic_writer import DATA_DIR_NAME
 from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
@@ -498,10 +498,13 @@ class Agent(ClosesOnExit):
                 if f.device is not MountCheck.MOUNTED:
                     continue
                 actual.set_device_state(f.unique_name, MountState.MOUNTED)
-            if not self._nothing_after_the_mount(desired.pod(f.dir.pod_uid), f.unique_name):
+            pod = desired.pod(f.dir.pod_uid)
+            volume = next((v for v in pod.volumes if v.unique_name == f.unique_name),
+                          None) if pod is not None else None
+            if pod is None or volume is None or not self._nothing_after_the_mount(pod, volume):
                 continue  # set up again: its later steps are redone
             if f.mount is MountCheck.MOUNTED or (
-                f.mount is MountCheck.NOT_MOUNTED and self._finished_unmounted(f)
+                f.mount is MountCheck.NOT_MOUNTED and self._finished_unmounted(f, volume)
             ):
                 actual.set_pod_state(f.unique_name, f.dir.pod_uid, MountState.MOUNTED,
                                      reconstructed=True)
@@ -510,15 +513,12 @@ class Agent(ClosesOnExit):
             log.info("%d volumes found mounted for the pods desired: not set up again", adopted)
 
     @staticmethod
-    def _nothing_after_the_mount(pod: DesiredPod | None, unique_name: str) -> bool:
-        """Whether the pod's set-up of the volume has no step after the mount that a crash
+    def _nothing_after_the_mount(pod: DesiredPod, volume: VolumeToMount) -> bool:
+        """Whether the pod's set-up of ``volume`` has no step after the mount that a crash
         could have cut short: no fsGroup ownership to apply and no subPath to bind.
         (Such a volume is set up again, as the kubelet sets up every volume it
         reconstructs: the driver's answers are idempotent, the local steps are redone.)"""
-        if pod is None:
-            return False
-        volume = next((v for v in pod.volumes if v.unique_name == unique_name), None)
-        if volume is None or volume.fs_group is not None:
+        if volume.fs_group is not None:
             return False
         return not any(
             mount.name == volume.outer_name and (mount.sub_path or mount.sub_path_expr)
@@ -526,28 +526,23 @@ class Agent(ClosesOnExit):
             for mount in getattr(container, "volume_mounts", None) or []
         )
 
-    def _finished_unmounted(self, f: FoundVolume) -> bool:
+    def _finished_unmounted(self, f: FoundVolume, volume: VolumeToMount) -> bool:
         """Whether a volume that is a plain directory shows its set-up finished: a payload
         projected (:meth:`_projected`), or a disk emptyDir's ready marker, written last
-        (the desired pod's spec says which medium: a Memory one needs its tmpfs)."""
-        if self._projected(f.unique_name, f.spec, f.mount_path):
+        (the desired ``volume``'s spec says which medium: a Memory one needs its tmpfs)."""
+        if self._projected(volume.plugin_name, f.spec, f.mount_path):
             return True
-        pod = self.pods.manager.desired.pod(f.dir.pod_uid)
-        volume = next((v for v in pod.volumes if v.unique_name == f.unique_name), None) if (
-            pod is not None) else None
-        return (volume is not None and volume.plugin_name == EMPTY_DIR_PLUGIN_NAME
-                and empty_dir_set_up_finished(self.runtime.host, f.dir.pod_uid,
-                                              f.dir.spec_name, volume.spec))
+        return volume.plugin_name == EMPTY_DIR_PLUGIN_NAME and empty_dir_set_up_finished(
+            self.runtime.host, f.dir.pod_uid, f.dir.spec_name, volume.spec)
 
-    def _projected(self, unique_name: str, spec: Spec, path: str) -> bool:
+    def _projected(self, plugin_name: str, spec: Spec, path: str) -> bool:
         """Whether the volume is a plain directory that the atomic writer projected a
         payload into (its ``..data`` link is there) and its plugin sets it up again every
         ``remount_period`` anyway (configMap, downwardAPI on the node's disk): the next
         periodic set-up brings whatever changed meanwhile."""
         try:
-            av = self.pods.manager.actual.volume(unique_name)
-            plugin = self.runtime.mgr.find_plugin_by_name(av.plugin_name) if av else None
-            return (plugin is not None and plugin.requires_remount(spec)
+            plugin = self.runtime.mgr.find_plugin_by_name(plugin_name)
+            return (plugin.requires_remount(spec)
                     and os.path.islink(os.path.join(path, DATA_DIR_NAME)))
         except KubevolError:
             return False

@@ -86,6 +86,8 @@ def test_another_user_cannot_reach_a_pods_volumes(shared_base: Path) -> None:
         "read the secret": f"cat {secret}/password",
         "list the pods": f"ls {root}/pods",
         "write into the emptyDir": f"touch {scratch}/mine",
+        # A restarted agent takes an emptyDir with this marker as set up: not set up again.
+        "plant an emptyDir ready marker": f"touch {pod}/plugins/kubernetes.io~empty-dir/x",
         "swap ..data": f"ln -sfn /etc {secret}/..data_tmp && mv -T {secret}/..data_tmp "
                        f"{secret}/..data",
     }
