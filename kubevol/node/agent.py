@@ -29,15 +29,13 @@ running as recorded; pods found on disk without a record are left alone.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
 import select
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
@@ -50,15 +48,9 @@ from kubevol.node.desired import NewPod, new_pods
 from kubevol.node.executor import INITIAL_BACKOFF, OperationKey, OperationKind
 from kubevol.node.exporter import AgentMetrics, MetricsServer
 from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
-from kubevol.node.manifests import (
-    ApiDict,
-    Manifests,
-    claim_name,
-    manifest_pod_uid,
-    namespace_of,
-    referenced_config_maps,
-)
+from kubevol.node.manifests import ApiDict, Manifests
 from kubevol.node.mountcheck import MountCheck
+from kubevol.node.pod_refs import ChangedObjects, PodRefs, PodsByObject
 from kubevol.node.podevents import PodVolumeEvents
 from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.records import STATE_DIR, PodState, Writer
@@ -76,7 +68,6 @@ from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
 
-_K = TypeVar("_K")
 
 #: The kubelet's reconciler loop period (seconds).
 LOOP_PERIOD = 0.1
@@ -119,73 +110,6 @@ class OwnedPods:
         """Replace the owned UIDs (durably)."""
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         write_json_atomically(self.path, sorted(uids))
-
-
-@attrs.frozen(kw_only=True)
-class _PodRefs:
-    """What a pod manifest refers to by name: its UID, ConfigMaps and claims (by
-    namespace and name)."""
-
-    pod: ApiDict
-    uid: str
-    config_maps: frozenset[tuple[str, str]]
-    claims: frozenset[tuple[str, str]]
-    csi_inline: bool
-
-    @classmethod
-    def of(cls, pod: ApiDict) -> _PodRefs:
-        namespace = namespace_of(pod)
-        volumes = (pod.get("spec") or {}).get("volumes") or []
-        return cls(
-            pod=pod, uid=manifest_pod_uid(pod),
-            config_maps=frozenset((namespace, n) for n in referenced_config_maps(pod)),
-            claims=frozenset((namespace, c) for v in volumes if (c := claim_name(pod, v))),
-            csi_inline=any(v.get("csi") is not None for v in volumes),
-        )
-
-
-class _ChangedObjects:
-    """The objects other than pods that differ between two sets of manifests (by identity:
-    a file read again gives new objects), and which pods that may change."""
-
-    def __init__(self, old: Manifests, new: Manifests) -> None:
-        self.config_maps = self._keys(old.config_maps, new.config_maps)
-        self.pvcs = self._keys(old.pvcs, new.pvcs)
-        self.pvs = self._keys(old.pvs, new.pvs)
-        self.csi_drivers = bool(self._keys(old.csi_drivers, new.csi_drivers))
-        self._new_pvcs = new.pvcs
-
-    @functools.cached_property
-    def steady_claims(self) -> set[tuple[str, str]]:
-        """With PVs changed, the claims still bound to a PV that did not change (asked of
-        every pod: one look at each claim here rather than one per pod)."""
-        return {
-            key for key, pvc in self._new_pvcs.items()
-            if (name := (pvc.get("spec") or {}).get("volumeName")) and name not in self.pvs
-        }
-
-    @staticmethod
-    def _keys(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> set[_K]:
-        if old is new:
-            return set()
-        changed = {k for k, v in new.items() if old.get(k) is not v}
-        changed.update(old.keys() - new.keys())
-        return changed
-
-    @staticmethod
-    def fresh(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict]) -> dict[_K, ApiDict]:
-        """The objects of ``new`` that ``old`` does not have as they are."""
-        return {k: v for k, v in new.items() if old.get(k) is not v}
-
-    def affects(self, refs: _PodRefs) -> bool:
-        """Whether the objects the pod of ``refs`` is built from may have changed (the pod
-        object itself is compared by the caller)."""
-        if refs.config_maps & self.config_maps or refs.claims & self.pvcs:
-            return True
-        if self.csi_drivers and (refs.claims or refs.csi_inline):
-            return True
-        # A claim not bound, or bound to a PV that changed.
-        return bool(self.pvs) and not refs.claims <= self.steady_claims
 
 
 class Agent(ClosesOnExit):
@@ -255,9 +179,14 @@ class Agent(ClosesOnExit):
         )
         #: The pods last built from the sources, by UID (:meth:`_built_pod`).
         self._built: dict[str, NewPod] = {}
-        #: What each pod of the sources refers to, by UID and by the pod object's id.
-        self._refs: dict[str, _PodRefs] = {}
-        self._refs_by_id: dict[int, _PodRefs] = {}
+        #: What each pod of the sources refers to, by UID and by the pod object's id, and
+        #: the pods that use each object.
+        self._refs: dict[str, PodRefs] = {}
+        self._refs_by_id: dict[int, PodRefs] = {}
+        self._users = PodsByObject()
+        #: Whether :meth:`apply_sources` ran once (it then compared every pod with its
+        #: record; afterwards only the pods it built anew).
+        self._applied = False
         #: The sources' objects as :meth:`apply_sources` last saw them.
         self._last_manifests = Manifests()
         #: Pods of the sources that cannot be run, with why (by UID or file name).
@@ -339,45 +268,26 @@ class Agent(ClosesOnExit):
         # (a record keeps the ConfigMaps and CSIDriver objects its pod uses, never a Secret):
         # those not learnt as they are already (a file not read again keeps its objects).
         last, self._last_manifests = self._last_manifests, manifests
-        changed = _ChangedObjects(last, manifests)
+        changed = ChangedObjects(last, manifests)
         self.runtime.learn(attrs.evolve(
             manifests, pods=(), pvs={}, pvcs={},
-            config_maps=changed.fresh(last.config_maps, manifests.config_maps),
-            secrets=changed.fresh(last.secrets, manifests.secrets),
-            csi_drivers=changed.fresh(last.csi_drivers, manifests.csi_drivers),
+            config_maps=changed.fresh_config_maps, secrets=changed.fresh_secrets,
+            csi_drivers=changed.fresh_csi_drivers,
         ))
-        wanted: dict[str, NewPod] = {}
-        for pod in manifests.pods:
-            try:
-                uid, seen = self._pod_uid(pod)
-                if uid in wanted:
-                    raise KubevolError(f"pod UID {uid} is given twice in the static pods")
-                other = self.pods.records.get(uid)
-                if other is not None and other.runs_for(Writer.UP) and uid not in self._owned:
-                    raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
-                                       "not taken over")
-                built = self._built.get(uid)
-                if seen and built is not None and not changed.affects(self._refs[uid]):
-                    wanted[uid] = built  # neither the pod nor what it refers to changed
-                    continue
-                one = attrs.evolve(manifests, pods=(pod,))
-                wanted[uid] = self._built_pod(uid, one)
-            except KubevolError as exc:
-                name = (pod.get("metadata") or {}).get("name", "?")
-                log.error("static pod %s cannot be run: %s", name, exc)
-                self.invalid[f"pod {name}"] = str(exc)
+        wanted, fresh = self._wanted(manifests, self._users.affected(changed, manifests.pvcs))
         # What no pod of the sources is any more (set operations: a change costs what it
         # changed, not a copy of every pod's entries).
         for uid in self._built.keys() - wanted.keys():
             del self._built[uid]
         for uid in self._refs.keys() - wanted.keys():
-            self._refs_by_id.pop(id(self._refs.pop(uid).pod), None)
+            self._forget_refs(self._refs.pop(uid))
         records = self.pods.records
-        adding = [
-            p for uid, p in wanted.items()
-            if (r := records.get(uid)) is None or r.state is not PodState.RUNNING
-            or r.objects != p.record.objects
-        ]
+        adding = []
+        # Every pod, the first time: a record may be left as a previous run left it.
+        for uid in fresh if self._applied else wanted:
+            p, r = wanted[uid], records.get(uid)
+            if r is None or r.state is not PodState.RUNNING or r.objects != p.record.objects:
+                adding.append(p)
         # Only what the agent recorded itself: a UID it once owned may since have been
         # recorded by up (the same static manifest gives the same UID).
         unwanted = self._owned - wanted.keys()
@@ -393,21 +303,61 @@ class Agent(ClosesOnExit):
         if adding or gone:
             log.info("static pods: %d to run or update, %d to stop", len(adding), len(gone))
         self.pods.apply(adding=adding, terminating=gone)
+        self._applied = True
         self._changed.set()
 
-    def _pod_uid(self, pod: ApiDict) -> tuple[str, bool]:
-        """The pod's UID, and whether this very pod object was seen last time (what it
-        refers to is kept: :class:`_PodRefs`)."""
+    def _wanted(
+        self, manifests: Manifests, affected: set[str]
+    ) -> tuple[dict[str, NewPod], list[str]]:
+        """The pods of ``manifests`` built for the volume manager, by UID (those whose UIDs
+        are in ``affected`` built again), and the UIDs of those built anew: only those can
+        differ from their records. A pod that cannot be run is left out and said in
+        :attr:`invalid`."""
+        wanted: dict[str, NewPod] = {}
+        fresh: list[str] = []
+        refs_by_id, built_by_uid = self._refs_by_id, self._built
+        for pod in manifests.pods:
+            # A pod object seen last time whose objects did not change is as it was built
+            # (one look up per pod present, no more: this runs on every change).
+            refs = refs_by_id.get(id(pod))
+            if refs is not None and refs.pod is pod and (uid := refs.uid) not in affected \
+                    and uid not in wanted and (built := built_by_uid.get(uid)) is not None:
+                wanted[uid] = built
+                continue
+            try:
+                uid = self._pod_uid(pod)
+                if uid in wanted:
+                    raise KubevolError(f"pod UID {uid} is given twice in the static pods")
+                other = self.pods.records.get(uid)
+                if other is not None and other.runs_for(Writer.UP) and uid not in self._owned:
+                    raise KubevolError(f"pod UID {uid} is run by kubevol up on this root: "
+                                       "not taken over")
+                wanted[uid] = self._built_pod(uid, attrs.evolve(manifests, pods=(pod,)))
+                fresh.append(uid)
+            except KubevolError as exc:
+                name = (pod.get("metadata") or {}).get("name", "?")
+                log.error("static pod %s cannot be run: %s", name, exc)
+                self.invalid[f"pod {name}"] = str(exc)
+        return wanted, fresh
+
+    def _pod_uid(self, pod: ApiDict) -> str:
+        """The pod's UID; what it refers to is kept (:class:`PodRefs`) and indexed."""
         refs = self._refs_by_id.get(id(pod))
-        seen = refs is not None and refs.pod is pod
-        if refs is None or not seen:
-            refs = _PodRefs.of(pod)
+        if refs is None or refs.pod is not pod:
+            refs = PodRefs.of(pod)
             self._refs_by_id[id(pod)] = refs
         old = self._refs.get(refs.uid)
-        if old is not None and old is not refs and self._refs_by_id.get(id(old.pod)) is old:
-            del self._refs_by_id[id(old.pod)]  # the pod's previous object
-        self._refs[refs.uid] = refs
-        return refs.uid, seen
+        if old is not refs:
+            if old is not None:
+                self._forget_refs(old)  # the pod's previous object
+            self._refs[refs.uid] = refs
+            self._users.add(refs)
+        return refs.uid
+
+    def _forget_refs(self, refs: PodRefs) -> None:
+        if self._refs_by_id.get(id(refs.pod)) is refs:
+            del self._refs_by_id[id(refs.pod)]
+        self._users.remove(refs)
 
     def _built_pod(self, uid: str, manifests: Manifests) -> NewPod:
         """The pod of ``manifests`` built for the volume manager, as last time when the

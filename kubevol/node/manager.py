@@ -133,8 +133,12 @@ class NodeVolumeManager:
     # -- pods -------------------------------------------------------------------------------
 
     def set_pod(self, pod: DesiredPod) -> None:
-        """Want ``pod`` and its volumes (replacing what was wanted for its UID)."""
+        """Want ``pod`` and its volumes (replacing what was wanted for its UID: the
+        volumes set up periodically are then set up again at once)."""
+        replaced = self.desired.pod(pod.uid)
         self.desired.set_pod(pod)
+        if replaced is not None and replaced != pod:
+            self.reconciler.remount_now(pod)
         self.reconciler.touch(pod=pod.uid)
 
     def remove_pod(self, uid: str) -> None:

@@ -24,6 +24,7 @@ removal asks: what is held is not torn down or removed.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from kubevol.node.poddirs import remove_pod_dir
 from kubevol.node.state import (
     ActualState,
     AttachedVolume,
+    DesiredPod,
     DesiredState,
     MountState,
     VolumeMode,
@@ -122,6 +124,16 @@ class Reconciler:
                 self._dirty_pods.add(pod)
             if volume:
                 self._dirty_volumes.add(volume)
+
+    def remount_now(self, pod: DesiredPod) -> None:
+        """Set up again at the next pass the volumes of ``pod`` that are set up
+        periodically: what the pod is built from changed (a ConfigMap it uses, its
+        labels), as the kubelet's sync of an updated pod marks them for a remount. Call it
+        with the desired pod replaced (it does not :meth:`touch` the pod)."""
+        with self._lock:
+            for v in pod.volumes:
+                if (key := (v.unique_name, pod.uid)) in self._set_up_at:
+                    self._set_up_at[key] = -math.inf
 
     def touch_key(self, key: OperationKey, error: BaseException | None = None) -> bool:
         """:meth:`touch` what an operation on ``key`` changed (call it once the key is free:

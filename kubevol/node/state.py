@@ -16,6 +16,7 @@ Both stores are thread-safe; their queries return frozen snapshots.
 
 from __future__ import annotations
 
+import collections
 import enum
 import threading
 from collections.abc import Iterable
@@ -154,17 +155,28 @@ class DesiredState:
 
     def __init__(self) -> None:
         self._pods: dict[str, DesiredPod] = {}
+        #: How many desired pods want each volume (by unique name): :meth:`is_desired`
+        #: without a look at every pod.
+        self._wanting: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
 
     def set_pod(self, pod: DesiredPod) -> None:
         """Add ``pod`` or replace what was desired for its UID."""
         with self._lock:
+            self._forget(self._pods.get(pod.uid))
             self._pods[pod.uid] = pod
+            self._wanting.update({v.unique_name for v in pod.volumes})
 
     def remove_pod(self, uid: str) -> None:
         """Stop wanting pod ``uid``. Idempotent."""
         with self._lock:
-            self._pods.pop(uid, None)
+            self._forget(self._pods.pop(uid, None))
+
+    def _forget(self, pod: DesiredPod | None) -> None:
+        for name in {v.unique_name for v in pod.volumes} if pod is not None else ():
+            self._wanting[name] -= 1
+            if self._wanting[name] <= 0:
+                del self._wanting[name]
 
     def pods(self) -> list[DesiredPod]:
         """Every desired pod."""
@@ -184,10 +196,10 @@ class DesiredState:
     def is_desired(self, unique_name: str, pod_uid: str | None = None) -> bool:
         """Whether any pod (or pod ``pod_uid``) wants the volume."""
         with self._lock:
-            pods = self._pods.values() if pod_uid is None else [self._pods.get(pod_uid)]
-            return any(
-                v.unique_name == unique_name for p in pods if p is not None for v in p.volumes
-            )
+            if pod_uid is None:
+                return unique_name in self._wanting
+            pod = self._pods.get(pod_uid)
+            return pod is not None and any(v.unique_name == unique_name for v in pod.volumes)
 
 
 @attrs.frozen(kw_only=True)

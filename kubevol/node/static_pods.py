@@ -16,15 +16,19 @@ events mean "changed") is the part that matters and lives here.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import os
 import select
 import time
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
 
 import inotify_simple
 
 from kubevol.errors import KubevolError
-from kubevol.node.manifests import Manifests, load_manifest_files
+from kubevol.node.manifests import ApiDict, Manifests, load_manifest_files
 from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,10 @@ _F = inotify_simple.flags
 _CHANGED = _F.CLOSE_WRITE | _F.MOVED_TO
 _GONE = _F.DELETE | _F.MOVED_FROM
 _DIR_GONE = _F.DELETE_SELF | _F.MOVE_SELF | _F.IGNORED
+#: The kinds of :class:`Manifests` kept by name.
+_KEYED = ("pvs", "pvcs", "config_maps", "secrets", "csi_drivers")
+
+_K = TypeVar("_K", bound=Hashable)
 
 
 def is_manifest_name(name: str) -> bool:
@@ -57,14 +65,21 @@ class ManifestDirectory(ClosesOnExit):
         if os.path.lexists(self.path) and not os.path.isdir(self.path):
             raise KubevolError(f"static pod directory {self.path!r} is not a directory")
         self._inotify = inotify_simple.INotify()
-        #: Parsed content by file name.
+        #: Parsed content by file name, and the names in order.
         self.files: dict[str, Manifests] = {}
+        self._names: list[str] = []
         #: Why a file could not be read, by file name (its previous pods are kept).
         self.errors: dict[str, str] = {}
         #: Whether the directory exists (was found and is watched).
         self.present = False
-        #: :meth:`manifests` until a file changes.
-        self._merged: Manifests | None = None
+        #: :meth:`manifests` as last merged, the files it was merged from, and which files
+        #: define each object name (per kind): a change re-merges only the names its files
+        #: define, so one pod's file costs the same with 5 or 5,000 files present.
+        self._merged = Manifests()
+        self._merged_files: dict[str, Manifests] = {}
+        #: The files read or dropped since the last merge.
+        self._dirty: set[str] = set()
+        self._definers: dict[str, dict[Hashable, set[str]]] = {k: {} for k in _KEYED}
         if not self._start():
             log.warning("static pod directory %s does not exist yet: waiting for it",
                         self.path)
@@ -88,13 +103,15 @@ class ManifestDirectory(ClosesOnExit):
         return int(self._inotify.fileno())
 
     def _read(self, name: str) -> None:
-        self._merged = None
         path = os.path.join(self.path, name)
         if not os.path.isfile(path):
             self._drop(name)
             return
         try:
+            if name not in self.files:
+                bisect.insort(self._names, name)
             self.files[name] = load_manifest_files([path])
+            self._dirty.add(name)
         except KubevolError as exc:
             log.error("static pod manifest %s is not valid, its pods are kept: %s", path, exc)
             self.errors[name] = str(exc)
@@ -102,8 +119,9 @@ class ManifestDirectory(ClosesOnExit):
         self.errors.pop(name, None)
 
     def _drop(self, name: str) -> None:
-        self._merged = None
-        self.files.pop(name, None)
+        self._dirty.add(name)
+        if self.files.pop(name, None) is not None:
+            self._names.remove(name)
         self.errors.pop(name, None)
 
     def wait(self, timeout: float) -> bool:
@@ -141,17 +159,58 @@ class ManifestDirectory(ClosesOnExit):
         """Every file's objects, merged in file-name order (a later file wins on a name
         clash, as :meth:`Manifests.merged`); the same object until a file changes, its
         objects those of the files (a file not read again keeps its objects)."""
-        if self._merged is None:
-            files = [self.files[name] for name in sorted(self.files)]
-            self._merged = Manifests(
-                pods=tuple(pod for m in files for pod in m.pods),
-                pvs={k: v for m in files for k, v in m.pvs.items()},
-                pvcs={k: v for m in files for k, v in m.pvcs.items()},
-                config_maps={k: v for m in files for k, v in m.config_maps.items()},
-                secrets={k: v for m in files for k, v in m.secrets.items()},
-                csi_drivers={k: v for m in files for k, v in m.csi_drivers.items()},
-            )
+        changed = {n for n in self._dirty if self.files.get(n) is not self._merged_files.get(n)}
+        self._dirty.clear()
+        if not changed:
+            return self._merged
+        pods = self._merged.pods
+        if any(m.pods for n in changed
+               for m in (self.files.get(n), self._merged_files.get(n)) if m is not None):
+            files = self.files
+            pods = tuple(itertools.chain.from_iterable([files[n].pods for n in self._names]))
+        last = self._merged
+        self._merged = Manifests(
+            pods=pods,
+            pvs=self._remerge("pvs", last.pvs, changed),
+            pvcs=self._remerge("pvcs", last.pvcs, changed),
+            config_maps=self._remerge("config_maps", last.config_maps, changed),
+            secrets=self._remerge("secrets", last.secrets, changed),
+            csi_drivers=self._remerge("csi_drivers", last.csi_drivers, changed),
+        )
+        for n in changed:
+            if n in self.files:
+                self._merged_files[n] = self.files[n]
+            else:
+                del self._merged_files[n]
         return self._merged
+
+    def _remerge(
+        self, kind: str, old: Mapping[_K, ApiDict], changed: set[str]
+    ) -> Mapping[_K, ApiDict]:
+        """The merged objects of ``kind`` after the files ``changed`` changed: the last
+        merge's (``old``), with the names those files define (or defined) merged again."""
+        definers = self._definers[kind]
+        names: set[_K] = set()
+        for n in changed:
+            before = self._merged_files.get(n)
+            after = self.files.get(n)
+            for key in getattr(before, kind) if before is not None else ():
+                definers[key].discard(n)
+                names.add(key)
+            for key in getattr(after, kind) if after is not None else ():
+                definers.setdefault(key, set()).add(n)
+                names.add(key)
+        if not names:
+            return old
+        merged = dict(old)
+        for key in names:
+            files = definers.get(key)
+            if files:
+                merged[key] = getattr(self.files[max(files)], kind)[key]  # the last file wins
+            else:
+                definers.pop(key, None)
+                merged.pop(key, None)
+        return merged
 
     def close(self) -> None:
         """Stop watching. Idempotent."""

@@ -146,3 +146,25 @@ def test_a_projected_token_is_renewed_before_it_expires(tmp_path: Path) -> None:
             stop.set()
             thread.join(30)
             agent.close()
+
+
+def test_a_configmap_in_another_file_reaches_the_running_pod_at_once(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent]  # noqa: F811
+) -> None:
+    """A pod whose manifest did not change is updated when an object it refers to changes
+    in another file (the agent finds the pods a change touches through an index, not by
+    asking each pod): the changed ConfigMap reaches its volume long before the periodic
+    set-up would bring it."""
+    (env.manifests / "objects.yaml").write_text(objects("info"))
+    (env.manifests / "web.yaml").write_text(pod("web", VOLUMES))
+    (env.manifests / "other.yaml").write_text(objects("info").replace("shop", "elsewhere"))
+    running = start_agent(remount_period=3600)
+    level = env.pod_volume("web", "settings", "kubernetes.io~configmap") + "/level"
+    wait_until(lambda: read(level) == "info", 30, "the ConfigMap's key in the volume")
+    wait_until(running.agent.settled.is_set, 30, "the agent settled")
+    write_atomically(env.manifests / "other.yaml",
+                     objects("debug").replace("shop", "elsewhere"))
+    time.sleep(0.5)
+    assert read(level) == "info"  # a ConfigMap of the same name in another namespace
+    write_atomically(env.manifests / "objects.yaml", objects("debug"))
+    wait_until(lambda: read(level) == "debug", 10, "the changed ConfigMap in the volume")

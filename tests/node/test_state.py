@@ -1,15 +1,26 @@
 """Covers kubevol.node.state.
 
-The actual state: snapshots that follow every change.
+The actual state: snapshots that follow every change; the desired state: which volumes
+pods want, as pods come, change and go.
 """
 
 from __future__ import annotations
 
 import attrs
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes import client
 
 from kubevol import Spec
-from kubevol.node.state import ActualState, AttachedVolume, MountState, VolumeMode
+from kubevol.node.state import (
+    ActualState,
+    AttachedVolume,
+    DesiredPod,
+    DesiredState,
+    MountState,
+    VolumeMode,
+    VolumeToMount,
+)
 
 
 def _add(state: ActualState, spec: Spec, *, reconstructed: bool = False) -> None:
@@ -57,3 +68,30 @@ def test_a_snapshot_is_kept_until_the_volume_changes_and_then_shows_the_change()
 
     state.set_pod_state("u", "pod-a", MountState.UNMOUNTED)
     assert [p.pod_uid for p in _now(state).pods] == ["pod-b"]
+
+
+_PODS = st.sampled_from(["p1", "p2", "p3"])
+_NAMES = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=3)
+
+
+@given(steps=st.lists(st.tuples(_PODS, st.none() | _NAMES), max_size=12))
+def test_is_desired_follows_pods_that_come_change_and_go(
+    steps: list[tuple[str, list[str] | None]]
+) -> None:
+    """A volume is desired while some pod wants it (two pods may want one volume, a pod may
+    name it twice); the answer is asked of every pod's volumes."""
+    state = DesiredState()
+    spec = Spec.from_manifest({"name": "v", "emptyDir": {}})
+    for uid, names in steps:
+        if names is None:
+            state.remove_pod(uid)
+        else:
+            state.set_pod(DesiredPod(uid=uid, pod=client.V1Pod(), volumes=tuple(
+                VolumeToMount(unique_name=n, volume_name=n, plugin_name="p", pod_uid=uid,
+                              pod=client.V1Pod(), outer_name=n, spec=spec) for n in names)))
+        for name in "abcd":
+            wanting = {p.uid for p in state.pods() if any(v.unique_name == name
+                                                          for v in p.volumes)}
+            assert state.is_desired(name) == bool(wanting)
+            for other in ("p1", "p2", "p3"):
+                assert state.is_desired(name, other) == (other in wanting)
