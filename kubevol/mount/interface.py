@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 from collections.abc import Sequence
 
 import attrs
@@ -86,6 +87,13 @@ class MountInterface(abc.ABC):
         change.
         """
         return MountTable(read_mountinfo_bytes())
+
+    def removing_mount_point(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """Around the removal of directory ``path``, where a mount may have been: once it
+        is removed, nothing is mounted there, which :meth:`table` may take into account
+        (:meth:`MountTableCache.removing <kubevol.mount.table.MountTableCache.removing>`).
+        Default: nothing is taken into account."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def get_mount_refs(self, path: str) -> builtins.list[str]:

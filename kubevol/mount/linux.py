@@ -75,6 +75,11 @@ class LinuxMounter(MountInterface):
         :meth:`MountInterface.table`)."""
         return self._table.table(superset=superset, at=at)
 
+    def removing_mount_point(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """See :meth:`MountInterface.removing_mount_point`: the table kept for checks that
+        accept a superset leaves ``path`` out once it is removed."""
+        return self._table.removing(path)
+
     def mount(
         self, source: str, target: str, fstype: str = "", options: Sequence[str] = ()
     ) -> None:

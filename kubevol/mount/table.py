@@ -19,12 +19,13 @@ How the table is read, and what a read of a changing table guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from kubevol.errors import MountError, MountInfoError
 from kubevol.layout import is_within
@@ -56,10 +57,12 @@ class MountTable:
     :meth:`entries`; :meth:`find_containing` then falls back to a full scan.
     """
 
-    __slots__ = ("_data",)
+    __slots__ = ("_base", "_data", "_removed")
 
     def __init__(self, data: bytes) -> None:
         self._data = data
+        self._base: MountTable | None = None
+        self._removed: frozenset[str] = frozenset()
 
     @classmethod
     def from_text(cls, text: str) -> MountTable:
@@ -70,6 +73,34 @@ class MountTable:
     def data(self) -> bytes:
         """The raw mountinfo bytes."""
         return self._data
+
+    @property
+    def derived_from(self) -> tuple[MountTable, frozenset[str]] | None:
+        """The table this one was made from by :meth:`without_mount_points`, and the mount
+        points it left out (None: read as it is)."""
+        return None if self._base is None else (self._base, self._removed)
+
+    def without_mount_points(self, points: Sequence[str]) -> MountTable:
+        """This table without the entries mounted at ``points`` (absolute, normalised): the
+        table as it is once those mount points are known to be gone. The cost grows with
+        the lines that mention them."""
+        data = self._data
+        spans = []
+        for point in set(points):
+            escaped = os.fsencode(escape(point))
+            for start, stop in self._spans_with(b" " + escaped + b" "):
+                if data[start:stop].split(b" ", 5)[4:5] == [escaped]:
+                    spans.append((start, stop))
+        if not spans:
+            return self
+        parts, pos = [], 0
+        for start, stop in sorted(spans):
+            parts.append(data[pos:start])
+            pos = stop + 1  # with its newline
+        parts.append(data[pos:])
+        table = MountTable(b"".join(parts))
+        table._base, table._removed = self, frozenset(points)
+        return table
 
     def entries(self) -> list[MountInfo]:
         """Every entry, in table order. Raises :class:`~kubevol.errors.MountInfoError`."""
@@ -178,14 +209,19 @@ class MountTable:
     def _lines_with(self, needle: bytes) -> list[MountInfo]:
         """Parsed lines containing ``needle``, each once, in table order."""
         data = self._data
+        return [_parse(data, start, stop) for start, stop in self._spans_with(needle)]
+
+    def _spans_with(self, needle: bytes) -> list[tuple[int, int]]:
+        """The bounds of the lines containing ``needle``, each once, in table order."""
+        data = self._data
         if _native_lines_with is not None:
-            return [_parse(data, start, stop) for start, stop in _native_lines_with(data, needle)]
+            return _native_lines_with(data, needle)
         # rfind is markedly faster than find in CPython for short needles; collect backwards.
         found = []
         end = len(data)
         while (pos := data.rfind(needle, 0, end)) >= 0:
             start, stop = _line_bounds(data, pos)
-            found.append(_parse(data, start, stop))
+            found.append((start, stop))
             end = start
         found.reverse()
         return found
@@ -253,6 +289,8 @@ class MountTableCache(ClosesOnExit):
         self._watch: AttachWatch | None = None
         self._watch_tried = False
         self._watched = False
+        #: Mount points known gone since the table held was read (:meth:`removing`).
+        self._gone: set[str] = set()
 
     def table(self, *, superset: bool = False, at: str | None = None) -> MountTable:
         """The table as it is now. Raises :class:`~kubevol.errors.MountError` if unreadable.
@@ -275,13 +313,13 @@ class MountTableCache(ClosesOnExit):
             if self._table is not None and self._held_from > asked_after:
                 return self._table  # read since this call began
             held = self._table
-            if (
-                superset
-                and self._superset_holds()  # first: it starts the watch, held or not
-                and held is not None
-                and (at is None or _holds(held, at))
-            ):
-                return held
+            # _superset_holds first: it starts the watch, whether a table is held or not.
+            if superset and self._superset_holds() and held is not None:
+                if self._gone:
+                    held = self._table = held.without_mount_points(sorted(self._gone))
+                    self._gone.clear()
+                if at is None or _holds(held, at):
+                    return held
             reader = self._open()
             if reader.is_proc:
                 # Poll before reading: a change during the read leaves the flag set, so
@@ -298,6 +336,7 @@ class MountTableCache(ClosesOnExit):
             if stale or self._table is None:
                 # The change flag is consumed: a failed read must not leave the old table.
                 self._table = None
+                self._gone.clear()
                 self._begun += 1
                 if self._watch is not None:
                     self._watch.attached()  # what is queued now, the read will show
@@ -306,6 +345,19 @@ class MountTableCache(ClosesOnExit):
                 self._held_from = self._begun
                 self.reads += 1
             return self._table
+
+    @contextlib.contextmanager
+    def removing(self, path: str) -> Iterator[None]:
+        """Around the removal of directory ``path`` (absolute, normalised): once it is
+        removed, nothing is mounted there (a mount point cannot be removed), and the table
+        held for ``superset`` callers, if read before, leaves out what it lists there. A
+        driver's unmount is so known without reading the table again: the unstage that
+        follows an unpublish finds no publish mount."""
+        begun = self._begun  # a table read from now on may or may not list the path
+        yield
+        with self._lock:
+            if self._table is not None and self._held_from <= begun:
+                self._gone.add(path)
 
     def _superset_holds(self) -> bool:
         """Whether the table held (if any) lists every mount present now: it was read while

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 
 from kubevol import layout
 from kubevol.manager import VolumePluginMgr
@@ -106,6 +107,11 @@ class VolumeUsage:
         if last is data:
             return grouped
         prefix = pods_dir + "/"
+        derived = table.derived_from
+        if derived is not None and derived[0].data is last:
+            grouped = self._without(grouped, derived[1], prefix)
+            self._grouped = (data, grouped)
+            return grouped
         needle = os.fsencode(escape(prefix))
         grouped = {}
         pos = 0
@@ -125,18 +131,31 @@ class VolumeUsage:
         self._grouped = (data, grouped)
         return grouped
 
+    @staticmethod
+    def _without(
+        grouped: dict[str, _Candidates], points: Iterable[str], prefix: str
+    ) -> dict[str, _Candidates]:
+        """``grouped`` without the mount points ``points`` (copied where they were)."""
+        out = dict(grouped)
+        for point in points:
+            found = _pod_mount_at(point, prefix)
+            if found is None or (directories := out.get(found[0])) is None:
+                continue
+            if (left := directories.get(found[1])) is None or point not in left:
+                continue
+            directories = out[found[0]] = dict(directories)
+            if left := [p for p in left if p != point]:
+                directories[found[1]] = left
+            else:
+                del directories[found[1]]
+                if not directories:
+                    del out[found[0]]
+        return out
+
     def _pod_mount(self, line: bytes, prefix: str) -> _PodMount | None:
-        """(escaped plugin, (pod UID, spec name, volume directory), mount point) of a mount
-        under a pod's ``volumes`` directory, from one mountinfo line (cached by its
+        """:func:`_pod_mount_at` of one mountinfo line's mount point (cached by the line's
         bytes)."""
-        point = parse_mountinfo_line(os.fsdecode(line)).mount_point
-        pod = layout.split_pod_path(point[len(prefix) :]) if point.startswith(prefix) else None
-        found = None
-        if pod is not None and pod.kind == layout.POD_VOLUMES_DIR and len(pod.rest) >= 2:
-            escaped, spec_name = pod.rest[0], pod.rest[1]
-            vol_dir = os.path.join(prefix, pod.pod_uid, layout.POD_VOLUMES_DIR, escaped,
-                                   spec_name)
-            found = (escaped, (pod.pod_uid, spec_name, vol_dir), point)
+        found = _pod_mount_at(parse_mountinfo_line(os.fsdecode(line)).mount_point, prefix)
         with self._lock:
             if len(self._lines) > _LINE_CACHE_SIZE:
                 self._lines.clear()
@@ -175,3 +194,15 @@ class VolumeUsage:
                 self._cache.clear()
             self._cache[d.path] = (stamp, name)
         return name
+
+
+def _pod_mount_at(point: str, prefix: str) -> _PodMount | None:
+    """(escaped plugin, (pod UID, spec name, volume directory), mount point) of a mount
+    point under a pod's ``volumes`` directory (``prefix``: the pods directory and a slash);
+    None for any other."""
+    pod = layout.split_pod_path(point[len(prefix) :]) if point.startswith(prefix) else None
+    if pod is None or pod.kind != layout.POD_VOLUMES_DIR or len(pod.rest) < 2:
+        return None
+    escaped, spec_name = pod.rest[0], pod.rest[1]
+    vol_dir = os.path.join(prefix, pod.pod_uid, layout.POD_VOLUMES_DIR, escaped, spec_name)
+    return escaped, (pod.pod_uid, spec_name, vol_dir), point

@@ -120,3 +120,48 @@ def test_a_fixture_file_gets_no_superset_table(tmp_path: Path) -> None:
         path.write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:5 / /a rw - tmpfs t rw\n")
         assert cache.table(superset=True) is not before
         assert cache._watch is None
+
+
+@pytest.mark.root
+def test_a_removed_mount_point_leaves_the_superset_table_without_a_read(
+    watch: AttachWatch, rig: MountRig, tmp_path: Path
+) -> None:  # watch: the kernel has mount events
+    """A driver's unmount is learnt from the removal of its directory: the table held for
+    superset callers leaves out what it listed there, and nothing is read."""
+    source, a, b = _dirs(tmp_path, "source", "a", "b")
+    rig.bind(source, a)
+    rig.bind(source, a)  # stacked: every line at the removed mount point goes
+    rig.bind(source, b)
+    with MountTableCache() as cache:
+        before = cache.table(superset=True)
+        reads = cache.reads
+        rig.unmount(a)
+        rig.unmount(a)
+        with cache.removing(str(a)):
+            a.rmdir()
+        after = cache.table(superset=True)
+        assert cache.reads == reads
+        assert after.derived_from == (before, frozenset({str(a)}))
+        assert after.find_mount_point(str(a)) is None
+        assert after.find_mount_point(str(b)) is not None
+        assert len(after.entries()) == len(before.entries()) - 2
+        assert cache.table(superset=True) is after
+
+
+@pytest.mark.root
+def test_a_table_read_after_the_removal_began_is_taken_as_read(
+    watch: AttachWatch, rig: MountRig, tmp_path: Path
+) -> None:  # watch: the kernel has mount events
+    """Something mounted at the path again once it was removed, and a table read since,
+    lists it: the removal's news must not take it out of that table."""
+    source, a = _dirs(tmp_path, "source", "a")
+    rig.bind(source, a)
+    with MountTableCache() as cache:
+        cache.table(superset=True)
+        rig.unmount(a)
+        with cache.removing(str(a)):
+            a.rmdir()
+            a.mkdir()
+            rig.bind(source, a)
+            assert cache.table(superset=True).find_mount_point(str(a)) is not None
+        assert cache.table(superset=True).find_mount_point(str(a)) is not None

@@ -157,7 +157,8 @@ def remove_mount_dir(host: VolumeHost, mount_path: str) -> None:
             )
         except FileNotFoundError:
             return  # gone already
-        _remove_at(os.rmdir, mount_name, volume_fd, mount_path)
+        with host.get_mounter().removing_mount_point(os.path.normpath(mount_path)):
+            _remove_at(os.rmdir, mount_name, volume_fd, mount_path)
         _remove_at(os.unlink, CSI_VOL_DATA_FILE, volume_fd,
                    os.path.join(volume_dir, CSI_VOL_DATA_FILE))
         _remove_volume_dir(grand_fd, volume_name, volume_fd, volume_dir)
