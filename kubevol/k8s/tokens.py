@@ -212,6 +212,12 @@ class TokenManager:
         self._clock = clock
         self._jitter = jitter or (lambda: random.random() * MAX_JITTER_SECONDS)
         self._cache: dict[TokenRequest, IssuedToken] = {}
+        #: The requests cached for each pod (by UID).
+        self._by_pod: dict[str, set[TokenRequest]] = {}
+        #: When the tokens of pods with none cached need a refresh (:meth:`expect_refresh`).
+        self._expected: dict[str, datetime.datetime] = {}
+        #: Bumped whenever :meth:`refresh_times` may have changed.
+        self.version = 0
         self._lock = threading.Lock()
 
     def get_token(self, request: TokenRequest) -> IssuedToken:
@@ -233,21 +239,59 @@ class TokenManager:
             raise
         with self._lock:
             self._cache[request] = issued
+            self._by_pod.setdefault(request.pod_uid, set()).add(request)
+            self._expected.pop(request.pod_uid, None)
+            self.version += 1
         return issued
 
     def requires_refresh(self, issued: IssuedToken, now: datetime.datetime) -> bool:
         """True once 80% of the lifetime (or 24 hours) has passed, less a random jitter."""
-        jitter = datetime.timedelta(seconds=self._jitter())
-        if now > issued.issued_at + MAX_TTL - jitter:
-            return True
+        return now > self._refresh_time(issued) - datetime.timedelta(seconds=self._jitter())
+
+    @staticmethod
+    def _refresh_time(issued: IssuedToken) -> datetime.datetime:
+        """When 80% of the token's lifetime (or 24 hours) has passed."""
         # Integer seconds, as the kubelet computes 20% of the lifetime.
         remaining_fraction = datetime.timedelta(
             seconds=issued.expiration_seconds * round((1 - REFRESH_FRACTION) * 100) // 100
         )
-        return now > issued.expiration - remaining_fraction - jitter
+        return min(issued.issued_at + MAX_TTL, issued.expiration - remaining_fraction)
+
+    def refresh_times(self) -> dict[str, datetime.datetime]:
+        """For each pod with tokens, when the first of them needs a refresh (without
+        jitter): what a later run needs to know to :meth:`expect_refresh`."""
+        with self._lock:
+            out = dict(self._expected)
+            for uid, requests in self._by_pod.items():
+                out[uid] = min(self._refresh_time(self._cache[r]) for r in requests)
+        return out
+
+    def expect_refresh(self, times: Mapping[str, datetime.datetime]) -> None:
+        """Take ``times`` (an earlier run's :meth:`refresh_times`) as when the tokens of
+        those pods need a refresh, for :meth:`refresh_due` while none of theirs is
+        cached: the tokens their volumes hold were issued before."""
+        with self._lock:
+            self._expected.update(
+                (uid, when) for uid, when in times.items() if uid not in self._by_pod)
+            self.version += 1
+
+    def refresh_due(self, pod_uid: str) -> bool:
+        """Whether a token bound to pod ``pod_uid`` needs a refresh now (:meth:`get_token`
+        would ask for a new one), or none is known (after a restart, unless
+        :meth:`expect_refresh` said when)."""
+        with self._lock:
+            issued = [self._cache[r] for r in self._by_pod.get(pod_uid, ())]
+            expected = self._expected.get(pod_uid)
+        now = self._clock()
+        if not issued:
+            jitter = datetime.timedelta(seconds=self._jitter())
+            return expected is None or now > expected - jitter
+        return any(self.requires_refresh(t, now) for t in issued)
 
     def forget_pod(self, pod_uid: str) -> None:
         """Drop the tokens bound to a pod (it was deleted)."""
         with self._lock:
-            for request in [r for r in self._cache if r.pod_uid == pod_uid]:
+            for request in self._by_pod.pop(pod_uid, ()):
                 del self._cache[request]
+            self._expected.pop(pod_uid, None)
+            self.version += 1

@@ -15,6 +15,13 @@ sources, so an idle agent costs next to nothing. Stopping (``stop`` set, e.g.
 by SIGTERM) takes no new work, lets running operations finish (for ``STOP_TIMEOUT`` at
 most), and never tears a volume down because the agent stops.
 
+Set up again: the kubelet sets every configMap, secret, downwardAPI and projected volume
+up again at each pod sync (about once a minute), as it hears of no change to what they
+project. Without an API server the agent hears of every change (its manifests): it sets up
+again at once the pods a change touches, and otherwise only a projected volume whose
+service-account token is due for renewal (the refresh times are kept across restarts:
+:mod:`kubevol.node.token_times`). With an API server, every ``remount_period``.
+
 Sources: a static-pod directory (:mod:`kubevol.node.static_pods`) and/or the pods bound to
 this node on an API server (:mod:`kubevol.node.api_pods`); both feed one desired state.
 Until the API server's pods were listed once, nothing is taken down (the kubelet waits for
@@ -58,11 +65,16 @@ from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
 from kubevol.node.state import DesiredPod, MountState, VolumeMode, VolumeToMount
 from kubevol.node.static_pods import ManifestDirectory
+from kubevol.node.token_times import TokenRefreshTimes
 from kubevol.plugins.atomic_writer import DATA_DIR_NAME
+from kubevol.plugins.config_map import CONFIG_MAP_PLUGIN_NAME
 from kubevol.plugins.csi.registration.nodeinfo import NodeInfoManager
 from kubevol.plugins.csi.registration.watcher import PluginWatcher
+from kubevol.plugins.downward_api import DOWNWARD_API_PLUGIN_NAME
 from kubevol.plugins.empty_dir import EMPTY_DIR_PLUGIN_NAME
 from kubevol.plugins.empty_dir import set_up_finished as empty_dir_set_up_finished
+from kubevol.plugins.projected import PROJECTED_PLUGIN_NAME, projects_a_token
+from kubevol.plugins.secret import SECRET_PLUGIN_NAME
 from kubevol.spec import Spec
 from kubevol.util.lifecycle import ClosesOnExit
 
@@ -85,6 +97,12 @@ EVENT_SOURCE = "kubevol"
 STOP_TIMEOUT = 10.0
 #: A loop that has not finished a pass for this long is reported unhealthy (seconds).
 STALL_AFTER = 60.0
+
+
+#: The plugins whose volumes project what an agent without an API server reads from its
+#: manifests (and a projected volume's tokens).
+_FROM_MANIFESTS = frozenset({CONFIG_MAP_PLUGIN_NAME, SECRET_PLUGIN_NAME,
+                             DOWNWARD_API_PLUGIN_NAME, PROJECTED_PLUGIN_NAME})
 
 
 class OwnedPods:
@@ -124,7 +142,8 @@ class Agent(ClosesOnExit):
     None: only the drivers the runtime was given); ``metrics_address``
     ``HOST:PORT`` serves ``/metrics`` and ``/healthz`` (None: not served); ``max_backoff``
     caps the retry backoff (default: the kubelet's 2 min 2 s); ``remount_period`` is how
-    often volumes whose plugin asks for it are set up again (default: the kubelet's 1 min).
+    often volumes whose plugin asks for it are looked at for a set-up again (default: the
+    kubelet's 1 min; which are set up again: :meth:`_remount_wanted`).
     """
 
     def __init__(
@@ -151,6 +170,7 @@ class Agent(ClosesOnExit):
         self.stats_period = stats_period
         self.notifier = notifier or SystemdNotifier(None)
         self.owned = OwnedPods(runtime.host.root_dir)
+        self._token_times = TokenRefreshTimes(runtime.host.root_dir)
         self._owned = self.owned.load()
         self.source = ManifestDirectory(manifest_dir) if manifest_dir else None
         self.api = api_pods
@@ -303,6 +323,10 @@ class Agent(ClosesOnExit):
         if adding or gone:
             log.info("static pods: %d to run or update, %d to stop", len(adding), len(gone))
         self.pods.apply(adding=adding, terminating=gone)
+        # A record keeps no Secret: the pods projecting one that changed are not built
+        # anew, only set up again.
+        for uid in self._users.secret_users(changed):
+            self.pods.manager.remount_pod(uid)
         self._applied = True
         self._changed.set()
 
@@ -394,20 +418,26 @@ class Agent(ClosesOnExit):
             if self.api is not None:
                 self.api.start()
                 log.info("watching the pods of node %s on the API server", self.api.node_name)
+            if self.runtime.host.tokens is not None:
+                self._token_times.load(self.runtime.host.tokens)
             self._adopt(self.pods.reconstruct())
             self._seed_built()
             self.apply_sources()
             stats.start()
             # ConfigMap, Secret, downwardAPI and projected volumes (service-account tokens
-            # among them) are set up again this often, as the kubelet's pod sync does: a
-            # changed object reaches running pods, a token is renewed before it expires.
+            # among them) are looked at this often, as the kubelet's pod sync does, and set
+            # up again when what they project may have changed (_remount_wanted): a token
+            # is renewed before it expires, an object read from an API server followed.
             self.pods.manager.reconciler.remount_period = self.remount_period
+            self.pods.manager.reconciler.remount_wanted = self._remount_wanted
             self._loop(stop)
         finally:
             self._running = False
             self.notifier.notify("STOPPING=1")
             log.info("stopping: waiting for running operations")
             self.pods.close(STOP_TIMEOUT)
+            if self.runtime.host.tokens is not None:
+                self._token_times.save_if_changed(self.runtime.host.tokens)
             if self.server is not None:
                 self.server.stop()
             if self.watcher is not None:
@@ -434,9 +464,11 @@ class Agent(ClosesOnExit):
         restart (the driver's mount is its answer; every step before it is written before
         the call); so is a plain directory whose set-up shows it finished
         (:meth:`_finished_unmounted`). What else is not found mounted (a missing or
-        unresponsive mount, a block volume) stays uncertain and is set up again; volumes
-        whose plugin asks for it (configMap, projected...) are still set up again every
-        ``remount_period``."""
+        unresponsive mount, a block volume) stays uncertain and is set up again. What the
+        adopted configMap, secret and projected volumes project is brought up to date as
+        any change is: a pod whose objects changed while the agent was down (its record
+        keeps them) or that projects a Secret (a record keeps none) is set up again by the
+        first :meth:`apply_sources`, a token when it is due (:meth:`_remount_wanted`)."""
         desired, actual = self.pods.manager.desired, self.pods.manager.actual
         adopted = 0
         for f in found.volumes:
@@ -487,15 +519,32 @@ class Agent(ClosesOnExit):
 
     def _projected(self, plugin_name: str, spec: Spec, path: str) -> bool:
         """Whether the volume is a plain directory that the atomic writer projected a
-        payload into (its ``..data`` link is there) and its plugin sets it up again every
-        ``remount_period`` anyway (configMap, downwardAPI on the node's disk): the next
-        periodic set-up brings whatever changed meanwhile."""
+        payload into (its ``..data`` link is there) and its plugin sets it up again when
+        what it projects changes (configMap, downwardAPI on the node's disk; see
+        :meth:`_adopt`)."""
         try:
             plugin = self.runtime.mgr.find_plugin_by_name(plugin_name)
             return (plugin.requires_remount(spec)
                     and os.path.islink(os.path.join(path, DATA_DIR_NAME)))
         except KubevolError:
             return False
+
+    def _remount_wanted(self, volume: VolumeToMount) -> bool:
+        """Whether a volume due for its periodic set-up may show something new. The
+        kubelet sets every configMap, secret, downwardAPI and projected volume up again on
+        each pod sync, as it hears of no change to what they project. The agent does
+        without an API server: what they project comes from its manifests, and a change
+        there sets the pods it touches up again at once (:meth:`apply_sources`); so only a
+        service-account token due for renewal (or of unknown age, after a restart) brings
+        a periodic set-up. With an API server (objects read from it), and for the volumes
+        of other plugins that ask for it (a CSI driver that requires republishing), every
+        time."""
+        if self.runtime.kube_client is not None or volume.plugin_name not in _FROM_MANIFESTS:
+            return True
+        if not projects_a_token(volume.spec):
+            return False
+        tokens = self.runtime.host.tokens
+        return tokens is None or tokens.refresh_due(volume.pod_uid)
 
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0
@@ -514,6 +563,8 @@ class Agent(ClosesOnExit):
                 self._last_remount_check = now
                 if self.pods.manager.reconciler.touch_remounts_due():
                     self._changed.set()
+                if self.runtime.host.tokens is not None:
+                    self._token_times.save_if_changed(self.runtime.host.tokens)
             if busy or full or self._changed.is_set():
                 self._changed.clear()
                 manager = self.pods.manager

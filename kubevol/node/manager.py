@@ -141,9 +141,20 @@ class NodeVolumeManager:
             self.reconciler.remount_now(pod)
         self.reconciler.touch(pod=pod.uid)
 
+    def remount_pod(self, uid: str) -> None:
+        """Set up again at once the volumes of pod ``uid`` that are set up periodically
+        (something they project changed); nothing when the pod is not desired."""
+        pod = self.desired.pod(uid)
+        if pod is not None:
+            self.reconciler.remount_now(pod)
+            self.reconciler.touch(pod=uid)
+
     def remove_pod(self, uid: str) -> None:
-        """Stop wanting pod ``uid``: its volumes are torn down, its directory removed."""
+        """Stop wanting pod ``uid``: its volumes are torn down, its directory removed (and
+        its service-account tokens forgotten)."""
         self.desired.remove_pod(uid)
+        if self.host.tokens is not None:
+            self.host.tokens.forget_pod(uid)
         self.reconciler.forget_pod_later(uid)
         self.reconciler.touch(pod=uid)
 

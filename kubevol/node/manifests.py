@@ -158,6 +158,19 @@ def referenced_config_maps(pod: ApiObject) -> set[str]:
     return names
 
 
+def referenced_secrets(pod: ApiObject) -> set[str]:
+    """Names of the Secrets a pod's volumes project: secret volumes and projected secret
+    sources (what a changed Secret sets up again)."""
+    names: set[str] = set()
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if (volume.get("secret") or {}).get("secretName"):
+            names.add(str(volume["secret"]["secretName"]))
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if (source.get("secret") or {}).get("name"):
+                names.add(str(source["secret"]["name"]))
+    return names
+
+
 def namespace_of(obj: ApiObject) -> str:
     """An object's ``metadata.namespace``, ``default`` when unset."""
     return str((obj.get("metadata") or {}).get("namespace") or "default")

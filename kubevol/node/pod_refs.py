@@ -16,6 +16,7 @@ from kubevol.node.manifests import (
     manifest_pod_uid,
     namespace_of,
     referenced_config_maps,
+    referenced_secrets,
 )
 
 _K = TypeVar("_K", bound=Hashable)
@@ -27,12 +28,13 @@ Key = tuple[str, str]
 
 @attrs.frozen(kw_only=True)
 class PodRefs:
-    """What a pod manifest refers to by name: its UID, ConfigMaps and claims (by namespace
-    and name), and whether it has inline CSI volumes."""
+    """What a pod manifest refers to by name: its UID, ConfigMaps, Secrets its volumes
+    project and claims (by namespace and name), and whether it has inline CSI volumes."""
 
     pod: ApiDict
     uid: str
     config_maps: frozenset[Key]
+    secrets: frozenset[Key]
     claims: frozenset[Key]
     csi_inline: bool
 
@@ -43,6 +45,7 @@ class PodRefs:
         return cls(
             pod=pod, uid=manifest_pod_uid(pod),
             config_maps=frozenset((namespace, n) for n in referenced_config_maps(pod)),
+            secrets=frozenset((namespace, n) for n in referenced_secrets(pod)),
             claims=frozenset((namespace, c) for v in volumes if (c := claim_name(pod, v))),
             csi_inline=any(v.get("csi") is not None for v in volumes),
         )
@@ -60,6 +63,7 @@ class ChangedObjects:
         self.fresh_csi_drivers = self._fresh(old.csi_drivers, new.csi_drivers)
         #: The names of the objects that changed, came or went.
         self.config_maps = self._keys(old.config_maps, new.config_maps, self.fresh_config_maps)
+        self.secrets = self._keys(old.secrets, new.secrets, self.fresh_secrets)
         self.pvcs = self._keys(old.pvcs, new.pvcs, self._fresh(old.pvcs, new.pvcs))
         self.pvs = self._keys(old.pvs, new.pvs, self._fresh(old.pvs, new.pvs))
         self.csi_drivers = bool(
@@ -90,6 +94,7 @@ class PodsByObject:
 
     def __init__(self) -> None:
         self._by_config_map: dict[Key, set[str]] = {}
+        self._by_secret: dict[Key, set[str]] = {}
         self._by_claim: dict[Key, set[str]] = {}
         #: Pods with a claim or an inline CSI volume: what a CSIDriver object may change.
         self._with_csi: set[str] = set()
@@ -102,6 +107,7 @@ class PodsByObject:
 
     def add(self, refs: PodRefs) -> None:
         _index(self._by_config_map, refs.config_maps, refs.uid)
+        _index(self._by_secret, refs.secrets, refs.uid)
         _index(self._by_claim, refs.claims, refs.uid)
         self._loose.update(refs.claims - self._claim_pv.keys())
         if refs.claims or refs.csi_inline:
@@ -109,6 +115,7 @@ class PodsByObject:
 
     def remove(self, refs: PodRefs) -> None:
         _unindex(self._by_config_map, refs.config_maps, refs.uid)
+        _unindex(self._by_secret, refs.secrets, refs.uid)
         _unindex(self._by_claim, refs.claims, refs.uid)
         self._loose.difference_update(refs.claims - self._by_claim.keys())
         self._with_csi.discard(refs.uid)
@@ -133,6 +140,14 @@ class PodsByObject:
                 claims |= self._claims_of_pv.get(name, set())
             for key in claims:
                 out |= self._by_claim.get(key, set())
+        return out
+
+    def secret_users(self, changed: ChangedObjects) -> set[str]:
+        """The UIDs of the pods whose volumes project a Secret that changed (a record keeps
+        no Secret: such a pod is not built anew, only set up again)."""
+        out: set[str] = set()
+        for key in changed.secrets:
+            out |= self._by_secret.get(key, set())
         return out
 
     def _bind(self, key: Key, pvc: ApiDict | None) -> None:

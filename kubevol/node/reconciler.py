@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 HOLDERS_MAX_AGE = 0.25
 
 
+def _always(_volume: VolumeToMount) -> bool:
+    return True
+
+
 def _manage_all(_uid: str) -> bool:
     return True
 
@@ -84,6 +88,10 @@ class Reconciler:
         #: (configMap, secret, downwardAPI, projected: updates and token refreshes reach
         #: the pod so); None: never (one-shot syncs).
         self.remount_period: float | None = None
+        #: Asked of a volume whose periodic set-up is due: whether it may show something
+        #: new (default: always, the kubelet's pod sync). Not: it is looked at again a
+        #: period later.
+        self.remount_wanted: Callable[[VolumeToMount], bool] = _always
         self._set_up_at: dict[tuple[str, str], float] = {}
         self._pods_to_clean: set[str] = set()
         #: Pod UID -> why its directory's removal was refused last (something holds it).
@@ -132,7 +140,8 @@ class Reconciler:
         with the desired pod replaced (it does not :meth:`touch` the pod)."""
         with self._lock:
             for v in pod.volumes:
-                if (key := (v.unique_name, pod.uid)) in self._set_up_at:
+                key = (v.unique_name, pod.uid)
+                if key in self._set_up_at or self._requires_remount(v):
                     self._set_up_at[key] = -math.inf
 
     def touch_key(self, key: OperationKey, error: BaseException | None = None) -> bool:
@@ -359,6 +368,9 @@ class Reconciler:
                 OperationKind.MOUNT_DEVICE, v.unique_name, "", self.generator.mount_device(v)
             )
         mounted = pod is not None and pod.state is MountState.MOUNTED
+        if not mounted:
+            # This set-up brings what a remount asked for would: the period starts after it.
+            self._set_up_at.pop((v.unique_name, v.pod_uid), None)
         if not mounted or self._remount_due(v):
             return self._start(
                 OperationKind.SET_UP, v.unique_name, pod_key, self.generator.set_up(v),
@@ -391,29 +403,42 @@ class Reconciler:
         last = self._set_up_at.get(key)
         if last is None:
             # Only the volumes whose plugin asks for it are followed (remounts_due).
-            plugin = self.generator.mgr.find_plugin_by_name(v.plugin_name)
-            if plugin.requires_remount(v.spec):
+            if self._requires_remount(v):
                 self._set_up_at[key] = now
             return False
         if now - last < self.remount_period:
             return False
         self._set_up_at[key] = now
-        return True
+        return last == -math.inf or self.remount_wanted(v)  # asked for, or wanted now
+
+    def _requires_remount(self, v: VolumeToMount) -> bool:
+        try:
+            return self.generator.mgr.find_plugin_by_name(v.plugin_name).requires_remount(v.spec)
+        except KubevolError:
+            return False  # the plugin went away: the pass reports it
 
     def touch_remounts_due(self) -> int:
-        """:meth:`touch` the pods with a volume due for its periodic set-up, so that a
-        partial pass sets it up again on time (without a pass over every volume); how
-        many."""
+        """:meth:`touch` the pods with a volume due for its periodic set-up that
+        :attr:`remount_wanted` wants set up again, so that a partial pass sets it up again
+        on time (without a pass over every volume); how many."""
         if self.remount_period is None:
             return 0
-        oldest = time.monotonic() - self.remount_period
-        due = [key for key, last in list(self._set_up_at.items()) if last <= oldest]
-        for unique_name, pod_uid in due:
-            if self.desired.pod(pod_uid) is None:
+        now = time.monotonic()
+        oldest = now - self.remount_period
+        due = [(key, last) for key, last in list(self._set_up_at.items()) if last <= oldest]
+        touched = 0
+        for (unique_name, pod_uid), last in due:
+            pod = self.desired.pod(pod_uid)
+            if pod is None:
                 self._set_up_at.pop((unique_name, pod_uid), None)  # the pod left
                 continue
+            v = next((v for v in pod.volumes if v.unique_name == unique_name), None)
+            if v is not None and last > -math.inf and not self.remount_wanted(v):
+                self._set_up_at[(unique_name, pod_uid)] = now  # no pass for it
+                continue
             self.touch(pod=pod_uid, volume=unique_name)
-        return len(due)
+            touched += 1
+        return touched
 
     # 3 ------------------------------------------------------------------------------------
 

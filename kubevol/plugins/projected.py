@@ -44,6 +44,15 @@ PROJECTED_PLUGIN_NAME = "kubernetes.io/projected"
 TOKEN_MODE_WITH_FS_GROUP = 0o600
 
 
+def projects_a_token(spec: Spec) -> bool:
+    """Whether ``spec`` is a projected volume with a service-account token among its
+    sources (what must be set up again before the token expires)."""
+    source = spec.volume.projected if spec.volume is not None else None
+    return source is not None and any(
+        s.service_account_token is not None for s in source.sources or ()
+    )
+
+
 class ProjectedPlugin(AtomicVolumePlugin):
     """Projected volumes."""
 

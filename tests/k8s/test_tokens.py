@@ -118,6 +118,29 @@ def test_requests_are_cached_apart_and_forgotten_with_the_pod(
     assert tokens.get_token(REQUEST).token == "token-3"
 
 
+def test_a_refresh_is_due_when_a_token_of_the_pod_would_be_renewed(
+    clock: list[datetime.datetime],
+) -> None:
+    """refresh_due says what get_token would do for the pod's tokens: nothing known (a
+    restart) or one past 80% of its life is due; tokens of other pods do not count."""
+    tokens = manager(CountingProvider(clock), clock)
+    assert tokens.refresh_due("uid-1")
+    tokens.get_token(REQUEST)
+    short = TokenRequest(namespace="ns", service_account="app", audiences=(),
+                         expiration_seconds=100, pod_name="web", pod_uid="uid-1")
+    tokens.get_token(short)
+    tokens.get_token(TokenRequest(namespace="ns", service_account="app", audiences=(),
+                                  expiration_seconds=10, pod_name="db", pod_uid="uid-2"))
+    clock[0] = T0 + datetime.timedelta(seconds=79)
+    assert not tokens.refresh_due("uid-1")
+    clock[0] = T0 + datetime.timedelta(seconds=81)
+    assert tokens.refresh_due("uid-1")  # the short one
+    tokens.get_token(short)
+    assert not tokens.refresh_due("uid-1")
+    tokens.forget_pod("uid-1")
+    assert tokens.refresh_due("uid-1")
+
+
 def test_token_never_in_repr() -> None:
     """An IssuedToken's repr hides the token."""
     issued = IssuedToken(token="canary-token", expiration=T0, expiration_seconds=1)

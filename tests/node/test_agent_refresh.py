@@ -18,7 +18,9 @@ import pytest
 from kubevol.k8s.tokens import IssuedToken, TokenManager, TokenProvider, TokenRequest
 from kubevol.node.agent import Agent
 from kubevol.node.manager import DEFAULT_REMOUNT_PERIOD
+from kubevol.node.operations import Operation
 from kubevol.node.runtime import NodeRuntime
+from kubevol.node.state import VolumeToMount
 from kubevol.testing.waiting import wait_until
 from tests.node.test_agent import (  # noqa: F401  (fixtures)
     UIDS,
@@ -88,6 +90,8 @@ def test_a_periodic_set_up_that_succeeds_does_not_wake_the_loop(
     env.manifests.joinpath("web.yaml").write_text(objects("info") + pod("web", VOLUMES))
     running = start_agent(remount_period=0.3)
     wait_until(running.agent.settled.is_set, 30, "the agent settled")
+    # Set up again every period whatever the agent's policy (with an API server, say).
+    running.agent.pods.manager.reconciler.remount_wanted = lambda volume: True
     woken: list[int] = []
     poke = running.agent._poke
 
@@ -168,3 +172,96 @@ def test_a_configmap_in_another_file_reaches_the_running_pod_at_once(
     assert read(level) == "info"  # a ConfigMap of the same name in another namespace
     write_atomically(env.manifests / "objects.yaml", objects("debug"))
     wait_until(lambda: read(level) == "debug", 10, "the changed ConfigMap in the volume")
+
+
+def test_without_an_api_server_what_the_manifests_project_is_set_up_again_on_change_only(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent]  # noqa: F811
+) -> None:
+    """The agent hears of every change to what its manifests project: configMap and
+    secret volumes are not set up again every period (the kubelet's sync does, hearing of
+    nothing), but a changed Secret, which no record keeps, reaches its volume at once."""
+    manifest = env.manifests / "web.yaml"
+    manifest.write_text(objects("info") + pod("web", VOLUMES))
+    running = start_agent(remount_period=0.2)
+    wait_until(running.agent.settled.is_set, 30, "the agent settled")
+    token = env.pod_volume("web", "creds", "kubernetes.io~secret") + "/token"
+    before = set_ups(running, "kubernetes.io/configmap") + set_ups(running, "kubernetes.io/secret")
+    time.sleep(1.5)  # seven periods
+    after = set_ups(running, "kubernetes.io/configmap") + set_ups(running, "kubernetes.io/secret")
+    assert after == before
+    write_atomically(manifest, (objects("info") + pod("web", VOLUMES)).replace("s3cret", "new"))
+    wait_until(lambda: read(token) == "new", 10, "the changed Secret in the volume")
+
+
+def test_a_configmap_changed_while_the_agent_was_down_reaches_the_pod_at_restart(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent]  # noqa: F811
+) -> None:
+    """A restart takes the projected volumes it finds as done; what changed in the
+    manifests meanwhile (the record keeps the ConfigMap the pod was set up with) sets them
+    up again at once."""
+    manifest = env.manifests / "web.yaml"
+    manifest.write_text(objects("info") + pod("web", VOLUMES))
+    running = start_agent(remount_period=3600)
+    level = env.pod_volume("web", "settings", "kubernetes.io~configmap") + "/level"
+    wait_until(lambda: read(level) == "info", 30, "the ConfigMap's key in the volume")
+    running.stop.set()
+    running.thread.join(30)
+    write_atomically(manifest, objects("debug") + pod("web", VOLUMES))
+    start_agent(remount_period=3600)
+    wait_until(lambda: read(level) == "debug", 10, "the changed ConfigMap in the volume")
+
+
+class CountedTokens(TokenProvider):
+    """Grants tokens of the lifetime asked for, counting them."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+
+    def request_token(self, request: TokenRequest) -> IssuedToken:
+        self.issued += 1
+        now = datetime.datetime.now(datetime.UTC)
+        seconds = request.expiration_seconds or 3600
+        return IssuedToken(token=f"token-{self.issued}", expiration_seconds=seconds,
+                           expiration=now + datetime.timedelta(seconds=seconds))
+
+
+@pytest.mark.root
+def test_a_projected_token_not_due_for_renewal_brings_no_periodic_set_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an API server, a projected volume with a token is set up again when the
+    token manager would renew the token, not every period; and a restarted agent (whose
+    token manager starts empty) knows from the root when that is."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.yaml").write_text(pod("web", """\
+  - name: token
+    projected:
+      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
+"""))
+    provider = CountedTokens()
+    for run in range(2):
+        stop = threading.Event()
+        with NodeRuntime(str(tmp_path / "root"), node_name="n1", entry_points=False,
+                         tokens=TokenManager(provider, jitter=lambda: 0.0)) as runtime:
+            agent = Agent(runtime, manifest_dir=str(manifests), remount_period=0.2)
+            generator = agent.pods.manager.generator
+            set_up, set_ups_started = generator.set_up, list[str]()
+
+            def counted(volume: VolumeToMount, set_up: Callable[..., Operation] = set_up,
+                        started: list[str] = set_ups_started) -> Operation:
+                started.append(volume.unique_name)
+                return set_up(volume)
+
+            monkeypatch.setattr(generator, "set_up", counted)
+            thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+            thread.start()
+            try:
+                wait_until(agent.settled.is_set, 30, "the agent settled")
+                time.sleep(1.5)  # seven periods
+                assert len(set_ups_started) == (1 if run == 0 else 0)
+                assert provider.issued == 1
+            finally:
+                stop.set()
+                thread.join(30)
+                agent.close()

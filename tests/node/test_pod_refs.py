@@ -22,6 +22,7 @@ def _pod(i: int, config_maps: list[str], claims: list[str], inline: bool) -> Api
                                         for c in config_maps]
     volumes += [{"name": f"pvc-{c}", "persistentVolumeClaim": {"claimName": c}}
                 for c in claims]
+    volumes += [{"name": f"secret-{c}", "secret": {"secretName": c}} for c in config_maps[:1]]
     if inline:
         volumes.append({"name": "inline", "csi": {"driver": "d"}})
     return {"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "ns",
@@ -41,7 +42,11 @@ def _objects(draw: st.DrawFn) -> Manifests:
     names = draw(st.sets(st.sampled_from(NAMES)))
     pvs: dict[str, ApiDict] = {f"pv-{n}": {"spec": {}} for n in names}
     drivers: dict[str, ApiDict] = {"d": {}} if draw(st.booleans()) else {}
-    return Manifests(config_maps=config_maps, pvcs=pvcs, pvs=pvs, csi_drivers=drivers)
+    secrets: dict[tuple[str, str], ApiDict] = {
+        ("ns", n): {"data": {}} for n in draw(st.sets(st.sampled_from(NAMES)))
+    }
+    return Manifests(config_maps=config_maps, pvcs=pvcs, pvs=pvs, csi_drivers=drivers,
+                     secrets=secrets)
 
 
 @st.composite
@@ -75,7 +80,8 @@ def _mix(old: Mapping[_K, ApiDict], new: Mapping[_K, ApiDict], keep: int) -> dic
 def _keep_some(old: Manifests, new: Manifests, keep: int) -> Manifests:
     return Manifests(config_maps=_mix(old.config_maps, new.config_maps, keep),
                      pvcs=_mix(old.pvcs, new.pvcs, keep), pvs=_mix(old.pvs, new.pvs, keep),
-                     csi_drivers=old.csi_drivers if keep else new.csi_drivers)
+                     csi_drivers=old.csi_drivers if keep else new.csi_drivers,
+                     secrets=_mix(old.secrets, new.secrets, keep))
 
 
 @settings(max_examples=300, deadline=None)
@@ -99,4 +105,5 @@ def test_the_index_finds_what_asking_every_pod_finds(
         changed = ChangedObjects(last, new)
         expected = {r.uid for r in refs if _affects_by_asking(r, changed, new)}
         assert index.affected(changed, new.pvcs) == expected
+        assert index.secret_users(changed) == {r.uid for r in refs if r.secrets & changed.secrets}
         last = new
