@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
 import attrs
@@ -58,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     except KubevolError as exc:
         raise UsageError(str(exc)) from exc
     with open_runtime(args, deadline=deadline, exclusive=True) as runtime:
-        before = mounts_by_pod(runtime.host.root_dir, MountTable(read_mountinfo_bytes()))
+        # Read once, and only for a pod with neither a record nor a directory.
+        before = functools.cache(lambda: mounts_by_pod(
+            runtime.host.root_dir, MountTable(read_mountinfo_bytes())))
         # A pod kubevol has no trace of (no record, no directory, nothing mounted) is not
         # found, as kubectl delete says NotFound: a typo in a UID is not "gone".
         missing = [u for u in uids if not _known(runtime, u, before)]
@@ -75,9 +79,8 @@ def run(args: argparse.Namespace) -> int:
                 attrs.evolve(old, state=PodState.TERMINATING) if old is not None
                 else PodRecord(uid=uid, state=PodState.TERMINATING, objects=())
             )
-        # One flush for all the records, not two per pod.
-        runtime.records.write_many(terminating)
-        pods = runtime.volume_manager(workers=args.workers)
+        # Written first (one flush for all), not read back.
+        pods = runtime.volume_manager(workers=args.workers, terminating=terminating)
         try:
             pods.reconstruct()
             # The volumes of the pods asked for: their failures (an unstage refused) are
@@ -117,9 +120,10 @@ def run(args: argparse.Namespace) -> int:
 NOT_FOUND = "not found"
 
 
-def _known(runtime: NodeRuntime, uid: str, mounts: dict[str, list[str]]) -> bool:
+def _known(runtime: NodeRuntime, uid: str,
+           mounts: Callable[[], dict[str, list[str]]]) -> bool:
     return (runtime.records.has(uid) or os.path.lexists(runtime.host.get_pod_dir(uid))
-            or bool(mounts.get(uid)))
+            or bool(mounts().get(uid)))
 
 
 class _PodRow(TypedDict):

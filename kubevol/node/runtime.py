@@ -286,11 +286,14 @@ class NodeRuntime(ClosesOnExit):
         for obj in manifests.csi_drivers.values():
             self.local_csi_drivers.add(obj)
 
-    def volume_manager(self, *, adding: Sequence[NewPod] = (), **kwargs: Any) -> RecordedPods:
+    def volume_manager(
+        self, *, adding: Sequence[NewPod] = (), terminating: Sequence[PodRecord] = (),
+        **kwargs: Any,
+    ) -> RecordedPods:
         """A volume manager on this root that runs the recorded pods and, recorded first,
-        ``adding`` (see :class:`RecordedPods`); other keyword arguments go to
-        :class:`NodeVolumeManager`."""
-        return RecordedPods(self, adding=adding, **kwargs)
+        ``adding`` and tears down ``terminating`` (see :class:`RecordedPods`); other keyword
+        arguments go to :class:`NodeVolumeManager`."""
+        return RecordedPods(self, adding=adding, terminating=terminating, **kwargs)
 
     def hold(self, lock: RootLock) -> None:
         """Take the root's lock now (waiting as ``lock`` says), held until :meth:`close`:
@@ -325,7 +328,9 @@ class RecordedPods:
 
     The records of ``adding`` (pods already checked and built, :func:`new_pods`) are written
     first, before anything could be mounted, and their desired pods used as they are: they
-    are not read back.
+    are not read back. So are ``terminating`` (records in state ``terminating``, replacing
+    those of the same UIDs: ``down``'s), before anything could be torn down; their pods are
+    torn down as those of any terminating record.
     """
 
     def __init__(
@@ -333,6 +338,7 @@ class RecordedPods:
         node: NodeRuntime,
         *,
         adding: Sequence[NewPod] = (),
+        terminating: Sequence[PodRecord] = (),
         gone: Iterable[str] = (),
         bindings: PodBindings | None = None,
         ask_api_server: bool = True,
@@ -340,9 +346,13 @@ class RecordedPods:
     ) -> None:
         self.node = node
         self.watcher = RecordWatcher(node.records)
-        stamps = node.records.write_many([pod.record for pod in adding])
-        for pod, stamp in zip(adding, stamps, strict=True):
-            self.watcher.note(pod.record, stamp)
+        if any(r.state is not PodState.TERMINATING for r in terminating):
+            raise ValueError("terminating: records in state terminating only")
+        # One flush for all the records, not two per pod; not read back (a terminating
+        # record's manifests are not needed, and a pod's record is read once, not twice).
+        written = [pod.record for pod in adding] + list(terminating)
+        for record, stamp in zip(written, node.records.write_many(written), strict=True):
+            self.watcher.note(record, stamp)
         self.known: set[str] = set()
         self._records: dict[str, PodRecord] = {}
         #: Records whose manifests could not be turned into desired pods, with why.
@@ -359,6 +369,9 @@ class RecordedPods:
         self.refresh()
         for pod in adding:
             self.manager.set_pod(pod.desired)
+        for record in terminating:
+            # What refresh does for a terminating record it reads (not read back here).
+            self.manager.remove_pod(record.uid)
 
     def refresh(self) -> None:
         """Bring the desired state in line with the records; retry unregistered drivers."""

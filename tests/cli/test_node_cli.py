@@ -19,11 +19,13 @@ from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.common import RunningDriver
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
 from kubevol.manager import VolumePluginMgr
+from kubevol.mount.mountread import read_mountinfo_bytes
+from kubevol.mount.syscalls import MS_BIND, mount
 from kubevol.node.privileges import missing_privileges
 from kubevol.node.records import PodRecord, PodRecords
 from kubevol.plugin import VolumePlugin
 from kubevol.spec import Spec
-from kubevol.testing.mount_rig import mounts_under
+from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 from tests.csi.support import HostPathServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,6 +165,96 @@ def test_up_builds_each_volume_once_and_does_not_read_its_records_back(
     monkeypatch.undo()
     assert main(["down", "--root", root, "--node-name", "n1", str(manifest)]) == 0
     assert mounts_under(tmp_path) == []
+
+
+SCRATCH_POD = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: scratch, namespace: shop, uid: {UID}}}
+spec:
+  containers: [{{name: c, image: x}}]
+  volumes:
+  - {{name: cache, emptyDir: {{}}}}
+"""
+
+
+@pytest.mark.root
+def test_down_reads_each_record_once_before_tearing_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``down`` reads a pod's record once to mark it terminating and hands the record it
+    writes to the volume manager without reading it back (then once more, to say the pod
+    is gone once the record was removed); the mount table is read before the tear-down only
+    for a pod with neither a record nor a directory."""
+    manifest = tmp_path / "scratch.yaml"
+    manifest.write_text(SCRATCH_POD)
+    flags = ["--root", str(tmp_path / "root"), "--node-name", "n1"]
+    assert main(["up", *flags, str(manifest)]) == 0
+    reads: list[str] = []
+    read = PodRecords.read
+
+    def counting_read(self: PodRecords, uid: str) -> PodRecord | None:
+        reads.append(uid)
+        return read(self, uid)
+
+    tables: list[bytes] = []
+
+    def counting_table() -> bytes:
+        tables.append(read_mountinfo_bytes())
+        return tables[-1]
+
+    monkeypatch.setattr(PodRecords, "read", counting_read)
+    monkeypatch.setattr("kubevol.cli.down.read_mountinfo_bytes", counting_table)
+    capsys.readouterr()
+    assert main(["down", *flags, str(manifest)]) == 0
+    assert f"{UID}: gone" in capsys.readouterr().out
+    assert reads == [UID, UID]
+    # A pod with a record is found without the mount table: it is read once, after.
+    assert len(tables) == 1
+    assert not (tmp_path / "root" / "pods" / UID).exists()
+    assert os.listdir(tmp_path / "root" / "kubevol" / "pods") == []
+
+
+@pytest.mark.root
+def test_down_removes_a_recorded_pod_directory_that_holds_no_volume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod whose volumes are gone (a tear-down interrupted after them) but whose
+    directory and record are left: ``down`` removes the directory and the record."""
+    manifest = tmp_path / "scratch.yaml"
+    manifest.write_text(SCRATCH_POD)
+    root = tmp_path / "root"
+    flags = ["--root", str(root), "--node-name", "n1"]
+    assert main(["up", *flags, str(manifest)]) == 0
+    volumes = root / "pods" / UID / "volumes" / "kubernetes.io~empty-dir"
+    (volumes / "cache").rmdir()
+    capsys.readouterr()
+    assert main(["down", *flags, "--pod-uid", UID]) == 0
+    assert f"{UID}: gone" in capsys.readouterr().out
+    assert not (root / "pods" / UID).exists()
+    assert os.listdir(root / "kubevol" / "pods") == []
+
+
+@pytest.mark.root
+def test_down_finds_a_pod_known_only_by_a_mount(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod with no record and no directory, whose block volume's bind under the global
+    map path (``.../volumeDevices/<spec>/dev/<uid>``) is still mounted, is not "not found":
+    the mount table says it is there, and ``down`` says what is left of it."""
+    root = tmp_path / "root"
+    bind = root / "plugins" / "kubernetes.io" / "csi" / "volumeDevices" / "pv1" / "dev" / UID
+    bind.mkdir(parents=True)
+    source = tmp_path / "source"
+    source.mkdir()
+    mount(str(source), str(bind), "", MS_BIND)
+    try:
+        code = main(["down", "--root", str(root), "--node-name", "n1", "--pod-uid", UID])
+        out = capsys.readouterr().out
+        assert code == 1
+        assert f"{UID}: still being torn down (1 mounts left, e.g. {bind})" in out
+    finally:
+        unmount_all_under(tmp_path)
 
 
 @pytest.mark.root

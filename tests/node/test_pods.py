@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kubevol.errors import SpecError
@@ -17,6 +18,7 @@ from kubevol.node.desired import desired_pod, new_pods
 from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.manifests import manifest_pod_uid, parse_manifests
 from kubevol.node.records import PodRecord, PodRecords, PodState, RecordWatcher, records_for
+from kubevol.node.runtime import NodeRuntime
 from kubevol.node.state import VolumeMode
 
 MANIFEST = """
@@ -192,6 +194,25 @@ def test_record_watcher_takes_a_noted_record_as_read(tmp_path: Path) -> None:
     found, changed = watcher.refresh()
     assert changed == {record.uid} and found[record.uid].state is PodState.TERMINATING
     assert reads == [record.uid]
+
+
+def test_volume_manager_writes_only_terminating_records_as_terminating(
+    tmp_path: Path,
+) -> None:
+    """``terminating`` records are written before anything is torn down: a running record
+    given as one is refused before anything is written."""
+    [record] = records_for(parse_manifests(MANIFEST), PodState.RUNNING)
+    with NodeRuntime(str(tmp_path), node_name="n1", entry_points=False) as runtime:
+        with pytest.raises(ValueError, match="terminating"):
+            runtime.volume_manager(workers=0, terminating=[record])
+        assert runtime.records.all() == []
+        ending = attrs.evolve(record, state=PodState.TERMINATING)
+        pods = runtime.volume_manager(workers=0, terminating=[ending])
+        try:
+            assert pods.records == {record.uid: ending}
+            assert runtime.records.read(record.uid) == ending
+        finally:
+            pods.close()
 
 
 def test_new_pods_pair_records_with_desired_pods_built_once(
