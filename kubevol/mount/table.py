@@ -206,6 +206,12 @@ class MountTable:
                 return stop, _parse(data, start, stop)
             end = pos + len(needle) - 1
 
+    def raw_lines_with(self, needle: bytes) -> list[bytes]:
+        """The lines containing ``needle``, unparsed, each once, in table order (for a
+        caller that keeps what it made of each line)."""
+        data = self._data
+        return [data[start:stop] for start, stop in self._spans_with(needle)]
+
     def _lines_with(self, needle: bytes) -> list[MountInfo]:
         """Parsed lines containing ``needle``, each once, in table order."""
         data = self._data

@@ -114,13 +114,7 @@ class VolumeUsage:
             return grouped
         needle = os.fsencode(escape(prefix))
         grouped = {}
-        pos = 0
-        while (hit := data.find(needle, pos)) >= 0:
-            start = data.rfind(b"\n", 0, hit) + 1
-            end = data.find(b"\n", hit)
-            end = len(data) if end < 0 else end
-            pos = end + 1
-            line = data[start:end]
+        for line in table.raw_lines_with(needle):
             found = self._lines.get(line, _UNSEEN)  # a dict read needs no lock
             if found is _UNSEEN:
                 found = self._pod_mount(line, prefix)
