@@ -95,6 +95,8 @@ EVENT_SOURCE = "kubevol"
 #: How long stopping waits for running operations: one stuck below a dead mount (its thread
 #: cannot be stopped) is left to end with the process, so SIGTERM stops the agent in seconds.
 STOP_TIMEOUT = 10.0
+#: How often the thread that wakes the loop on ``stop`` looks whether the loop ended.
+STOP_WATCH_PERIOD = 5.0
 #: A loop that has not finished a pass for this long is reported unhealthy (seconds).
 STALL_AFTER = 60.0
 
@@ -406,6 +408,8 @@ class Agent(ClosesOnExit):
         stats = threading.Thread(
             target=self._stats_loop, args=(stop,), name="kubevol-volume-stats", daemon=True
         )
+        threading.Thread(target=self._poke_on_stop, args=(stop,), name="kubevol-stop-watch",
+                         daemon=True).start()
         try:
             if self.server is not None:
                 self.server.start()
@@ -615,11 +619,11 @@ class Agent(ClosesOnExit):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            # Wake at least every LOOP_PERIOD to notice ``stop``.
+            # ``stop`` pokes the wake pipe (_poke_on_stop): no wake-up just to look at it.
             waiting = [self._wake_r]
             if self.source is not None and self.source.present:
                 waiting.append(self.source.fileno())
-            ready, _, _ = select.select(waiting, [], [], min(left, LOOP_PERIOD))
+            ready, _, _ = select.select(waiting, [], [], left)
             woken = self._wake_r in ready
             if woken:
                 with contextlib.suppress(BlockingIOError):
@@ -634,6 +638,16 @@ class Agent(ClosesOnExit):
             if woken:
                 return False
         return False
+
+    def _poke_on_stop(self, stop: threading.Event) -> None:
+        """Wake the loop's wait once ``stop`` is set, so that the wait needs no timeout to
+        notice it: on this kind of machine each wake-up of a sleeping thread costs ~0.1 ms
+        of CPU, which ten a second made a third of an idle agent's CPU. Ends with the
+        loop."""
+        while not stop.wait(STOP_WATCH_PERIOD):
+            if not self._running:
+                return
+        self._poke()
 
     def _stats_loop(self, stop: threading.Event) -> None:
         # Measured once the loop settled first (or a period passed, whichever comes first):

@@ -441,8 +441,10 @@ class ActualState:
         return [p for v in self.volumes() for p in v.pods]
 
     def pods(self) -> set[str]:
-        """UIDs of the pods using any volume."""
-        return {p.pod_uid for p in self.mounted_volumes()}
+        """UIDs of the pods using any volume (asked in passes while a pod goes: read off
+        the entries, without a snapshot of every volume)."""
+        with self._lock:
+            return {uid for entry in self._volumes.values() for uid in entry.pods}
 
     def clear(self) -> None:
         """Forget everything (what a crash does to memory)."""

@@ -95,3 +95,18 @@ def test_is_desired_follows_pods_that_come_change_and_go(
             assert state.is_desired(name) == bool(wanting)
             for other in ("p1", "p2", "p3"):
                 assert state.is_desired(name, other) == (other in wanting)
+
+
+@given(steps=st.lists(st.tuples(st.sampled_from(["u1", "u2"]), st.sampled_from(["p1", "p2"]),
+                                st.sampled_from(list(MountState))), max_size=10))
+def test_the_pods_using_volumes_are_those_of_every_volume(
+    steps: list[tuple[str, str, MountState]]
+) -> None:
+    """pods() reads the entries; it answers as every volume's snapshot does."""
+    state = ActualState()
+    spec = Spec.from_manifest({"name": "v", "emptyDir": {}})
+    for unique, pod_uid, mount_state in steps:
+        state.add_volume(unique_name=unique, volume_name=unique, plugin_name="p", spec=spec,
+                         mode=VolumeMode.FILESYSTEM, attachable=False, device_mountable=False)
+        state.set_pod_state(unique, pod_uid, mount_state)
+        assert state.pods() == {m.pod_uid for m in state.mounted_volumes()}
