@@ -106,17 +106,20 @@ def test_a_periodic_set_up_that_succeeds_does_not_wake_the_loop(
     assert woken == []
 
 
-class ShortLivedTokens(TokenProvider):
-    """Grants 5-second tokens whatever is asked (an issuer may shorten the lifetime)."""
+class CountedTokens(TokenProvider):
+    """Grants tokens of ``lifetime`` seconds whatever is asked (an issuer may shorten the
+    lifetime), or of the lifetime asked for (None), counting them."""
 
-    def __init__(self) -> None:
+    def __init__(self, lifetime: int | None = None) -> None:
+        self.lifetime = lifetime
         self.issued = 0
 
     def request_token(self, request: TokenRequest) -> IssuedToken:
         self.issued += 1
         now = datetime.datetime.now(datetime.UTC)
-        return IssuedToken(token=f"token-{self.issued}", expiration_seconds=5,
-                           expiration=now + datetime.timedelta(seconds=5))
+        seconds = self.lifetime or request.expiration_seconds or 3600
+        return IssuedToken(token=f"token-{self.issued}", expiration_seconds=seconds,
+                           expiration=now + datetime.timedelta(seconds=seconds))
 
 
 @pytest.mark.root
@@ -132,7 +135,7 @@ def test_a_projected_token_is_renewed_before_it_expires(tmp_path: Path) -> None:
     projected:
       sources: [{serviceAccountToken: {path: token, audience: vault, expirationSeconds: 600}}]
 """))
-    provider = ShortLivedTokens()
+    provider = CountedTokens(lifetime=5)
     stop = threading.Event()
     root = tmp_path / "root"
     with NodeRuntime(str(root), node_name="n1", entry_points=False,
@@ -209,20 +212,6 @@ def test_a_configmap_changed_while_the_agent_was_down_reaches_the_pod_at_restart
     write_atomically(manifest, objects("debug") + pod("web", VOLUMES))
     start_agent(remount_period=3600)
     wait_until(lambda: read(level) == "debug", 10, "the changed ConfigMap in the volume")
-
-
-class CountedTokens(TokenProvider):
-    """Grants tokens of the lifetime asked for, counting them."""
-
-    def __init__(self) -> None:
-        self.issued = 0
-
-    def request_token(self, request: TokenRequest) -> IssuedToken:
-        self.issued += 1
-        now = datetime.datetime.now(datetime.UTC)
-        seconds = request.expiration_seconds or 3600
-        return IssuedToken(token=f"token-{self.issued}", expiration_seconds=seconds,
-                           expiration=now + datetime.timedelta(seconds=seconds))
 
 
 @pytest.mark.root
