@@ -13,6 +13,7 @@ when the status is not final or the transport failed, as the kubelet treats them
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import TypeAlias, TypeVar, cast
@@ -87,6 +88,7 @@ class CSIClient(ClosesOnExit):
         self._lock = threading.Lock()
         self._callables: dict[str, _MultiCallable] = {}
         self._node_caps: frozenset[t.NodeCapability] | None = None
+        self._node_caps_at = 0.0  # time.monotonic() of the answer cached
         self._closed = False
 
     # --- plumbing -------------------------------------------------------------------
@@ -808,12 +810,15 @@ class CSIClient(ClosesOnExit):
         return int(resp.capacity_bytes)
 
     def node_get_capabilities(
-        self, *, refresh: bool = False, timeout: float | None = None, metadata: Metadata = None
+        self, *, refresh: bool = False, max_age: float | None = None,
+        timeout: float | None = None, metadata: Metadata = None,
     ) -> frozenset[t.NodeCapability]:
-        """The node service's capabilities, asked once and cached; ``refresh`` asks again."""
+        """The node service's capabilities, asked once and cached; ``refresh`` asks again,
+        ``max_age`` (seconds) asks again when the answer cached is older."""
         with self._lock:
-            cached = self._node_caps
-        if cached is not None and not refresh:
+            cached, at = self._node_caps, self._node_caps_at
+        fresh = max_age is None or time.monotonic() - at <= max_age
+        if cached is not None and not refresh and fresh:
             return cached
         resp = self._unary(
             "NodeGetCapabilities",
@@ -824,7 +829,7 @@ class CSIClient(ClosesOnExit):
         )
         caps = convert.node_capabilities_from_pb(resp)
         with self._lock:
-            self._node_caps = caps
+            self._node_caps, self._node_caps_at = caps, time.monotonic()
         return caps
 
     def node_supports(self, capability: t.NodeCapability) -> bool:

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 CSI_TIMEOUT = 120.0
 
 
+#: How long a driver's answer to NodeGetCapabilities serves the node operations (seconds).
+NODE_CAPABILITIES_MAX_AGE = 10.0
+
 class CSIContext:
     """The host, drivers, CSIDriver lookup, secrets, source memo, attach backend and guard
     the CSI plugin's roles work with.
@@ -134,8 +137,14 @@ class CSIContext:
             raise TransientOperationError(f"{where} failed to get CSI client: {exc}") from exc
 
     def node_capabilities(self, client: CSIClient) -> frozenset[t.NodeCapability]:
-        """Ask the driver its node capabilities now (the kubelet asks before each use)."""
-        return client.node_get_capabilities(refresh=True, timeout=self.timeout)
+        """The driver's node capabilities, asked again once the last answer is
+        :data:`NODE_CAPABILITIES_MAX_AGE` old. The kubelet asks before each stage, publish,
+        unstage and expansion: a burst of pods made two such calls per pod for the same
+        answer (a driver's capabilities change only with the driver: one that registers
+        again has a new client, asked at once; one restarted behind the same socket is
+        asked within that time)."""
+        return client.node_get_capabilities(max_age=NODE_CAPABILITIES_MAX_AGE,
+                                            timeout=self.timeout)
 
     def driver_info(self, driver: str) -> CSIDriverInfo | None:
         """The driver's CSIDriver information, None when it has no object.

@@ -103,6 +103,21 @@ def test_staged_filesystem_lifecycle_leaves_the_kubelet_layout(rig: Rig) -> None
     ]
 
 
+@pytest.mark.parametrize(("max_age", "asked"), [(10.0, 1), (-1.0, 3)])
+def test_one_answer_to_node_get_capabilities_serves_a_lifecycle(
+    make_rig: RigFactory, monkeypatch: pytest.MonkeyPatch, max_age: float, asked: int
+) -> None:
+    """Stage, publish and unstage each need the node capabilities: one answer
+    serves them all while it is younger than NODE_CAPABILITIES_MAX_AGE (the kubelet asks
+    before each); an older one is asked again."""
+    monkeypatch.setattr("kubevol.plugins.csi.context.NODE_CAPABILITIES_MAX_AGE", max_age)
+    rig = make_rig()
+    dmp, _ = _set_up(rig)
+    _tear_down(rig, dmp)
+    assert rig.driver.calls.count("NodeGetCapabilities") == asked
+    assert mounts_under(rig.root) == []
+
+
 def test_lifecycle_without_staging_only_publishes(make_rig: RigFactory) -> None:
     """A driver without STAGE_UNSTAGE gets no NodeStage, no staging path in NodePublish; the
     global directory still gets vol_data.json (UnmountDevice needs it) and is removed."""

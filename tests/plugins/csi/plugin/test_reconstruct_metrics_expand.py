@@ -170,9 +170,13 @@ def test_metrics_not_supported_without_get_volume_stats(make_rig: RigFactory) ->
 
 
 @pytest.mark.root
-def test_node_expand_and_controller_expand(make_rig: RigFactory) -> None:
+def test_node_expand_and_controller_expand(
+    make_rig: RigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NodeExpand sends the pod path, staging path and new size; without node EXPAND_VOLUME it
     is refused as not supported. Controller expansion uses ControllerExpandVolume."""
+    # The driver's capabilities change in place below: every answer is taken as stale.
+    monkeypatch.setattr("kubevol.plugins.csi.context.NODE_CAPABILITIES_MAX_AGE", -1.0)
     rig = make_rig(
         node_caps={t.NodeCapability.STAGE_UNSTAGE_VOLUME, t.NodeCapability.EXPAND_VOLUME},
         controller_caps={t.ControllerCapability.EXPAND_VOLUME},
