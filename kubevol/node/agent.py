@@ -80,7 +80,6 @@ from kubevol.util.lifecycle import ClosesOnExit
 
 log = logging.getLogger(__name__)
 
-
 #: The kubelet's reconciler loop period (seconds).
 LOOP_PERIOD = 0.1
 #: The longest an idle agent sleeps between passes (seconds).
@@ -99,8 +98,6 @@ STOP_TIMEOUT = 10.0
 STOP_WATCH_PERIOD = 5.0
 #: A loop that has not finished a pass for this long is reported unhealthy (seconds).
 STALL_AFTER = 60.0
-
-
 #: The plugins whose volumes project what an agent without an API server reads from its
 #: manifests (and a projected volume's tokens).
 _FROM_MANIFESTS = frozenset({CONFIG_MAP_PLUGIN_NAME, SECRET_PLUGIN_NAME,
