@@ -192,7 +192,9 @@ class NodeVolumeManager:
         ownership allows: volumes that could not be rebuilt (pod not desired), subPath binds
         whose volume directory is gone (pod not desired) and orphan device mounts no desired
         volume claims. Returns ``result`` with what was done."""
-        pods_on_disk = self.pods_on_disk()
+        # Listed before anything is cleaned, and only when there is an orphan to judge (a
+        # second listing of every pod's volumes at each start-up otherwise).
+        pods_on_disk = self.pods_on_disk() if result.orphans else set()
         holders = self.generator.holders_once()
         result = result.with_failures(
             [self._clean_failure(f, holders) for f in result.failures]

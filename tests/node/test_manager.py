@@ -401,3 +401,33 @@ def test_a_pod_directory_removal_is_no_kubelet_storage_operation_in_the_metrics(
         assert b'operation_name="volume_unmount"' in metrics.exposition()
     finally:
         manager.close()
+
+
+def test_a_restart_with_no_orphan_lists_the_pods_once(
+    env: NodeEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan lists every pod's volume directories; with no orphan device mount to judge,
+    cleaning lists them no second time (a second walk of the pods at every start-up)."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    first = make_manager(env)
+    uid = add(first, env, staged_pod("a", "pv1"), pv, pvc)
+    assert first.sync(timeout=20).converged
+    first.close()
+    mgr, _ = env.fresh_mgr()
+    second = NodeVolumeManager(env.host, mgr, workers=4, initial_backoff=0.01)
+    listed: list[str] = []
+
+    def pods_on_disk() -> set[str]:
+        listed.append("listed")
+        return set()
+
+    monkeypatch.setattr(second, "pods_on_disk", pods_on_disk)
+    pod = staged_pod("a", "pv1")
+    second.set_pod(desired_pod(mgr, pod, manifests(pod, pv, pvc)))
+    rebuilt = second.reconstruct()
+    assert not rebuilt.orphans and listed == []
+    second.remove_pod(uid)
+    assert second.sync(timeout=20).converged
+    assert mounts_under(env.root) == []
+    second.close()
