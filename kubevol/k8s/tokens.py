@@ -246,7 +246,11 @@ class TokenManager:
 
     def requires_refresh(self, issued: IssuedToken, now: datetime.datetime) -> bool:
         """True once 80% of the lifetime (or 24 hours) has passed, less a random jitter."""
-        return now > self._refresh_time(issued) - datetime.timedelta(seconds=self._jitter())
+        return self._past(self._refresh_time(issued), now)
+
+    def _past(self, refresh_time: datetime.datetime, now: datetime.datetime) -> bool:
+        """Whether ``now`` is past ``refresh_time``, less a random jitter."""
+        return now > refresh_time - datetime.timedelta(seconds=self._jitter())
 
     @staticmethod
     def _refresh_time(issued: IssuedToken) -> datetime.datetime:
@@ -284,8 +288,7 @@ class TokenManager:
             expected = self._expected.get(pod_uid)
         now = self._clock()
         if not issued:
-            jitter = datetime.timedelta(seconds=self._jitter())
-            return expected is None or now > expected - jitter
+            return expected is None or self._past(expected, now)
         return any(self.requires_refresh(t, now) for t in issued)
 
     def forget_pod(self, pod_uid: str) -> None:

@@ -88,9 +88,8 @@ class MountTable:
         spans = []
         for point in set(points):
             escaped = os.fsencode(escape(point))
-            for start, stop in self._spans_with(b" " + escaped + b" "):
-                if data[start:stop].split(b" ", 5)[4:5] == [escaped]:
-                    spans.append((start, stop))
+            spans += [(start, stop) for start, stop in self._spans_with(b" " + escaped + b" ")
+                      if _mount_point_field(data, start, stop) == escaped]
         if not spans:
             return self
         parts, pos = [], 0
@@ -143,8 +142,7 @@ class MountTable:
             last: tuple[int, int] | None = None
             for match in _ancestors_pattern(path).finditer(data, low):
                 start, stop = _line_bounds(data, match.start())
-                fields = data[start:stop].split(b" ", 5)
-                if len(fields) > 5 and fields[4] == match.group(1):
+                if _mount_point_field(data, start, stop) == match.group(1):
                     last = (start, stop)
             if last is not None:
                 best = _parse(data, *last)
@@ -201,8 +199,7 @@ class MountTable:
             if pos < 0:
                 return None
             start, stop = _line_bounds(data, pos)
-            fields = data[start:stop].split(b" ", 5)
-            if len(fields) > 5 and fields[4] == escaped:
+            if _mount_point_field(data, start, stop) == escaped:
                 return stop, _parse(data, start, stop)
             end = pos + len(needle) - 1
 
@@ -231,6 +228,13 @@ class MountTable:
             end = start
         found.reverse()
         return found
+
+
+def _mount_point_field(data: bytes, start: int, stop: int) -> bytes | None:
+    """The escaped mount point (field 5) of the line ``data[start:stop]``; None when the
+    line has fewer than six fields."""
+    fields = data[start:stop].split(b" ", 5)
+    return fields[4] if len(fields) > 5 else None
 
 
 def _line_bounds(data: bytes, pos: int) -> tuple[int, int]:

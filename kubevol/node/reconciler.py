@@ -409,7 +409,12 @@ class Reconciler:
         if now - last < self.remount_period:
             return False
         self._set_up_at[key] = now
-        return last == -math.inf or self.remount_wanted(v)  # asked for, or wanted now
+        return self._wanted_again(v, last)
+
+    def _wanted_again(self, v: VolumeToMount, last: float) -> bool:
+        """Whether a volume due for its periodic set-up (last set up at ``last``) is set up
+        again: asked for (:meth:`remount_now`), or :attr:`remount_wanted`."""
+        return last == -math.inf or self.remount_wanted(v)
 
     def _requires_remount(self, v: VolumeToMount) -> bool:
         try:
@@ -433,7 +438,7 @@ class Reconciler:
                 self._set_up_at.pop((unique_name, pod_uid), None)  # the pod left
                 continue
             v = next((v for v in pod.volumes if v.unique_name == unique_name), None)
-            if v is not None and last > -math.inf and not self.remount_wanted(v):
+            if v is not None and not self._wanted_again(v, last):
                 self._set_up_at[(unique_name, pod_uid)] = now  # no pass for it
                 continue
             self.touch(pod=pod_uid, volume=unique_name)

@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from kubevol.k8s.tokens import TokenManager, TokenRequest
+from kubevol.node.token_times import TokenRefreshTimes
 from kubevol.testing.mount_rig import mounts_under
+from kubevol.testing.token_provider import StandInTokenProvider
 
 UID = "11111111-2222-3333-4444-555555555555"
 MANIFEST = f"""
@@ -118,3 +121,33 @@ def test_status_warns_about_a_root_wider_than_0750(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert (f"root {root} has mode {mode:04o}, wider than" in done.stderr) is warned
         assert stat.S_IMODE(root.stat().st_mode) == mode
+
+
+@pytest.mark.root
+def test_another_user_cannot_put_a_token_renewal_off(shared_base: Path) -> None:
+    """The token refresh times a restarted agent reads back live in the root's state
+    directory, 0700 whatever the umask: user 65534 can neither write the file (a far time
+    would put renewals off) nor replace it with a link."""
+    root = shared_base / "root"
+    tokens = TokenManager(StandInTokenProvider())
+    tokens.get_token(TokenRequest(namespace="ns", service_account="sa", audiences=(),
+                                  expiration_seconds=3600, pod_name="p", pod_uid=UID))
+    times = TokenRefreshTimes(str(root))
+    old = os.umask(0)
+    try:
+        times.save_if_changed(tokens)
+    finally:
+        os.umask(old)
+    before = Path(times.path).read_text()
+    assert stat.S_IMODE(Path(times.path).parent.stat().st_mode) == 0o700
+    attempts = {
+        "write the refresh times": f"echo '{{\"{UID}\": \"2999-01-01T00:00:00+00:00\"}}' "
+                                   f"> {times.path}",
+        "link them elsewhere": f"ln -sf /tmp/mine {times.path}.new && "
+                               f"mv -f {times.path}.new {times.path}",
+    }
+    for what, script in attempts.items():
+        result = as_nobody(script)
+        assert result.returncode != 0, f"user 65534 could {what}"
+        assert "Permission denied" in result.stderr, (what, result.stderr)
+    assert Path(times.path).read_text() == before and not Path(times.path).is_symlink()
