@@ -314,7 +314,16 @@ class ActualState:
 
     def __init__(self) -> None:
         self._volumes: dict[str, _VolumeEntry] = {}
+        #: How many volumes each pod uses: which pods use any is asked in every pass while
+        #: a pod goes, and counting the entries' pods each time costs what every pod has.
+        self._uses: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
+
+    def _used(self, pod_uid: str, by: int) -> None:
+        """Count ``by`` more (or fewer) of the pod's uses; a pod at zero is forgotten."""
+        self._uses[pod_uid] += by
+        if self._uses[pod_uid] <= 0:
+            del self._uses[pod_uid]
 
     def add_volume(
         self,
@@ -394,10 +403,12 @@ class ActualState:
         with self._lock:
             entry = self._entry(unique_name)
             if state is MountState.UNMOUNTED:
-                entry.pods.pop(pod_uid, None)
+                if entry.pods.pop(pod_uid, None) is not None:
+                    self._used(pod_uid, -1)
                 return
             pod = entry.pods.get(pod_uid)
             if pod is None:
+                self._used(pod_uid, 1)
                 entry.pods[pod_uid] = _PodEntry(
                     spec_name=spec_name,
                     outer_name=outer_name or spec_name,
@@ -416,7 +427,9 @@ class ActualState:
     def remove_volume(self, unique_name: str) -> None:
         """Forget the volume. Idempotent."""
         with self._lock:
-            self._volumes.pop(unique_name, None)
+            entry = self._volumes.pop(unique_name, None)
+            for uid in entry.pods if entry is not None else ():
+                self._used(uid, -1)
 
     def volume(self, unique_name: str) -> AttachedVolume | None:
         """The volume's snapshot, or None."""
@@ -441,15 +454,15 @@ class ActualState:
         return [p for v in self.volumes() for p in v.pods]
 
     def pods(self) -> set[str]:
-        """UIDs of the pods using any volume (asked in passes while a pod goes: read off
-        the entries, without a snapshot of every volume)."""
+        """UIDs of the pods using any volume."""
         with self._lock:
-            return {uid for entry in self._volumes.values() for uid in entry.pods}
+            return set(self._uses)
 
     def clear(self) -> None:
         """Forget everything (what a crash does to memory)."""
         with self._lock:
             self._volumes.clear()
+            self._uses.clear()
 
     def merge(self, volumes: Iterable[AttachedVolume]) -> None:
         """Add what ``volumes`` (snapshots, e.g. from reconstruction) know and this state
@@ -476,6 +489,8 @@ class ActualState:
                     self._volumes[v.unique_name] = entry
                 entry.changed()
                 for p in v.pods:
+                    if p.pod_uid not in entry.pods:
+                        self._used(p.pod_uid, 1)
                     entry.pods.setdefault(
                         p.pod_uid,
                         _PodEntry(

@@ -431,3 +431,40 @@ def test_a_restart_with_no_orphan_lists_the_pods_once(
     assert second.sync(timeout=20).converged
     assert mounts_under(env.root) == []
     second.close()
+
+
+def test_a_volume_with_a_device_to_release_is_torn_down_first(
+    env: NodeEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's tear-downs start with the volume whose unstage and detach follow: the
+    longest chain of a pod's removal goes first (issue 36, the lone removal)."""
+    src = env.source("pv1")
+    pv, pvc = local_pv_manifest("pv1", str(src)), claim_manifest("pv1")
+    pod = pod_manifest("web", [
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "pv1-claim"}},
+    ])
+    manager = make_manager(env)
+    uid = add(manager, env, pod, pv, pvc)
+    assert manager.sync(timeout=20).converged
+    # Whatever order the volumes are listed in (by unique name: a CSI volume's
+    # "kubernetes.io/csi/..." comes after a configMap's): here the emptyDir first.
+    listed = manager.actual.volumes
+    monkeypatch.setattr(manager.actual, "volumes", lambda: sorted(
+        listed(), key=lambda v: v.plugin_name != "kubernetes.io/empty-dir"))
+    started: list[OperationKind] = []
+    plugins: list[str] = []
+    run = manager.executor.run
+
+    def noted(key: OperationKey, kind: OperationKind, op: Any) -> Any:
+        started.append(kind)
+        plugins.append(key.volume.split("/")[0])
+        return run(key, kind, op)
+
+    monkeypatch.setattr(manager.executor, "run", noted)
+    manager.remove_pod(uid)
+    manager.reconcile(full=True)
+    assert started[:2] == [OperationKind.TEAR_DOWN] * 2
+    assert plugins[:2] == [PLUGIN_NAME.split("/")[0], "kubernetes.io"]
+    assert manager.sync(timeout=20).converged
+    manager.close()

@@ -97,16 +97,33 @@ def test_is_desired_follows_pods_that_come_change_and_go(
                 assert state.is_desired(name, other) == (other in wanting)
 
 
-@given(steps=st.lists(st.tuples(st.sampled_from(["u1", "u2"]), st.sampled_from(["p1", "p2"]),
-                                st.sampled_from(list(MountState))), max_size=10))
+@given(steps=st.lists(st.tuples(
+    st.sampled_from(["set", "set", "set", "remove", "merge", "clear"]),
+    st.sampled_from(["u1", "u2"]), st.sampled_from(["p1", "p2"]),
+    st.sampled_from(list(MountState))), max_size=12))
 def test_the_pods_using_volumes_are_those_of_every_volume(
-    steps: list[tuple[str, str, MountState]]
+    steps: list[tuple[str, str, str, MountState]]
 ) -> None:
-    """pods() reads the entries; it answers as every volume's snapshot does."""
+    """pods() is kept as the entries change (set, volume removed, merged, cleared); it
+    answers as every volume's snapshot does."""
     state = ActualState()
     spec = Spec.from_manifest({"name": "v", "emptyDir": {}})
-    for unique, pod_uid, mount_state in steps:
-        state.add_volume(unique_name=unique, volume_name=unique, plugin_name="p", spec=spec,
-                         mode=VolumeMode.FILESYSTEM, attachable=False, device_mountable=False)
-        state.set_pod_state(unique, pod_uid, mount_state)
+    for action, unique, pod_uid, mount_state in steps:
+        if action == "remove":
+            state.remove_volume(unique)
+        elif action == "clear":
+            state.clear()
+        elif action == "merge":
+            # What a reconstruction finds: the volume with one more pod, merged in.
+            found = ActualState()
+            found.add_volume(unique_name=unique, volume_name=unique, plugin_name="p",
+                             spec=spec, mode=VolumeMode.FILESYSTEM, attachable=False,
+                             device_mountable=False)
+            found.set_pod_state(unique, pod_uid, MountState.UNCERTAIN)
+            state.merge(found.volumes())
+        else:
+            state.add_volume(unique_name=unique, volume_name=unique, plugin_name="p",
+                             spec=spec, mode=VolumeMode.FILESYSTEM, attachable=False,
+                             device_mountable=False)
+            state.set_pod_state(unique, pod_uid, mount_state)
         assert state.pods() == {m.pod_uid for m in state.mounted_volumes()}
