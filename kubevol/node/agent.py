@@ -220,8 +220,6 @@ class Agent(ClosesOnExit):
         #: wait (a select on it and the manifest directory) wakes at once, so a pod's next
         #: step starts when its last one ended, not at the next tick.
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        #: Set to have the mount table read ahead (:meth:`_table_reader`).
-        self._read_table = threading.Event()
         if self.api is not None:
             self.api.on_change = self._poke
         self._last_pass = 0.0
@@ -409,8 +407,6 @@ class Agent(ClosesOnExit):
         )
         threading.Thread(target=self._poke_on_stop, args=(stop,), name="kubevol-stop-watch",
                          daemon=True).start()
-        threading.Thread(target=self._table_reader, args=(stop,),
-                         name="kubevol-mount-table", daemon=True).start()
         try:
             if self.server is not None:
                 self.server.start()
@@ -438,7 +434,6 @@ class Agent(ClosesOnExit):
             self._loop(stop)
         finally:
             self._running = False
-            self._read_table.set()  # the reader ends
             self.notifier.notify("STOPPING=1")
             log.info("stopping: waiting for running operations")
             self.pods.close(STOP_TIMEOUT)
@@ -589,7 +584,7 @@ class Agent(ClosesOnExit):
                     started or self.pods.manager.executor.running() or terminating
                     or self.pods.manager.executor.failures())
                 if was_busy and not busy:
-                    self._read_table.set()
+                    self._read_mount_table_ahead()
                 if not busy and not self.settled.is_set():
                     self.settled.set()
                     log.info("settled: %d pods desired, %d volumes mounted, nothing left to "
@@ -610,8 +605,18 @@ class Agent(ClosesOnExit):
                 self.runtime.ensure_drivers()
             idle = min(self.idle_period, self.remount_period)
             if self._wait(stop, self.period if busy else idle):
-                self._read_table.set()
                 self.apply_sources()
+
+    def _read_mount_table_ahead(self) -> None:
+        """Read the mount table now if the operations just ended changed it, while nothing
+        waits: the next operation's checks (a pod's tear-down first asks what holds its
+        paths) then find it read, instead of waiting milliseconds per thousand mounts. One
+        read per burst of operations, which the next burst would pay anyway; an idle
+        agent reads nothing."""
+        try:
+            self.pods.manager.usage.table()
+        except MountError as exc:
+            log.debug("reading the mount table ahead: %s", exc)
 
     def _terminating(self) -> bool:
         """Whether a pod is terminating, its record not gone yet (a pass may end it)."""
@@ -644,24 +649,6 @@ class Agent(ClosesOnExit):
             if woken:
                 return False
         return False
-
-    def _table_reader(self, stop: threading.Event) -> None:
-        """Read the mount table, if it changed, each time :attr:`_read_table` is set: when
-        a source changed (while the change is applied, on the other core: the operations
-        it starts first ask the table, a pod's tear-down what holds its paths) and when a
-        burst of operations ended (the next one then finds the table they changed read).
-        Milliseconds per thousand mounts taken off the operations' path; a read the next
-        operation would pay anyway. Sleeps without a timeout: an idle agent reads
-        nothing."""
-        while True:
-            self._read_table.wait()
-            self._read_table.clear()
-            if stop.is_set() or not self._running:
-                return
-            try:
-                self.pods.manager.usage.table()
-            except MountError as exc:
-                log.debug("reading the mount table ahead: %s", exc)
 
     def _poke_on_stop(self, stop: threading.Event) -> None:
         """Wake the loop's wait once ``stop`` is set, so that the wait needs no timeout to
