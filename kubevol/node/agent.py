@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from kubevol.errors import KubevolError, MountError
+from kubevol.errors import KubevolError
 from kubevol.k8s.events import EventRecorder, KubeEventSink
 from kubevol.k8s.pod import pod_containers
 from kubevol.layout import write_json_atomically
@@ -580,11 +580,8 @@ class Agent(ClosesOnExit):
                 self._last_pass = time.monotonic()
                 if full:
                     self._last_full = self._last_pass
-                was_busy, busy = busy, bool(
-                    started or self.pods.manager.executor.running() or terminating
-                    or self.pods.manager.executor.failures())
-                if was_busy and not busy:
-                    self._read_mount_table_ahead()
+                busy = bool(started or self.pods.manager.executor.running() or terminating
+                            or self.pods.manager.executor.failures())
                 if not busy and not self.settled.is_set():
                     self.settled.set()
                     log.info("settled: %d pods desired, %d volumes mounted, nothing left to "
@@ -606,17 +603,6 @@ class Agent(ClosesOnExit):
             idle = min(self.idle_period, self.remount_period)
             if self._wait(stop, self.period if busy else idle):
                 self.apply_sources()
-
-    def _read_mount_table_ahead(self) -> None:
-        """Read the mount table now if the operations just ended changed it, while nothing
-        waits: the next operation's checks (a pod's tear-down first asks what holds its
-        paths) then find it read, instead of waiting milliseconds per thousand mounts. One
-        read per burst of operations, which the next burst would pay anyway; an idle
-        agent reads nothing."""
-        try:
-            self.pods.manager.usage.table()
-        except MountError as exc:
-            log.debug("reading the mount table ahead: %s", exc)
 
     def _terminating(self) -> bool:
         """Whether a pod is terminating, its record not gone yet (a pass may end it)."""

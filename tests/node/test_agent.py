@@ -26,8 +26,6 @@ from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.common import RunningDriver
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
-from kubevol.mount.linux import LinuxMounter
-from kubevol.mount.table import MountTable
 from kubevol.node.agent import Agent
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
@@ -501,38 +499,3 @@ def test_drivers_register_through_the_plugins_registry(env: AgentEnv) -> None:
         agent.close()
         runtime.close()
         shutil.rmtree(registry_dir, ignore_errors=True)
-
-
-def test_an_agent_that_went_idle_has_the_mount_table_read(
-    env: AgentEnv, start_agent: Callable[..., RunningAgent], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once its operations end, the agent reads the mount table they changed, while nothing
-    waits: the first check of the next operation (a tear-down asks what holds its paths)
-    finds it read instead of reading it then (issue 36, the lone removal)."""
-    running = start_agent()
-    mounter = running.agent.runtime.host.get_mounter()
-    assert isinstance(mounter, LinuxMounter)
-    cache = mounter._table  # the mounter's one table cache; reads counts real reads
-    watching = threading.Event()
-    first_asked: list[bool] = []  # whether the first question after watching began read
-    asked = mounter.table
-
-    def table(*, superset: bool = False, at: str | None = None) -> MountTable:
-        before = cache.reads
-        out = asked(superset=superset, at=at)
-        if watching.is_set() and not first_asked:
-            first_asked.append(cache.reads > before)
-        return out
-
-    monkeypatch.setattr(mounter, "table", table)
-    (env.manifests / "db.yaml").write_text(
-        pod("db", "  - {name: cache, emptyDir: {medium: Memory}}\n"))
-    cache_dir = env.pod_volume("db", "cache", "kubernetes.io~empty-dir")
-    wait_until(lambda: cache_dir in mounts_under(env.root), 30, "the tmpfs emptyDir")
-    executor = running.agent.pods.manager.executor
-    wait_until(lambda: not executor.running(), 30, "the set-up ended")
-    time.sleep(0.5)  # the loop's pass after it, at most a period later
-    watching.set()
-    (env.manifests / "db.yaml").unlink()
-    wait_until(lambda: not os.path.lexists(f"{env.root}/pods/{UIDS['db']}"), 30, "db gone")
-    assert first_asked == [False]
