@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kubernetes.client import V1Node, V1PersistentVolume, V1TopologySelectorTerm
 
     from kubevol.mount.guard import UnmountVerdict
+    from kubevol.mount.probe import Pending
     from kubevol.spec import Spec
 
 
@@ -57,6 +58,14 @@ class MetricsProvider(abc.ABC):
     @abc.abstractmethod
     def get_metrics(self) -> Metrics:
         """Measure now; may be expensive. Raises :class:`~kubevol.errors.MetricsError`."""
+
+    def metrics_starter(self) -> Callable[[], Pending[Metrics]] | None:
+        """What starts :meth:`get_metrics` without waiting for its answer, for a caller that
+        measures many volumes at once (:meth:`kubevol.mount.probe.PathProbe.wait_each`),
+        where the provider can start one without blocking: a CSI driver's
+        NodeGetVolumeStats. None (the default) otherwise; the caller then calls
+        :meth:`get_metrics`."""
+        return None
 
 
 class Volume(MetricsProvider):

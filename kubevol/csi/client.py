@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from typing import TypeAlias, TypeVar, cast
+from typing import Generic, TypeAlias, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -54,6 +54,37 @@ _Interceptor: TypeAlias = (
 )
 #: What :meth:`CSIClient._callable` makes: a unary or a server-streaming method.
 _MultiCallable: TypeAlias = grpc.UnaryUnaryMultiCallable | grpc.UnaryStreamMultiCallable
+
+
+_Result = TypeVar("_Result")
+
+
+class StartedCall(Generic[_Result]):
+    """A unary RPC sent, its answer not yet read (:meth:`CSIClient.node_get_volume_stats_started`).
+
+    :meth:`outcome` gives what the typed method returns, or raises what it raises."""
+
+    def __init__(self, future: grpc.Future, path: str,
+                 convert_answer: Callable[[object], _Result]) -> None:
+        self._future = future
+        self._path = path
+        self._convert = convert_answer
+
+    def done(self) -> bool:
+        """Whether the answer came (or the call failed)."""
+        return bool(self._future.done())
+
+    def when_done(self, fn: Callable[[], None]) -> None:
+        """Have ``fn()`` called once the call ended (at once if it has), on gRPC's thread."""
+        self._future.add_done_callback(lambda _: fn())
+
+    def outcome(self) -> _Result:
+        """The answer of the ended call; raises :class:`~kubevol.csi.errors.CSIRPCError`."""
+        try:
+            response = self._future.result(timeout=0)
+        except Exception as exc:
+            raise error_from_rpc(exc, self._path, may_progress=False) from exc
+        return self._convert(response)
 
 
 class CSIClient(ClosesOnExit):
@@ -778,6 +809,23 @@ class CSIClient(ClosesOnExit):
         )
         return convert.volume_stats_from_pb(resp)
 
+    def node_get_volume_stats_started(
+        self, volume_id: str, volume_path: str, *, timeout: float | None = None,
+    ) -> StartedCall[t.VolumeStats]:
+        """:meth:`node_get_volume_stats` sent without waiting for the answer: a caller that
+        asks many volumes at once waits once for them all, with no thread per call."""
+        request = pb.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=volume_path)
+        name = "NodeGetVolumeStats"
+        unary = self._callable(name)
+        assert isinstance(unary, grpc.UnaryUnaryMultiCallable)
+        try:
+            future = unary.future(request, timeout=self.timeout if timeout is None else timeout,
+                                  metadata=self._metadata or None)
+        except Exception as exc:  # a closed channel: as call() says it
+            raise error_from_rpc(exc, RPCS[name].path, may_progress=False) from exc
+        return StartedCall(future, RPCS[name].path, lambda answer: convert.volume_stats_from_pb(
+            cast(pb.NodeGetVolumeStatsResponse, answer)))
+
     def node_expand_volume(
         self,
         volume_id: str,
@@ -831,6 +879,12 @@ class CSIClient(ClosesOnExit):
         with self._lock:
             self._node_caps, self._node_caps_at = caps, time.monotonic()
         return caps
+
+    def node_capabilities_known(self) -> bool:
+        """Whether :meth:`node_get_capabilities` has an answer cached (answers without a
+        call while it is young enough for the caller)."""
+        with self._lock:
+            return self._node_caps is not None
 
     def node_supports(self, capability: t.NodeCapability) -> bool:
         """Whether the (cached) node capabilities include ``capability``."""

@@ -14,7 +14,10 @@ types: :func:`is_suspect`) and makes every call on them through a :class:`PathPr
   (:class:`_Workers`): starting one per call cost more than most calls (a stats refresh
   makes thousands);
 * while a call on a mount is stuck, further calls on the same mount fail at once, without
-  a new thread, and no more than ``max_stuck`` threads are ever left stuck in all.
+  a new thread, and no more than ``max_stuck`` threads are ever left stuck in all;
+* a call that needs no thread to wait on (an RPC whose answer another process computes)
+  is started on the caller's thread and waited for with others, under one deadline
+  (:meth:`PathProbe.wait_each`): the same rules, without a thread hand-off per call.
 
 Nothing is ever decided from a timeout but "this volume did not answer": callers report
 it and leave the volume as it is.
@@ -26,11 +29,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from kubevol.errors import KubevolError
 
 _T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
 
 #: Filesystem types whose calls can block on a server or a daemon (mountinfo's field 9;
 #: FUSE mounts read ``fuse`` or ``fuse.<subtype>``).
@@ -43,6 +47,11 @@ SUSPECT_FS_TYPES = frozenset({
 DEFAULT_TIMEOUT = 5.0
 #: How many threads may be left stuck in the kernel at once, all mounts together.
 MAX_STUCK = 32
+#: How many calls :meth:`PathProbe.wait_each` has in flight at once: a node's claims
+#: (the agent's stats refresh of 500 pods) all at once, since each wave costs wake-ups and
+#: thread hand-offs (32 at a time cost that refresh ~50 ms of CPU more), yet not without
+#: bound, for the driver's sake.
+IN_FLIGHT = 512
 
 
 def is_suspect(fs_type: str) -> bool:
@@ -58,6 +67,20 @@ class UnresponsiveError(KubevolError, TimeoutError):
         super().__init__(message)
         self.path = path
         self.mount_point = mount_point
+
+
+class Pending(Protocol[_T_co]):
+    """A call that runs without a thread of the caller's (an RPC in flight), as
+    :meth:`PathProbe.wait_each` waits for it."""
+
+    def done(self) -> bool:
+        """Whether the call ended."""
+
+    def when_done(self, fn: Callable[[], None]) -> None:
+        """Have ``fn()`` called once the call ended (at once if it has), on any thread."""
+
+    def outcome(self) -> _T_co:
+        """What the ended call returned, or its exception raised."""
 
 
 class PathProbe:
@@ -120,12 +143,74 @@ class PathProbe:
                 results.append(exc)
         return results
 
-    def _start(
-        self, mount_point: str, path: str, what: str, fn: Callable[[], _T], lane: str = ""
-    ) -> _Call[_T]:
-        """``fn`` started on a thread of its own, unless a call on the same mount (and lane)
-        is still stuck or too many are: then :class:`UnresponsiveError` at once."""
-        key = f"{lane} {mount_point}" if lane else mount_point
+    def wait_each(
+        self, calls: Sequence[tuple[str, str, str, Callable[[], Pending[_T]]]],
+        timeout: float | None = None, *, window: int = IN_FLIGHT,
+    ) -> list[_T | BaseException]:
+        """:meth:`call_each` of calls that need no thread to wait on (an RPC answered by
+        another process): each ``(mount_point, path, what, start)`` is started by
+        ``start()`` on the calling thread, which must not block, at most ``window`` at a
+        time, and waited for without a thread hand-off per call. One that has not ended
+        ``timeout`` (default: the probe's) after it started is left stuck on its mount as
+        a :meth:`call` is: later calls on the mount fail at once until it ends, and once
+        ``max_stuck`` are, every other call does. A driver that stops answering thus costs
+        one deadline, not one per call. Each result, or the exception its call raised
+        (``start``'s own included), in order."""
+        limit = self.timeout if timeout is None else max(0.0, timeout)
+        window = max(1, window)
+        results: dict[int, _T | BaseException] = {}
+        # What started and is waited for, in the order started (so by deadline).
+        running: list[tuple[int, float, str, str, str, Pending[_T]]] = []
+        endings = _Endings()
+        for i, (mount_point, path, what, start) in enumerate(calls):
+            try:
+                self._admit(mount_point, mount_point, path, what)
+                pending = start()
+            except BaseException as exc:  # handed to the caller
+                results[i] = exc
+                continue
+            pending.when_done(endings.one_ended)
+            running.append((i, time.monotonic() + limit, mount_point, path, what, pending))
+            if len(running) >= window:
+                running = self._reap(running, results, endings, limit, keep=window // 2)
+        while running:
+            running = self._reap(running, results, endings, limit, keep=0)
+        return [results[i] for i in range(len(calls))]
+
+    def _reap(
+        self, running: list[tuple[int, float, str, str, str, Pending[_T]]],
+        results: dict[int, _T | BaseException], endings: _Endings, limit: float, *, keep: int,
+    ) -> list[tuple[int, float, str, str, str, Pending[_T]]]:
+        """Wait until no more than ``keep`` of the ``running`` calls are left (a call is
+        left once it ended, or stuck at its deadline): their results in ``results``; the
+        calls still running. One wake-up per batch of calls ended, not one per call."""
+        while True:
+            seen = endings.count()
+            now = time.monotonic()
+            still = []
+            for one in running:
+                i, deadline, mount_point, path, what, pending = one
+                if pending.done():
+                    try:
+                        results[i] = pending.outcome()
+                    except BaseException as exc:  # handed to the caller
+                        results[i] = exc
+                elif deadline <= now:
+                    done = threading.Event()
+                    with self._lock:
+                        self._stuck[mount_point] = (done, what)
+                    pending.when_done(done.set)
+                    results[i] = _no_answer(path, mount_point, what, limit)
+                else:
+                    still.append(one)
+            if len(still) <= keep:
+                return still
+            endings.wait(seen + len(still) - keep, still[0][1])
+            running = still
+
+    def _admit(self, key: str, mount_point: str, path: str, what: str) -> None:
+        """:class:`UnresponsiveError` when a call on ``key`` (a mount, in a lane) is still
+        stuck or too many are."""
         with self._lock:
             self._forget_finished()
             earlier = self._stuck.get(key)
@@ -137,6 +222,14 @@ class PathProbe:
                 raise UnresponsiveError(path, mount_point, (
                     f"{path}: {what} not tried: {len(self._stuck)} calls on unresponsive "
                     "mounts are still waiting"))
+
+    def _start(
+        self, mount_point: str, path: str, what: str, fn: Callable[[], _T], lane: str = ""
+    ) -> _Call[_T]:
+        """``fn`` started on a thread of its own, unless a call on the same mount (and lane)
+        is still stuck or too many are: then :class:`UnresponsiveError` at once."""
+        key = f"{lane} {mount_point}" if lane else mount_point
+        self._admit(key, mount_point, path, what)
         return _Call(key, mount_point, path, what, fn)
 
     def _finish(self, call: _Call[_T], deadline: float, limit: float) -> _T:
@@ -145,15 +238,49 @@ class PathProbe:
         if not call.wait(deadline):
             with self._lock:
                 self._stuck[call.key] = (call.done, call.what)
-            raise UnresponsiveError(call.path, call.mount_point, (
-                f"{call.path}: {call.what} did not answer within {limit:g}s (a dead server or "
-                f"a frozen filesystem daemon below {call.mount_point})"))
+            raise _no_answer(call.path, call.mount_point, call.what, limit)
         return call.outcome()
 
     def _forget_finished(self) -> None:
         for mount_point, (done, _) in list(self._stuck.items()):
             if done.is_set():
                 del self._stuck[mount_point]
+
+
+def _no_answer(path: str, mount_point: str, what: str, limit: float) -> UnresponsiveError:
+    return UnresponsiveError(path, mount_point, (
+        f"{path}: {what} did not answer within {limit:g}s (a dead server or "
+        f"a frozen filesystem daemon below {mount_point})"))
+
+
+class _Endings:
+    """Counts the calls that ended (:meth:`one_ended`, from any thread) and wakes a waiter
+    once as many did as it waits for."""
+
+    def __init__(self) -> None:
+        self._ended = 0
+        self._target = 0
+        self._lock = threading.Lock()
+        self._reached = threading.Event()
+
+    def one_ended(self) -> None:
+        with self._lock:
+            self._ended += 1
+            if self._ended >= self._target:
+                self._reached.set()
+
+    def count(self) -> int:
+        with self._lock:
+            return self._ended
+
+    def wait(self, target: int, deadline: float) -> None:
+        """Until ``target`` calls in all ended, or ``deadline`` (monotonic) passed."""
+        with self._lock:
+            if self._ended >= target:
+                return
+            self._target = target
+            self._reached.clear()
+        self._reached.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _Call(Generic[_T]):

@@ -35,13 +35,13 @@ from kubevol.errors import KubevolError, MetricsError
 from kubevol.k8s.pod import Pod
 from kubevol.layout import CSI_PLUGIN_NAME
 from kubevol.manager import VolumePluginMgr
-from kubevol.mount.probe import UnresponsiveError
+from kubevol.mount.probe import Pending, UnresponsiveError
 from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer, ConnectionLimits
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.state import MountState, VolumeMode
 from kubevol.util.lifecycle import RunsWhileEntered
-from kubevol.volume import MetricsProvider
+from kubevol.volume import Metrics, MetricsProvider
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +79,24 @@ class ClaimStats:
     abnormal: bool | None
 
 
-def _claim_of(pod: Pod | None, outer_name: str) -> tuple[str, str] | None:
-    """``(namespace, claim)`` when the pod's volume ``outer_name`` is a claim."""
+def _claims_of(pod: Pod | None) -> dict[str, tuple[str, str]]:
+    """``(namespace, claim)`` of each of the pod's volumes that is a claim, by name (the
+    first volume of a name that is a claim)."""
     if pod is None or not pod.spec:
-        return None
+        return {}
+    claims: dict[str, tuple[str, str]] = {}
+    namespace: str | None = None
     for volume in pod.spec.volumes or []:  # V1Volume: read by name
         source = getattr(volume, "persistent_volume_claim", None)
-        if getattr(volume, "name", None) == outer_name and source is not None:
-            namespace = pod.metadata.namespace if pod.metadata is not None else None
-            return namespace or "default", source.claim_name
-    return None
+        if source is None:
+            continue
+        name = getattr(volume, "name", None)
+        if isinstance(name, str) and name not in claims:
+            if namespace is None:
+                namespace = (pod.metadata.namespace if pod.metadata is not None else None) \
+                    or "default"
+            claims[name] = (namespace, source.claim_name)
+    return claims
 
 
 #: A pod volume as the stats refresh knows it: unique name, plugin, spec name, pod UID,
@@ -114,35 +122,46 @@ class VolumeStats:
         """Measure every mounted claim now (slow: may walk volumes or call drivers).
 
         A claim several pods use is measured once, through the first of them that gives
-        figures (the kubelet's collector keeps the first pod's and skips the claim after)."""
-        out: list[ClaimStats] = []
-        collected: set[tuple[str, str]] = set()
+        figures (the kubelet's collector keeps the first pod's and skips the claim after).
+        CSI volumes are all asked at once, under one deadline of the host's probe: a
+        driver that does not answer costs one deadline, not one per claim."""
         # One look at the actual state for the whole refresh, not one per claim.
         mounted = {(m.unique_name, m.pod_uid) for m in self.manager.actual.mounted_volumes()
                    if m.state is MountState.MOUNTED}
         providers, self._providers = self._providers, {}
+        # Each claim's pod volumes, in the pods' order (the position gives the order of
+        # the figures, as when they were measured one after the other).
+        candidates: dict[tuple[str, str], list[tuple[int, _ProviderKey]]] = {}
+        position = 0
         for pod in self.manager.desired.pods():
+            claims = _claims_of(pod.pod)
+            if not claims:
+                continue
             for volume in pod.volumes:
-                claim = _claim_of(pod.pod, volume.outer_name)
-                if (
-                    claim is None
-                    or claim in collected
-                    or (volume.unique_name, pod.uid) not in mounted
-                ):
+                claim = claims.get(volume.outer_name)
+                if claim is None or (volume.unique_name, pod.uid) not in mounted:
                     continue
                 key = (volume.unique_name, volume.plugin_name, volume.spec.name(), pod.uid,
                        volume.mode is VolumeMode.BLOCK)
                 if key in providers:
                     self._providers[key] = providers[key]
-                stats = self._measure(
-                    volume.plugin_name, volume.spec.name(), pod.uid, claim,
-                    block=volume.mode is VolumeMode.BLOCK, key=key,
-                )
-                if stats is not None:
-                    out.append(stats)
-                    collected.add(claim)
+                candidates.setdefault(claim, []).append((position, key))
+                position += 1
+        # The first pod volume of each claim; the next one of a claim without figures.
+        found: list[tuple[int, ClaimStats]] = []
+        turn = list(candidates.items())
+        while turn:
+            stats = self._measure_each([(claim, keys[0][1]) for claim, keys in turn])
+            left = []
+            for (claim, keys), one in zip(turn, stats, strict=True):
+                if one is not None:
+                    found.append((keys[0][0], one))
+                elif len(keys) > 1:
+                    left.append((claim, keys[1:]))
+            turn = left
+        found.sort(key=lambda f: f[0])
         with self._lock:
-            self._stats = tuple(out)
+            self._stats = tuple(one for _, one in found)
             self.refreshed = time.monotonic()
 
     def _provider(
@@ -166,43 +185,76 @@ class VolumeStats:
         map_dir, link = unmapper.get_pod_device_map_path()
         return os.path.join(map_dir, link), unmapper
 
-    def _measure(
-        self, plugin_name: str, spec_name: str, pod_uid: str, claim: tuple[str, str],
-        *, block: bool = False, key: _ProviderKey | None = None,
-    ) -> ClaimStats | None:
-        try:
-            if key is not None and key in self._providers:
-                found = self._providers[key]
-            else:
-                found = self._provider(plugin_name, spec_name, pod_uid, block=block)
-                if key is not None:
-                    self._providers[key] = found
-            if found is None:
-                return None
-            path, provider = found
-            # Measuring walks below the mount point (or opens a device): through the host's
-            # probe, so a dead server costs this claim only. While one measurement of it is
-            # stuck, it is not tried again, and the claim is reported abnormal, as the
-            # kubelet reports an abnormal CSI volume condition.
-            m = self.manager.host.probe.call(path, path, "measuring usage", provider.get_metrics)
-        except UnresponsiveError as exc:
-            log.warning("claim %s/%s: %s", *claim, exc)
-            return ClaimStats(namespace=claim[0], claim=claim[1], capacity=None, available=None,
-                              used=None, inodes=None, inodes_free=None, inodes_used=None,
-                              abnormal=True)
-        except (KubevolError, MetricsError, OSError, ValueError) as exc:
-            log.debug("no usage for claim %s/%s: %s", *claim, exc)
-            return None
-        return ClaimStats(
-            namespace=claim[0], claim=claim[1], capacity=m.capacity, available=m.available,
-            used=m.used, inodes=m.inodes, inodes_free=m.inodes_free, inodes_used=m.inodes_used,
-            abnormal=m.abnormal,
-        )
+    def _measurer(self, key: _ProviderKey) -> tuple[str, MetricsProvider] | None:
+        """The pod volume's path measured and provider, kept from the last refresh or
+        built now."""
+        if key in self._providers:
+            return self._providers[key]
+        _, plugin_name, spec_name, pod_uid, block = key
+        found = self._providers[key] = self._provider(plugin_name, spec_name, pod_uid,
+                                                      block=block)
+        return found
+
+    def _measure_each(
+        self, volumes: list[tuple[tuple[str, str], _ProviderKey]]
+    ) -> list[ClaimStats | None]:
+        """Each claim's figures through the pod volume given, or None when it gives none.
+
+        Measuring walks below the mount point (or opens a device, or asks a driver that
+        does): through the host's probe, so a dead server costs its claims only. While one
+        measurement of a volume is stuck, it is not tried again, and the claim is reported
+        abnormal, as the kubelet reports an abnormal CSI volume condition. What can be
+        started without waiting (a CSI driver's NodeGetVolumeStats) is, all at once, and
+        waited for together: no thread hand-off per claim."""
+        probe = self.manager.host.probe
+        out: list[ClaimStats | None] = [None] * len(volumes)
+        sent: list[tuple[int, str, Callable[[], Pending[Metrics]]]] = []
+        for i, (claim, key) in enumerate(volumes):
+            try:
+                found = self._measurer(key)
+                if found is None:
+                    continue
+                path, provider = found
+                start = provider.metrics_starter()
+                if start is not None:
+                    sent.append((i, path, start))
+                    continue
+                got: Metrics | BaseException = probe.call(
+                    path, path, "measuring usage", provider.get_metrics)
+            except BaseException as exc:  # judged below, as the others' are
+                got = exc
+            out[i] = _claim_stats(claim, got)
+        if sent:
+            answers = probe.wait_each(
+                [(path, path, "measuring usage", start) for _, path, start in sent])
+            for (i, _, _), got in zip(sent, answers, strict=True):
+                out[i] = _claim_stats(volumes[i][0], got)
+        return out
 
     def snapshot(self) -> tuple[ClaimStats, ...]:
         """The last measurement."""
         with self._lock:
             return self._stats
+
+
+def _claim_stats(claim: tuple[str, str], got: Metrics | BaseException) -> ClaimStats | None:
+    """The claim's figures from a measurement, or None when it gave none (the reason is
+    logged); what is no measurement's failure is raised."""
+    if isinstance(got, UnresponsiveError):
+        log.warning("claim %s/%s: %s", *claim, got)
+        return ClaimStats(namespace=claim[0], claim=claim[1], capacity=None, available=None,
+                          used=None, inodes=None, inodes_free=None, inodes_used=None,
+                          abnormal=True)
+    if isinstance(got, KubevolError | MetricsError | OSError | ValueError):
+        log.debug("no usage for claim %s/%s: %s", *claim, got)
+        return None
+    if isinstance(got, BaseException):
+        raise got
+    return ClaimStats(
+        namespace=claim[0], claim=claim[1], capacity=got.capacity, available=got.available,
+        used=got.used, inodes=got.inodes, inodes_free=got.inodes_free,
+        inodes_used=got.inodes_used, abnormal=got.abnormal,
+    )
 
 
 _STATS_GAUGES = (

@@ -3,8 +3,10 @@ at most, and which filesystem types are suspect."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -82,3 +84,133 @@ def test_errors_of_the_call_are_raised_as_they_are() -> None:
 def test_network_and_fuse_types_are_suspect(fs_type: str, suspect: bool) -> None:
     """Network and FUSE filesystems are probed; local ones are not (no thread per stat)."""
     assert is_suspect(fs_type) is suspect
+
+
+class _Pending:
+    """A call answered by someone else (an RPC in flight): ends when ``end`` is called."""
+
+    def __init__(self, value: object = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+        self._done = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def end(self) -> _Pending:
+        with self._lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn()
+        return self
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def when_done(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def outcome(self) -> object:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def test_calls_in_flight_cost_one_deadline_together_and_no_thread() -> None:
+    """wait_each starts each call on the caller's thread and waits once: calls that do not
+    answer cost one deadline together and are left stuck on their mounts (the next call
+    there fails at once, until they end); the others' results and errors come back in
+    order, and no thread is started for any of them."""
+    probe = PathProbe(timeout=0.3)
+    hung = [_Pending(), _Pending()]
+    answering = _Pending("figures")
+    threads = threading.active_count()
+
+    def late() -> _Pending:
+        threading.Timer(0.05, answering.end).start()
+        return answering
+
+    def refused() -> _Pending:
+        raise OSError("not started")
+
+    started = time.monotonic()
+    results = probe.wait_each([
+        ("/a", "/a", "stats", lambda: hung[0]),
+        ("/b", "/b", "stats", late),
+        ("/c", "/c", "stats", refused),
+        ("/d", "/d", "stats", lambda: _Pending(error=ValueError("bad answer")).end()),
+        ("/e", "/e", "stats", lambda: hung[1]),
+    ])
+    took = time.monotonic() - started
+    assert 0.3 <= took < 0.55, took
+    assert isinstance(results[0], UnresponsiveError) and results[0].mount_point == "/a"
+    assert "stats did not answer within 0.3s" in str(results[0])
+    assert results[1] == "figures"
+    assert isinstance(results[2], OSError) and isinstance(results[3], ValueError)
+    assert isinstance(results[4], UnresponsiveError)
+    assert threading.active_count() <= threads + 1  # the Timer of the late call, if alive
+    assert probe.stuck() == {"/a": "stats", "/e": "stats"}
+
+    started = time.monotonic()
+    (again,) = probe.wait_each([("/a", "/a", "stats", lambda: _Pending("x").end())])
+    assert isinstance(again, UnresponsiveError) and "has not answered yet" in str(again)
+    assert time.monotonic() - started < 0.05
+
+    for pending in hung:
+        pending.end()
+    assert probe.stuck() == {}
+    assert probe.wait_each([("/a", "/a", "stats", lambda: _Pending("x").end())]) == ["x"]
+
+
+def _same(pending: _Pending) -> _Pending:
+    return pending
+
+
+def test_calls_in_flight_that_all_answer_are_not_waited_for_longer() -> None:
+    """wait_each returns once the last call answered, not at the deadline."""
+    probe = PathProbe(timeout=5)
+    calls = [_Pending(i) for i in range(20)]
+    for i, pending in enumerate(calls):
+        threading.Timer(0.01 * i, pending.end).start()
+    started = time.monotonic()
+    results = probe.wait_each([(f"/m{i}", f"/m{i}", "stats", functools.partial(_same, p))
+                               for i, p in enumerate(calls)])
+    assert results == list(range(20))
+    assert time.monotonic() - started < 1.0
+
+
+def test_calls_in_flight_are_bounded_and_a_stuck_one_holds_up_no_other() -> None:
+    """No more than ``window`` calls are in flight at once; one that does not answer is
+    given up at its own deadline while the others go on through the other places."""
+    probe = PathProbe(timeout=0.4)
+    lock = threading.Lock()
+    flying = [0, 0]  # now, most
+
+    def quick(value: int) -> _Pending:
+        pending = _Pending(value)
+        with lock:
+            flying[0] += 1
+            flying[1] = max(flying[1], flying[0])
+
+        def end() -> None:
+            with lock:
+                flying[0] -= 1
+            pending.end()
+
+        threading.Timer(0.02, end).start()
+        return pending
+
+    hung = _Pending()
+    calls: list[tuple[str, str, str, Callable[[], _Pending]]] = [
+        ("/hung", "/hung", "stats", lambda: hung)]
+    calls += [(f"/m{i}", f"/m{i}", "stats", functools.partial(quick, i)) for i in range(8)]
+    started = time.monotonic()
+    results = probe.wait_each(calls, window=3)
+    assert time.monotonic() - started < 0.7
+    assert isinstance(results[0], UnresponsiveError)
+    assert results[1:] == list(range(8))
+    assert flying[1] <= 2  # the hung call holds the third place
+    hung.end()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -28,7 +29,7 @@ from kubevol.mount.helpers import remove_tree_on_one_device
 from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.attach import attachment_name
 from kubevol.plugins.csi.context import CSIContext
-from kubevol.plugins.csi.metrics import CSIMetrics
+from kubevol.plugins.csi.metrics import CSIMetrics, PendingMetrics
 from kubevol.plugins.csi.source import (
     FS_TYPE_BLOCK,
     CSIVolumeSource,
@@ -163,10 +164,17 @@ class CSIBlockMapper(CustomBlockVolumeMapper, CustomBlockVolumeUnmapper, Metrics
     def get_metrics(self) -> Metrics:
         """NodeGetVolumeStats on :meth:`get_metrics_path` (the driver reports the device's
         capacity there; used and inodes may be left out, and then read 0)."""
+        return self._metrics().get_metrics()
+
+    def metrics_starter(self) -> Callable[[], PendingMetrics] | None:
+        """See :meth:`CSIMetrics.metrics_starter`."""
+        return self._metrics().metrics_starter()
+
+    def _metrics(self) -> CSIMetrics:
         return CSIMetrics(
             ctx=self.ctx, driver=self.driver, volume_id=self.volume_handle,
             target_path=self.get_metrics_path(),
-        ).get_metrics()
+        )
 
     # --- set up ---------------------------------------------------------------------
 

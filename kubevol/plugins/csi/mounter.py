@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -20,7 +21,7 @@ from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.attach import attachment_name
 from kubevol.plugins.csi.context import CSIContext
 from kubevol.plugins.csi.driverinfo import CSIDriverInfo, FSGroupPolicy
-from kubevol.plugins.csi.metrics import CSIMetrics
+from kubevol.plugins.csi.metrics import CSIMetrics, PendingMetrics
 from kubevol.plugins.csi.rules import (
     SERVICE_ACCOUNT_TOKENS_KEY,
     fs_group_policy,
@@ -95,10 +96,17 @@ class CSIMounter(Mounter, Unmounter):
         )
 
     def get_metrics(self) -> Metrics:
+        return self._metrics().get_metrics()
+
+    def metrics_starter(self) -> Callable[[], PendingMetrics] | None:
+        """See :meth:`CSIMetrics.metrics_starter`."""
+        return self._metrics().metrics_starter()
+
+    def _metrics(self) -> CSIMetrics:
         return CSIMetrics(
             ctx=self.ctx, driver=self.driver, volume_id=self.volume_handle,
             target_path=self.get_path(),
-        ).get_metrics()
+        )
 
     def set_up_at(self, directory: str, args: MounterArgs) -> None:
         """NodePublishVolume at ``directory`` (the driver creates it; its parent is created
