@@ -93,6 +93,10 @@ class Reconciler:
         #: period later.
         self.remount_wanted: Callable[[VolumeToMount], bool] = _always
         self._set_up_at: dict[tuple[str, str], float] = {}
+        #: No value of ``_set_up_at`` is older (a lower bound, exact after each
+        #: :meth:`touch_remounts_due` that looked): an idle agent asks every second whether a
+        #: periodic set-up is due, and looking at 1,000 volumes each time cost ~0.3 ms.
+        self._oldest_set_up = math.inf
         self._pods_to_clean: set[str] = set()
         #: Pod UID -> why its directory's removal was refused last (something holds it).
         self._held_dirs: dict[str, str] = {}
@@ -142,7 +146,7 @@ class Reconciler:
             for v in pod.volumes:
                 key = (v.unique_name, pod.uid)
                 if key in self._set_up_at or self._requires_remount(v):
-                    self._set_up_at[key] = -math.inf
+                    self._followed(key, -math.inf)
 
     def touch_key(self, key: OperationKey, error: BaseException | None = None) -> bool:
         """:meth:`touch` what an operation on ``key`` changed (call it once the key is free:
@@ -406,12 +410,17 @@ class Reconciler:
         if last is None:
             # Only the volumes whose plugin asks for it are followed (remounts_due).
             if self._requires_remount(v):
-                self._set_up_at[key] = now
+                self._followed(key, now)
             return False
         if now - last < self.remount_period:
             return False
-        self._set_up_at[key] = now
+        self._followed(key, now)
         return self._wanted_again(v, last)
+
+    def _followed(self, key: tuple[str, str], at: float) -> None:
+        """Note the volume's last (periodic) set-up ``at``."""
+        self._set_up_at[key] = at
+        self._oldest_set_up = min(self._oldest_set_up, at)
 
     def _wanted_again(self, v: VolumeToMount, last: float) -> bool:
         """Whether a volume due for its periodic set-up (last set up at ``last``) is set up
@@ -432,6 +441,8 @@ class Reconciler:
             return 0
         now = time.monotonic()
         oldest = now - self.remount_period
+        if self._oldest_set_up > oldest:
+            return 0
         due = [(key, last) for key, last in list(self._set_up_at.items()) if last <= oldest]
         touched = 0
         for (unique_name, pod_uid), last in due:
@@ -445,6 +456,8 @@ class Reconciler:
                 continue
             self.touch(pod=pod_uid, volume=unique_name)
             touched += 1
+        # Those touched stay due until their set-up (``_remount_due``) notes it.
+        self._oldest_set_up = min(list(self._set_up_at.values()), default=math.inf)
         return touched
 
     # 3 ------------------------------------------------------------------------------------
