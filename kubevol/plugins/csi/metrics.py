@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from typing import TypeVar
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient, StartedCall
@@ -11,6 +12,8 @@ from kubevol.errors import KubevolError, MetricsError
 from kubevol.plugins.csi.context import CSIContext
 from kubevol.plugins.csi.registration.registry import DriverNotRegisteredError
 from kubevol.volume import Metrics, MetricsProvider
+
+_Sent = TypeVar("_Sent")
 
 
 class CSIMetrics(MetricsProvider):
@@ -30,19 +33,8 @@ class CSIMetrics(MetricsProvider):
         """Ask the driver now. Raises :class:`~kubevol.errors.MetricsError`: NOT_SUPPORTED
         without GET_VOLUME_STATS, NO_PATH_DEFINED without a path, FS_INFO_FAILED when the
         driver is not registered or a call fails."""
-        if not self.target_path:
-            raise MetricsError.no_path_defined()
-        now = datetime.datetime.now(datetime.UTC)
-        try:
-            client = self.ctx.client(self.driver)
-            caps = self._capabilities(client)
-            stats = client.node_get_volume_stats(
-                self.volume_id, self.target_path, timeout=self.ctx.timeout
-            )
-        except MetricsError:
-            raise
-        except (DriverNotRegisteredError, KubevolError) as exc:
-            raise MetricsError.fs_info_failed(self.target_path, exc) from exc
+        caps, now, stats = self._ask(lambda client: client.node_get_volume_stats(
+            self.volume_id, self.target_path, timeout=self.ctx.timeout))
         return self._figures(stats, caps, now)
 
     def metrics_starter(self) -> Callable[[], PendingMetrics] | None:
@@ -58,19 +50,26 @@ class CSIMetrics(MetricsProvider):
         """:meth:`get_metrics` without waiting for the driver: NodeGetVolumeStats is sent and
         its answer read by :meth:`PendingMetrics.outcome`. Raises as :meth:`get_metrics` for
         what it can tell at once."""
+        caps, now, started = self._ask(lambda client: client.node_get_volume_stats_started(
+            self.volume_id, self.target_path, timeout=self.ctx.timeout))
+        return PendingMetrics(self, caps, now, started)
+
+    def _ask(
+        self, send: Callable[[CSIClient], _Sent]
+    ) -> tuple[frozenset[t.NodeCapability], datetime.datetime, _Sent]:
+        """The driver's capabilities, the time, and what ``send`` made of the client;
+        raises the :class:`~kubevol.errors.MetricsError` each failure means."""
         if not self.target_path:
             raise MetricsError.no_path_defined()
         now = datetime.datetime.now(datetime.UTC)
         try:
             client = self.ctx.client(self.driver)
             caps = self._capabilities(client)
-            started = client.node_get_volume_stats_started(
-                self.volume_id, self.target_path, timeout=self.ctx.timeout)
+            return caps, now, send(client)
         except MetricsError:
             raise
         except (DriverNotRegisteredError, KubevolError) as exc:
             raise MetricsError.fs_info_failed(self.target_path, exc) from exc
-        return PendingMetrics(self, caps, now, started)
 
     def _capabilities(self, client: CSIClient) -> frozenset[t.NodeCapability]:
         """The client's cached answer (asked again by every other node operation): the
