@@ -25,6 +25,7 @@ it and leave the volume as it is.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -93,6 +94,9 @@ class PathProbe:
         self._lock = threading.Lock()
         #: The call left waiting on each mount point, and what it is.
         self._stuck: dict[str, tuple[threading.Event, str]] = {}
+        #: Calls of :meth:`wait_each` left stuck, held until they end: an RPC whose last
+        #: reference goes is cancelled, and a stuck call must go on as a stuck thread does.
+        self._held: set[Pending[object]] = set()
 
     def stuck(self) -> dict[str, str]:
         """The mount points with a call still stuck, and which call (a call in a lane is
@@ -199,7 +203,8 @@ class PathProbe:
                     done = threading.Event()
                     with self._lock:
                         self._stuck[mount_point] = (done, what)
-                    pending.when_done(done.set)
+                        self._held.add(pending)
+                    pending.when_done(functools.partial(self._ended, pending, done))
                     results[i] = _no_answer(path, mount_point, what, limit)
                 else:
                     still.append(one)
@@ -207,6 +212,12 @@ class PathProbe:
                 return still
             endings.wait(seen + len(still) - keep, still[0][1])
             running = still
+
+    def _ended(self, pending: Pending[object], done: threading.Event) -> None:
+        """A stuck call of :meth:`wait_each` ended: its mount may be asked again."""
+        done.set()
+        with self._lock:
+            self._held.discard(pending)
 
     def _admit(self, key: str, mount_point: str, path: str, what: str) -> None:
         """:class:`UnresponsiveError` when a call on ``key`` (a mount, in a lane) is still

@@ -4,8 +4,10 @@ at most, and which filesystem types are suspect."""
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -214,3 +216,32 @@ def test_calls_in_flight_are_bounded_and_a_stuck_one_holds_up_no_other() -> None
     assert results[1:] == list(range(8))
     assert flying[1] <= 2  # the hung call holds the third place
     hung.end()
+
+
+def test_a_call_left_stuck_is_held_until_it_ends() -> None:
+    """A gRPC call whose last reference goes is cancelled: one left stuck by wait_each must
+    go on (and keep its mount from being asked again) until it ends, so the probe holds it
+    though the caller dropped it."""
+    probe = PathProbe(timeout=0.05)
+    cancelled: list[str] = []
+    started: list[weakref.ref[_Pending]] = []
+
+    class CancelledWhenDropped(_Pending):
+        def __del__(self) -> None:
+            if not self.done():
+                cancelled.append("cancelled while in flight")
+
+    def start() -> _Pending:
+        pending = CancelledWhenDropped()
+        started.append(weakref.ref(pending))
+        return pending
+
+    (result,) = probe.wait_each([("/a", "/a", "stats", start)])
+    assert isinstance(result, UnresponsiveError)
+    gc.collect()
+    assert cancelled == []
+    assert probe.stuck() == {"/a": "stats"}
+    held = started[0]()
+    assert held is not None
+    held.end()
+    assert probe.stuck() == {}

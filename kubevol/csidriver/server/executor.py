@@ -116,7 +116,9 @@ class ElasticThreadPool(futures.Executor):
             if self._shutdown:
                 raise RuntimeError("cannot schedule new calls after shutdown")
             self._queue.append((time.monotonic(), call))
-            if self._idle:
+            if self._idle >= len(self._queue):
+                # A woken thread counts as idle until it takes its call: with fewer idle
+                # threads than calls queued, this one has no thread coming for it.
                 self._work.notify()
             elif self._threads - self._extras - self._stuck() < self.steady:
                 self._start_worker(extra=False)
