@@ -139,7 +139,8 @@ def test_calls_arriving_together_at_idle_threads_all_start() -> None:
 
 def _three_calls_at_two_idle_threads() -> None:
     pool = ElasticThreadPool(2, 4, patience=0.05)
-    for f in [pool.submit(lambda: None) for _ in range(2)]:
+    both = threading.Barrier(2, timeout=10)  # two calls at once: both steady threads start
+    for f in [pool.submit(both.wait) for _ in range(2)]:
         f.result(timeout=10)
     wait_until(lambda: pool._idle == 2, what="both steady threads idle")
     release = threading.Event()
