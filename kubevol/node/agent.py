@@ -225,6 +225,7 @@ class Agent(ClosesOnExit):
         self._last_pass = 0.0
         self._last_full = 0.0
         self._last_remount_check = 0.0
+        self._last_token_save = 0.0
         self._running = False
         self._started = time.monotonic()
 
@@ -564,8 +565,6 @@ class Agent(ClosesOnExit):
                 self._last_remount_check = now
                 if self.pods.manager.reconciler.touch_remounts_due():
                     self._changed.set()
-                if self.runtime.host.tokens is not None:
-                    self._token_times.save_if_changed(self.runtime.host.tokens)
             if busy or full or self._changed.is_set():
                 self._changed.clear()
                 manager = self.pods.manager
@@ -594,6 +593,13 @@ class Agent(ClosesOnExit):
                     self.notifier.notify("READY=1")
                     log.info("first reconcile pass done; %d pods desired",
                              len(self.pods.manager.desired.pods()))
+            tokens = self.runtime.host.tokens
+            if tokens is not None and (not busy or now - self._last_token_save >= RESYNC_PERIOD):
+                # While there is nothing else to do: the write (fsynced, ~10 ms) would hold
+                # up the next pass of a pod being set up or removed. A volume that keeps
+                # failing keeps the loop busy: then at the resync period.
+                self._token_times.save_if_changed(tokens)
+                self._last_token_save = now
             interval = self.notifier.watchdog_interval
             if interval is not None and now - last_watchdog >= interval:
                 self.notifier.notify("WATCHDOG=1")

@@ -254,3 +254,46 @@ def test_a_projected_token_not_due_for_renewal_brings_no_periodic_set_up(
                 stop.set()
                 thread.join(30)
                 agent.close()
+
+
+@pytest.mark.root
+def test_token_refresh_times_are_written_while_the_agent_is_idle(tmp_path: Path) -> None:
+    """The token refresh times are written (an fsynced file) when the loop has nothing else
+    to do, not between the passes of work in progress, where the write held up a pod's
+    next step: while another pod's volume keeps failing (the loop stays busy) the new
+    token's time is not written; once that pod's directory exists and its volume is set
+    up, it is."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    missing = tmp_path / "data"
+    (manifests / "web.yaml").write_text(pod("web", """\
+  - name: token
+    projected:
+      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
+"""))
+    (manifests / "db.yaml").write_text(pod("db", f"""\
+  - {{name: data, hostPath: {{path: {missing}, type: Directory}}}}
+"""))
+    stop = threading.Event()
+    root = tmp_path / "root"
+    times = root / "kubevol" / "token-refresh.json"
+    with NodeRuntime(str(root), node_name="n1", entry_points=False,
+                     tokens=TokenManager(CountedTokens(), jitter=lambda: 0.0)) as runtime:
+        agent = Agent(runtime, manifest_dir=str(manifests))
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            token = root / "pods" / UIDS["web"] / "volumes/kubernetes.io~projected/token/token"
+            wait_until(lambda: read(str(token)) == "token-1", 30, "the token")
+            wait_until(agent.pods.manager.executor.failures, 30,
+                       "the hostPath volume failing")
+            time.sleep(2.5)  # more than two of the loop's idle periods
+            assert UIDS["web"] not in (read(str(times)) or ""), "written while busy"
+            missing.mkdir()
+            wait_until(agent.settled.is_set, 30, "the agent settled")
+            wait_until(lambda: UIDS["web"] in (read(str(times)) or ""), 5,
+                       "the token refresh time written")
+        finally:
+            stop.set()
+            thread.join(30)
+            agent.close()
