@@ -25,7 +25,6 @@ it and leave the volume as it is.
 
 from __future__ import annotations
 
-import functools
 import queue
 import threading
 import time
@@ -92,11 +91,10 @@ class PathProbe:
         self.timeout = timeout
         self.max_stuck = max_stuck
         self._lock = threading.Lock()
-        #: The call left waiting on each mount point, and what it is.
-        self._stuck: dict[str, tuple[threading.Event, str]] = {}
-        #: Calls of :meth:`wait_each` left stuck, held until they end: an RPC whose last
-        #: reference goes is cancelled, and a stuck call must go on as a stuck thread does.
-        self._held: set[Pending[object]] = set()
+        #: The call left waiting on each mount point: whether it ended, and what it is.
+        #: A call of :meth:`wait_each` is held here by its ``done`` until it ends: an RPC
+        #: whose last reference goes is cancelled, and it must go on as a stuck thread does.
+        self._stuck: dict[str, tuple[Callable[[], bool], str]] = {}
 
     def stuck(self) -> dict[str, str]:
         """The mount points with a call still stuck, and which call (a call in a lane is
@@ -200,11 +198,8 @@ class PathProbe:
                     except BaseException as exc:  # handed to the caller
                         results[i] = exc
                 elif deadline <= now:
-                    done = threading.Event()
                     with self._lock:
-                        self._stuck[mount_point] = (done, what)
-                        self._held.add(pending)
-                    pending.when_done(functools.partial(self._ended, pending, done))
+                        self._stuck[mount_point] = (pending.done, what)
                     results[i] = _no_answer(path, mount_point, what, limit)
                 else:
                     still.append(one)
@@ -212,12 +207,6 @@ class PathProbe:
                 return still
             endings.wait(seen + len(still) - keep, still[0][1])
             running = still
-
-    def _ended(self, pending: Pending[object], done: threading.Event) -> None:
-        """A stuck call of :meth:`wait_each` ended: its mount may be asked again."""
-        done.set()
-        with self._lock:
-            self._held.discard(pending)
 
     def _admit(self, key: str, mount_point: str, path: str, what: str) -> None:
         """:class:`UnresponsiveError` when a call on ``key`` (a mount, in a lane) is still
@@ -248,13 +237,13 @@ class PathProbe:
         :class:`UnresponsiveError` says it did not answer within ``limit``."""
         if not call.wait(deadline):
             with self._lock:
-                self._stuck[call.key] = (call.done, call.what)
+                self._stuck[call.key] = (call.done.is_set, call.what)
             raise _no_answer(call.path, call.mount_point, call.what, limit)
         return call.outcome()
 
     def _forget_finished(self) -> None:
-        for mount_point, (done, _) in list(self._stuck.items()):
-            if done.is_set():
+        for mount_point, (ended, _) in list(self._stuck.items()):
+            if ended():
                 del self._stuck[mount_point]
 
 
