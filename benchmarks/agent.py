@@ -63,7 +63,7 @@ from collections.abc import Callable, Sequence
 import psutil
 
 from benchmarks.churn import manifests_for
-from benchmarks.report import Row, emit, reexec_in_private_namespace
+from benchmarks.report import Row, emit, reexec_in_private_namespace, with_bytecode
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
@@ -331,7 +331,8 @@ class Restarts:
         calls = self.calls.calls
         with open(self.log, "w") as log:
             started = time.perf_counter()
-            proc = subprocess.Popen(self.command, stderr=log, stdout=subprocess.DEVNULL)
+            proc = subprocess.Popen(self.command, stderr=log, stdout=subprocess.DEVNULL,
+                                    env=with_bytecode())
 
         def settled() -> bool:
             if proc.poll() is not None:

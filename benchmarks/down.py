@@ -46,7 +46,13 @@ from typing import Any
 import attrs
 
 from benchmarks.churn import manifests_for
-from benchmarks.report import Row, emit, load_average, reexec_in_private_namespace
+from benchmarks.report import (
+    Row,
+    emit,
+    load_average,
+    reexec_in_private_namespace,
+    with_bytecode,
+)
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
@@ -105,7 +111,7 @@ def kubevol(*args: str) -> tuple[float, float]:
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "kubevol.cli.main", *args], capture_output=True, text=True,
-        check=False,
+        check=False, env=with_bytecode(),
     )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -181,7 +187,7 @@ def measure(pods: int, repeat: int, extra_mounts: int = 0) -> Measured:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "benchmarks.down_direct", str(plan)],
-                           check=True)  # fmt: skip
+                           check=True, env=with_bytecode())  # fmt: skip
             samples["reference_wall"].append(time.perf_counter() - started)
             samples["reference_first_unpublish"].append(_since(started, counter))
             after = resource.getrusage(resource.RUSAGE_CHILDREN)

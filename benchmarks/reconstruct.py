@@ -49,7 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from benchmarks.report import Row, emit, load_average
+from benchmarks.report import Row, emit, load_average, with_bytecode
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.host import NodeVolumeHost, node_plugins
 from kubevol.node.mountcheck import MountCheck
@@ -131,7 +131,7 @@ def cli_and_find(root: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     """The two commands compared on ``root`` (``kubevol reconstruct -o json`` in a fresh
     process, and ``find ROOT -name vol_data.json``) and their environment: this machine's
     PYTHONDONTWRITEBYTECODE dropped, as a user's machine has bytecode."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = with_bytecode()
     commands = {
         "cli": [sys.executable, "-m", "kubevol.cli.main", "reconstruct", "--root", root,
                 "-o", "json"],

@@ -86,6 +86,14 @@ def load_average() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} CPUs)"
 
 
+def with_bytecode() -> dict[str, str]:
+    """This environment for a command whose start-up is measured, as a user's machine runs
+    it: without ``PYTHONDONTWRITEBYTECODE`` (set on the machines this project is built on),
+    so kubevol starts from the bytecode its first run wrote instead of compiling every
+    module again each time (0.25 s of an agent's start here)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 #: Set in the environment of a benchmark re-run inside its private mount namespace.
 NS_MARKER = "KUBEVOL_BENCH_PRIVATE_NS"
 

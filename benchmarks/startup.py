@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import Row, emit, load_average
+from benchmarks.report import Row, emit, load_average, with_bytecode
 
 #: Median wall-clock targets, in milliseconds.
 HELP_TARGET_MS = 150.0
@@ -54,7 +54,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20, help="runs of each (default: 20)")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = with_bytecode()
     python = sys.executable
     kubevol = os.path.join(os.path.dirname(python), "kubevol")
     with tempfile.TemporaryDirectory(prefix="kubevol-bench-startup-") as tmp:
