@@ -37,7 +37,10 @@ driver, served by this process on a unix socket. The rows:
    over ``--idle`` seconds of real idle, 2 s after it settled, with volume stats on the
    kubelet's 1-minute period and the periodic set-up of configMap and projected volumes
    on the kubelet's 1-minute sync period. With the default 60 s the window holds exactly
-   one period of each, whatever its phase. <= 0.3% of a core.
+   one period of each, whatever its phase. <= 0.3% of a core. Beside it, without a target,
+   the floor of that window's NodeGetVolumeStats calls: the CPU a bare grpcio client
+   (``benchmarks.stats_floor``, a process of its own) spends sending the same requests the
+   driver got from the agent in the window, as a share of the window.
 
 Latencies are taken with a poll of the agent's state every 2 ms. Exits 1 when anything does
 not converge or is left mounted, or a target is missed.
@@ -49,6 +52,7 @@ import argparse
 import concurrent.futures
 import functools
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -59,7 +63,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import attrs
 import psutil
 
 from benchmarks.churn import manifests_for
@@ -307,13 +313,51 @@ def burst_rounds(node: Node, floor: Floor, pool: Pool, size: int, rounds: int) -
     return samples
 
 
+class StatsRequests:
+    """The NodeGetVolumeStats requests the driver got: (volume_id, volume_path) in order."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def wrap(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """The driver's handler, recording each request."""
+
+        def recorded(request: Any, context: Any) -> Any:
+            with self._lock:
+                self._seen.append((request.volume_id, request.volume_path))
+            return handler(request, context)
+
+        return recorded
+
+    def take(self) -> list[tuple[str, str]]:
+        """The requests since the last take."""
+        with self._lock:
+            seen, self._seen = self._seen, []
+        return seen
+
+
+def bare_client_cpu(endpoint: str, requests: list[tuple[str, str]], work: str) -> float:
+    """CPU seconds a bare grpcio client (``benchmarks.stats_floor``) spends sending
+    ``requests`` at once and reading the answers (median of its rounds)."""
+    path = os.path.join(work, "stats-requests.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(requests, f)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.stats_floor", endpoint, path],
+                         check=True, capture_output=True, text=True)
+    return float(json.loads(out.stdout)["cpu"])
+
+
 class Restarts:
     """``kubevol agent`` as a process of its own on the in-process agent's root, killed
     and started again."""
 
     def __init__(self, root: str, *, manifests: str, endpoint: str, work: str,
-                 calls: CallClock, expected: int) -> None:
+                 calls: CallClock, expected: int, stats_requests: StatsRequests) -> None:
         self.root = root
+        self.endpoint = endpoint
+        self.work = work
+        self.stats_requests = stats_requests
         self.command = [
             sys.executable, "-c", "from kubevol.cli.main import main; main()", "agent",
             "--root", root, "--node-name", "n1", "--manifests", manifests,
@@ -353,9 +397,11 @@ class Restarts:
                                f"({states})")
         return proc, took, self.calls.calls - calls
 
-    def run(self, restarts: int, idle: float) -> tuple[float, list[float], list[int], float]:
-        """The first start's seconds, then each restart's seconds and calls, and the last
-        agent's CPU (in cores) over ``idle`` seconds once it settled."""
+    def run(self, restarts: int, idle: float) -> RestartFigures:
+        """The first start's seconds, then each restart's seconds and calls, the last
+        agent's CPU (in cores) over ``idle`` seconds once it settled, and the bare client's
+        for the NodeGetVolumeStats the agent sent meanwhile (in cores over the same time,
+        and how many calls)."""
         proc, first, _ = self.start()
         took, calls = [], []
         try:
@@ -368,13 +414,29 @@ class Restarts:
                 calls.append(count)
             time.sleep(2.0)
             agent = psutil.Process(proc.pid)
+            self.stats_requests.take()
             cpu0 = sum(agent.cpu_times()[:2])
             time.sleep(idle)
             cores = (sum(agent.cpu_times()[:2]) - cpu0) / idle
+            asked = self.stats_requests.take()
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
-        return first, took, calls, cores
+        floor = bare_client_cpu(self.endpoint, asked, self.work) / idle if asked else 0.0
+        return RestartFigures(first=first, took=took, calls=calls, idle=cores,
+                              idle_floor=floor, stats_calls=len(asked))
+
+
+@attrs.frozen(kw_only=True)
+class RestartFigures:
+    """What :meth:`Restarts.run` measured (see there)."""
+
+    first: float
+    took: list[float]
+    calls: list[int]
+    idle: float
+    idle_floor: float
+    stats_calls: int
 
 
 def ms(seconds: float) -> float:
@@ -382,7 +444,7 @@ def ms(seconds: float) -> float:
 
 
 def report(args: argparse.Namespace, *, lone_small: Samples, lone_big: Samples,
-           burst: Samples, restarts: tuple[float, list[float], list[int], float]) -> list[Row]:
+           burst: Samples, restarts: RestartFigures) -> list[Row]:
     present, small, idle_seconds = args.present, args.small, args.idle
     one, five, fifteen = os.getloadavg()
     print(f"pods with an emptyDir, a configMap, a projected token and a CSI volume, hostpath "
@@ -420,13 +482,19 @@ def report(args: argparse.Namespace, *, lone_small: Samples, lone_big: Samples,
     rows.append(Row(work=f"agent: pod removed alone, {present} present, p50", unit="ms",
                     kubevol=l50, reference=fl50, reference_name="floor",
                     max_value=round(fl50 + 30, 2)))
-    first, took, calls, idle = restarts
+    first, took, calls, idle = restarts.first, restarts.took, restarts.calls, restarts.idle
     print(f"  idle with {present} pods: kubevol agent process {idle:.3%} of a core over "
           f"{idle_seconds:.0f} s (volume stats every 60 s; the driver and the token "
-          f"provider's processes not included)")
+          f"provider's processes not included); a bare grpcio client sending the same "
+          f"{restarts.stats_calls} NodeGetVolumeStats: {restarts.idle_floor:.3%} of a core")
     rows.append(Row(work=f"agent: idle CPU, {present} pods, stats every 1m", unit="% core",
                     kubevol=round(idle * 100, 4), reference=0.3, reference_name="issue's bound",
                     max_value=0.3))
+    rows.append(Row(work=f"agent: idle CPU, {present} pods, against its stats calls' floor",
+                    unit="% core", kubevol=round(idle * 100, 4),
+                    reference=round(restarts.idle_floor * 100, 4),
+                    reference_name=f"a bare grpcio client, the same {restarts.stats_calls} "
+                                   "NodeGetVolumeStats"))
     print(f"  kubevol agent start on the running root: {first:.2f} s; restarts after SIGKILL: "
           f"{[round(x, 2) for x in took]} s, NodeStage+NodePublish calls {calls}")
     rows.append(Row(work=f"agent: restart after SIGKILL, {present} pods, settled, median",
@@ -493,9 +561,12 @@ def main() -> int:
     os.mkdir(manifests)
     driver = HostPathDriver(HostPathConfig(state_dir=os.path.join(work, "hp"), node_id="n1"))
     mounting = CallClock()
+    stats_requests = StatsRequests()
     node_service: object = driver.plugin.node
     for rpc in ("node_stage_volume", "node_publish_volume"):
         setattr(node_service, rpc, mounting.wrap(getattr(node_service, rpc)))
+    node_service.node_get_volume_stats = stats_requests.wrap(  # type: ignore[attr-defined]
+        node_service.node_get_volume_stats)  # type: ignore[attr-defined]
     running = driver.serve()
     try:
         with CSIClient(running.endpoint, timeout=30) as client:
@@ -505,6 +576,7 @@ def main() -> int:
         restarts = Restarts(
             os.path.join(work, "root"), manifests=manifests, endpoint=running.endpoint,
             work=work, calls=mounting, expected=args.present * VOLUMES_PER_POD,
+            stats_requests=stats_requests,
         ).run(args.restarts, args.idle)
         rows = report(args, lone_small=lone_small, lone_big=lone_big, burst=burst,
                       restarts=restarts)
