@@ -34,10 +34,13 @@ driver, served by this process on a unix socket. The rows:
    nothing remounted). Median <= 1.5 s;
 5. the idle CPU of that ``kubevol agent`` process with ``--present`` pods (its own CPU
    time: not the driver's, served by this process, nor the token provider's processes)
-   over ``--idle`` seconds of real idle, 2 s after it settled, with volume stats on the
-   kubelet's 1-minute period and the periodic set-up of configMap and projected volumes
-   on the kubelet's 1-minute sync period. With the default 60 s the window holds exactly
-   one period of each, whatever its phase. <= 0.3% of a core. Beside it, without a target,
+   over ``--idle`` seconds of real idle, from 2 s after the first stats refresh that
+   follows its start (a one-off: it builds what measures each claim; the window starts
+   when the driver got every claim's request and then none for 1 s, and 1 s more), with
+   volume stats on the kubelet's 1-minute period and the periodic set-up of configMap and
+   projected volumes on the kubelet's 1-minute sync period. With the default 60 s the
+   window holds exactly one period of each: the next refresh starts a period after the
+   first ended, inside the window. <= 0.3% of a core. Beside it, without a target,
    the floor of that window's NodeGetVolumeStats calls: the CPU a bare grpcio client
    (``benchmarks.stats_floor``, a process of its own) spends sending the same requests the
    driver got from the agent in the window, as a share of the window.
@@ -322,6 +325,7 @@ class StatsRequests:
 
     def __init__(self) -> None:
         self._seen: list[tuple[str, str]] = []
+        self._last = 0.0  # time.monotonic() of the last request
         self._lock = threading.Lock()
 
     def wrap(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -330,9 +334,16 @@ class StatsRequests:
         def recorded(request: Any, context: Any) -> Any:
             with self._lock:
                 self._seen.append((request.volume_id, request.volume_path))
+                self._last = time.monotonic()
             return handler(request, context)
 
         return recorded
+
+    def quiet_after(self, calls: int, quiet: float) -> bool:
+        """Whether ``calls`` requests came since the last take, then none for ``quiet``
+        seconds."""
+        with self._lock:
+            return len(self._seen) >= calls and time.monotonic() - self._last >= quiet
 
     def take(self) -> list[tuple[str, str]]:
         """The requests since the last take."""
@@ -374,11 +385,13 @@ class Restarts:
     and started again."""
 
     def __init__(self, root: str, *, manifests: str, endpoint: str, work: str,
-                 calls: CallClock, expected: int, stats_requests: StatsRequests) -> None:
+                 calls: CallClock, expected: int, claims: int,
+                 stats_requests: StatsRequests) -> None:
         self.root = root
         self.endpoint = endpoint
         self.work = work
         self.stats_requests = stats_requests
+        self.claims = claims
         self.command = [
             sys.executable, "-c", "from kubevol.cli.main import main; main()", "agent",
             "--root", root, "--node-name", "n1", "--manifests", manifests,
@@ -392,8 +405,10 @@ class Restarts:
 
     def start(self) -> tuple[subprocess.Popen[bytes], float, int]:
         """Start the agent; it, the seconds until it settled, and the NodeStage and
-        NodePublish calls the driver got meanwhile."""
+        NodePublish calls the driver got meanwhile. The record of NodeGetVolumeStats
+        requests starts again with it."""
         calls = self.calls.calls
+        self.stats_requests.take()
         with open(self.log, "w") as log:
             started = time.perf_counter()
             proc = subprocess.Popen(self.command, stderr=log, stdout=subprocess.DEVNULL,
@@ -433,7 +448,12 @@ class Restarts:
                 proc, seconds, count = self.start()
                 took.append(seconds)
                 calls.append(count)
-            time.sleep(2.0)
+            # The first stats refresh of a start measures every claim once it settled and
+            # builds what measures each: a one-off, not idle. The window starts 2 s after
+            # it, so that the next refresh, a period after, falls whole inside it.
+            wait("the first stats refresh",
+                 functools.partial(self.stats_requests.quiet_after, self.claims, 1.0), 120)
+            time.sleep(1.0)
             agent = psutil.Process(proc.pid)
             self.stats_requests.take()
             cpu0 = sum(agent.cpu_times()[:2])
@@ -604,7 +624,7 @@ def main() -> int:
         restarts = Restarts(
             os.path.join(work, "root"), manifests=manifests, endpoint=running.endpoint,
             work=work, calls=mounting, expected=args.present * VOLUMES_PER_POD,
-            stats_requests=stats_requests,
+            claims=args.present, stats_requests=stats_requests,
         ).run(args.restarts, args.idle)
         rows = report(args, lone_small=lone_small, lone_big=lone_big, burst=burst,
                       restarts=restarts)
