@@ -220,6 +220,37 @@ def test_idle_connections_are_capped_and_cut(target: Target) -> None:
     assert target.answers()
 
 
+#: The thread that serves each server (its accept loop).
+SERVING_THREAD = {"metrics": "kubevol-metrics", "status": "kubevol-status"}
+
+
+def _times_asleep(thread_name: str) -> int:
+    """How many times the thread of that name went to sleep so far (its voluntary context
+    switches: each one a wait that ended in a wake-up)."""
+    (thread,) = [t for t in threading.enumerate() if t.name == thread_name]
+    with open(f"/proc/self/task/{thread.native_id}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in the thread's status")
+
+
+@pytest.mark.parametrize("server", sorted(SERVING_THREAD))
+def test_an_idle_server_sleeps_until_a_client_comes(
+    request: pytest.FixtureRequest, server: str
+) -> None:
+    """An idle server's accept loop does not wake to look for its stop (socketserver's
+    polls twice a second): it wakes for a client (and for its stop)."""
+    target: Target = request.getfixturevalue(f"{server}_target")
+    assert target.answers()
+    time.sleep(0.2)  # the answer's last wake-ups
+    before = _times_asleep(SERVING_THREAD[server])
+    time.sleep(1.6)
+    assert _times_asleep(SERVING_THREAD[server]) == before
+    assert target.answers()
+    assert _times_asleep(SERVING_THREAD[server]) > before
+
+
 @pytest.mark.slow
 def test_a_request_dripped_a_byte_at_a_time_is_cut_at_the_deadline(target: Target) -> None:
     """A request dripped a byte at a time is cut at its deadline, not kept alive by each byte."""
