@@ -36,6 +36,8 @@ _.handle_error  # socketserver, overridden
 _.daemon_threads  # socketserver.ThreadingMixIn setting
 _.block_on_close  # socketserver.ThreadingMixIn setting
 _.request_queue_size  # socketserver setting
+_.poll_interval  # socketserver's serve_forever parameter, kept by its override (httpbounds)
+_.HasFileno  # a _typeshed protocol named in a cast (httpbounds)
 _.readinto  # io.RawIOBase protocol
 _.collect  # prometheus_client custom collector protocol
 _.popitem  # MutableMapping protocol of the engine's tracked tables
