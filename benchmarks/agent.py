@@ -435,9 +435,10 @@ class Restarts:
 
     def run(self, restarts: int, idle: float) -> RestartFigures:
         """The first start's seconds, then each restart's seconds and calls, the last
-        agent's CPU (in cores) over ``idle`` seconds once it settled, and the bare client's
-        for the NodeGetVolumeStats the agent sent meanwhile (in cores over the same time,
-        and how many calls), and the seconds of :func:`import_seconds`."""
+        agent's CPU (in cores) over ``idle`` seconds from 2 s after its first stats
+        refresh, the bare client's for the NodeGetVolumeStats the agent sent meanwhile (in
+        cores over the same time, and how many calls), and the seconds of
+        :func:`import_seconds`."""
         proc, first, _ = self.start()
         took, calls = [], []
         try:
