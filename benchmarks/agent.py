@@ -385,13 +385,13 @@ class Restarts:
     and started again."""
 
     def __init__(self, root: str, *, manifests: str, endpoint: str, work: str,
-                 calls: CallClock, expected: int, claims: int,
-                 stats_requests: StatsRequests) -> None:
+                 calls: CallClock, pods: int, stats_requests: StatsRequests) -> None:
         self.root = root
         self.endpoint = endpoint
         self.work = work
         self.stats_requests = stats_requests
-        self.claims = claims
+        #: Each pod has VOLUMES_PER_POD volumes, one of them a claim.
+        self.expected, self.claims = pods * VOLUMES_PER_POD, pods
         self.command = [
             sys.executable, "-c", "from kubevol.cli.main import main; main()", "agent",
             "--root", root, "--node-name", "n1", "--manifests", manifests,
@@ -401,7 +401,6 @@ class Restarts:
         ]
         self.log = os.path.join(work, "agent.log")
         self.calls = calls
-        self.expected = expected
 
     def start(self) -> tuple[subprocess.Popen[bytes], float, int]:
         """Start the agent; it, the seconds until it settled, and the NodeStage and
@@ -624,8 +623,7 @@ def main() -> int:
                 client=client)
         restarts = Restarts(
             os.path.join(work, "root"), manifests=manifests, endpoint=running.endpoint,
-            work=work, calls=mounting, expected=args.present * VOLUMES_PER_POD,
-            claims=args.present, stats_requests=stats_requests,
+            work=work, calls=mounting, pods=args.present, stats_requests=stats_requests,
         ).run(args.restarts, args.idle)
         rows = report(args, lone_small=lone_small, lone_big=lone_big, burst=burst,
                       restarts=restarts)

@@ -21,8 +21,11 @@ import statistics
 
 import grpc
 
-from kubevol.csi import pb
+from kubevol.csi._rpc import RPCS
 from kubevol.csi.endpoint import parse_endpoint
+
+#: The one method asked (its path and message classes, as the CSI client has them).
+ASKED = RPCS["NodeGetVolumeStats"]
 
 
 def _cpu() -> float:
@@ -37,13 +40,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with open(args.requests, encoding="utf-8") as f:
-        requests = [pb.NodeGetVolumeStatsRequest(volume_id=v, volume_path=p)
-                    for v, p in json.load(f)]
+        requests = [ASKED.request_type(volume_id=v, volume_path=p) for v, p in json.load(f)]
     with grpc.insecure_channel(parse_endpoint(args.endpoint).grpc_target) as channel:
         ask = channel.unary_unary(
-            "/csi.v1.Node/NodeGetVolumeStats",
-            request_serializer=pb.NodeGetVolumeStatsRequest.SerializeToString,
-            response_deserializer=pb.NodeGetVolumeStatsResponse.FromString,
+            ASKED.path,
+            request_serializer=ASKED.request_type.SerializeToString,
+            response_deserializer=ASKED.response_type.FromString,
         )
         ask.future(requests[0], timeout=30).result()  # connected before the first round
         rounds = []

@@ -35,7 +35,6 @@ running as recorded; pods found on disk without a record are left alone.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -77,6 +76,7 @@ from kubevol.plugins.projected import PROJECTED_PLUGIN_NAME, projects_a_token
 from kubevol.plugins.secret import SECRET_PLUGIN_NAME
 from kubevol.spec import Spec
 from kubevol.util.lifecycle import ClosesOnExit
+from kubevol.util.wakeup import WakePipe
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class Agent(ClosesOnExit):
         #: Written to when an operation ends or the API server's pods change: the loop's
         #: wait (a select on it and the manifest directory) wakes at once, so a pod's next
         #: step starts when its last one ended, not at the next tick.
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake = WakePipe()
         if self.api is not None:
             self.api.on_change = self._poke
         self._last_pass = 0.0
@@ -252,8 +252,7 @@ class Agent(ClosesOnExit):
 
     def _poke(self) -> None:
         """Wake the loop's wait (from any thread)."""
-        with contextlib.suppress(OSError):  # full (it wakes anyway) or closed
-            os.write(self._wake_w, b"!")
+        self._wake.poke()
 
     # -- health -----------------------------------------------------------------------------
 
@@ -623,14 +622,13 @@ class Agent(ClosesOnExit):
             if left <= 0:
                 return False
             # ``stop`` pokes the wake pipe (_poke_on_stop): no wake-up just to look at it.
-            waiting = [self._wake_r]
+            waiting: list[WakePipe | int] = [self._wake]
             if self.source is not None and self.source.present:
                 waiting.append(self.source.fileno())
             ready, _, _ = select.select(waiting, [], [], left)
-            woken = self._wake_r in ready
+            woken = self._wake in ready
             if woken:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_r, 4096)
+                self._wake.drain()
             changed = False
             if self.source is not None and (not self.source.present or len(ready) > woken):
                 changed = self.source.wait(0)
@@ -672,7 +670,4 @@ class Agent(ClosesOnExit):
             self.source.close()
         if self.api is not None:
             self.api.close()
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._wake_r = self._wake_w = -1
+        self._wake.close()

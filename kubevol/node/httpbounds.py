@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import selectors
 import socket
 import socketserver
@@ -42,6 +41,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, TypeAlias, cast
 
 import attrs
+
+from kubevol.util.wakeup import WakePipe
 
 if TYPE_CHECKING:
     from _typeshed import HasFileno, WriteableBuffer
@@ -98,8 +99,8 @@ class BoundedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
         # (socketserver listens with a backlog of 5).
         self.request_queue_size = limits.max_connections
         super().__init__(server_address, handler_class)
-        # shutdown() writes to it: serve_forever waits on it and the socket, no timeout.
-        self._wake_r, self._wake_w = os.pipe()
+        # shutdown() pokes it: serve_forever waits on it and the socket, no timeout.
+        self._stop = WakePipe()
         # As socketserver's: unset until a serve_forever ends, so that a shutdown() right
         # after the serving thread started waits for it (and the pipe is not closed under it).
         self._serving_ended = threading.Event()
@@ -114,10 +115,10 @@ class BoundedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
             with selectors.DefaultSelector() as selector:
                 # Every socket server has fileno() (typeshed gives BaseServer none).
                 selector.register(cast("HasFileno", self), selectors.EVENT_READ)
-                selector.register(self._wake_r, selectors.EVENT_READ)
+                selector.register(self._stop, selectors.EVENT_READ)
                 while True:
                     ready = [key.fileobj for key, _ in selector.select()]
-                    if self._wake_r in ready:
+                    if self._stop in ready:
                         return
                     # What socketserver's own loop calls once the socket is ready: accept
                     # without waiting (handle_request() would wait again, on the socket
@@ -131,16 +132,13 @@ class BoundedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
         """Make :meth:`serve_forever` (running, or started, on another thread) return, and
         wait until it did (as socketserver's, it must be); a later :meth:`serve_forever`
         returns at once."""
-        os.write(self._wake_w, b"\0")
+        self._stop.poke()
         self._serving_ended.wait()
 
     def server_close(self) -> None:
         """Close the listening socket and the wake-up pipe. Idempotent."""
         super().server_close()
-        fds, (self._wake_r, self._wake_w) = (self._wake_r, self._wake_w), (-1, -1)
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
+        self._stop.close()
 
     def verify_request(self, request: Request, client_address: object) -> bool:
         """Take a slot, or refuse the connection (socketserver then closes it)."""
