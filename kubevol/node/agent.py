@@ -592,11 +592,14 @@ class Agent(ClosesOnExit):
                     self.notifier.notify("READY=1")
                     log.info("first reconcile pass done; %d pods desired",
                              len(self.pods.manager.desired.pods()))
+            idle = min(self.idle_period, self.remount_period)
             tokens = self.runtime.host.tokens
-            if tokens is not None and (not busy or now - self._last_token_save >= RESYNC_PERIOD):
-                # While there is nothing else to do: the write (fsynced, ~10 ms) would hold
-                # up the next pass of a pod being set up or removed. A volume that keeps
-                # failing keeps the loop busy: then at the resync period.
+            quiet = not busy and now - self._last_pass >= idle
+            if tokens is not None and (quiet or now - self._last_token_save >= RESYNC_PERIOD):
+                # Once nothing happened for an idle period: the write (fsynced, ~10 ms)
+                # would hold up the next step of a pod being set up or removed, and a pass
+                # that leaves nothing to do may fall between two steps of one. A volume
+                # that keeps failing keeps the loop busy: then at the resync period.
                 self._token_times.save_if_changed(tokens)
                 self._last_token_save = now
             interval = self.notifier.watchdog_interval
@@ -605,13 +608,12 @@ class Agent(ClosesOnExit):
                 last_watchdog = now
             if self.runtime.unregistered:
                 self.runtime.ensure_drivers()
-            idle = min(self.idle_period, self.remount_period)
             if self._wait(stop, self.period if busy else idle):
                 self.apply_sources()
 
     def _terminating(self) -> bool:
         """Whether a pod is terminating, its record not gone yet (a pass may end it)."""
-        return any(r.state is PodState.TERMINATING for r in self.pods.records.values())
+        return bool(self.pods.terminating)
 
     def _wait(self, stop: threading.Event, timeout: float) -> bool:
         """Wait up to ``timeout`` for a source change, an operation's end or ``stop``;

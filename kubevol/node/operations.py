@@ -234,12 +234,16 @@ class OperationGenerator:
         return run
 
     def detach(self, av: AttachedVolume) -> Operation:
-        """Detach the volume from this node, then forget it. Refused while pods use it."""
+        """Detach the volume from this node, then forget it. A detach that does something is
+        refused while pods use the volume; one that does nothing (the volume was never
+        really attached) only forgets it, as the kubelet marks a volume it does not detach
+        detached without a check."""
 
         def run() -> None:
-            self._on_mount_table(functools.partial(self._refuse_if_used, av))
             detacher = self._attachable(av.plugin_name).new_detacher()
-            detacher.detach(av.volume_name, self.node_name)
+            if detacher.detaches(av.volume_name):
+                self._on_mount_table(functools.partial(self._refuse_if_used, av))
+                detacher.detach(av.volume_name, self.node_name)
             self.actual.set_attach_state(av.unique_name, MountState.UNMOUNTED)
             self.actual.remove_volume(av.unique_name)
             self.sizes.forget(av.unique_name)

@@ -355,6 +355,9 @@ class RecordedPods:
             self.watcher.note(record, stamp)
         self.known: set[str] = set()
         self._records: dict[str, PodRecord] = {}
+        #: The UIDs of the records in state ``terminating``: what a pass may end, looked
+        #: up without going through every record.
+        self._terminating: set[str] = set()
         #: Records whose manifests could not be turned into desired pods, with why.
         self.invalid: dict[str, str] = {}
         #: What this manager may destroy: recorded pods, pods named ``gone``, and device
@@ -378,6 +381,9 @@ class RecordedPods:
         records, changed = self.watcher.refresh()
         self.known = set(records)
         self._records = records
+        self._terminating = {
+            uid for uid, r in records.items() if r.state is PodState.TERMINATING
+        }
         for uid in sorted(changed):
             record = records.get(uid)
             if record is None or record.state is PodState.TERMINATING:
@@ -409,6 +415,12 @@ class RecordedPods:
         """The records as of the last :meth:`refresh` or :meth:`apply`, by UID."""
         return self._records
 
+    @property
+    def terminating(self) -> Set[str]:
+        """The UIDs of the records in state ``terminating``: pods being torn down whose
+        record is not gone yet."""
+        return self._terminating
+
     def apply(self, adding: Sequence[NewPod] = (), terminating: Sequence[str] = ()) -> None:
         """Record and run ``adding`` (pods already checked and built, replacing the record
         of the same UID) and mark the recorded pods ``terminating`` to be torn down; for a
@@ -418,6 +430,7 @@ class RecordedPods:
         for pod, stamp in zip(adding, stamps, strict=True):
             self.watcher.note(pod.record, stamp)
             self._records[pod.record.uid] = pod.record
+            self._terminating.discard(pod.record.uid)
             self.known.add(pod.record.uid)
             self.invalid.pop(pod.record.uid, None)
             self.manager.set_pod(pod.desired)
@@ -428,14 +441,13 @@ class RecordedPods:
             record = attrs.evolve(record, state=PodState.TERMINATING)
             self.watcher.note(record, self.node.records.write(record))
             self._records[uid] = record
+            self._terminating.add(uid)
             self.manager.remove_pod(uid)
 
     def forget_terminated(self) -> list[str]:
         """Remove the records of terminating pods of which nothing is left; their UIDs."""
         done = []
-        for uid, record in sorted(self._records.items()):
-            if record.state is not PodState.TERMINATING:
-                continue
+        for uid in sorted(self._terminating):
             # Busy first: an operation that ends updates the actual state before it is no
             # longer busy, so a pod found idle and then unused is really gone.
             if (
@@ -449,6 +461,7 @@ class RecordedPods:
         self.node.records.remove_many(done)
         for uid in done:
             self._records.pop(uid, None)
+            self._terminating.discard(uid)
         return done
 
     def reconstruct(self, **kwargs: Any) -> Reconstruction:

@@ -297,3 +297,38 @@ def test_token_refresh_times_are_written_while_the_agent_is_idle(tmp_path: Path)
             stop.set()
             thread.join(30)
             agent.close()
+
+
+def test_token_refresh_times_wait_until_the_agent_was_quiet_an_idle_period(
+    tmp_path: Path,
+) -> None:
+    """The pass that leaves nothing to do may fall between two steps of a pod's set-up or
+    tear-down (an operation ends, the next is not started yet): the times are written once
+    the loop did no pass for an idle period, not right after that pass."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.yaml").write_text(pod("web", """\
+  - name: token
+    projected:
+      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
+"""))
+    stop = threading.Event()
+    root = tmp_path / "root"
+    times = root / "kubevol" / "token-refresh.json"
+    with NodeRuntime(str(root), node_name="n1", entry_points=False,
+                     tokens=TokenManager(CountedTokens(), jitter=lambda: 0.0)) as runtime:
+        agent = Agent(runtime, manifest_dir=str(manifests), idle_period=3.0)
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            wait_until(agent.settled.is_set, 30, "the agent settled")
+            settled = time.monotonic()
+            time.sleep(1.0)
+            assert UIDS["web"] not in (read(str(times)) or ""), "written right after a pass"
+            wait_until(lambda: UIDS["web"] in (read(str(times)) or ""), 10,
+                       "the token refresh time written")
+            assert time.monotonic() - settled >= 2.0
+        finally:
+            stop.set()
+            thread.join(30)
+            agent.close()

@@ -14,13 +14,14 @@ import pytest
 
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
-from kubevol.csidriver.drivers.hostpath import DRIVER_NAME
+from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
 from kubevol.errors import DeviceStillMountedError
 from kubevol.mount import LinuxMounter
 from kubevol.mount import guard as guard_module
 from kubevol.mount.guard import RefKind, UnmountVerdict
 from kubevol.mount.table import MountTable
 from kubevol.node.desired import desired_pod
+from kubevol.node.errors import VolumeInUseError
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.manifests import Manifests
 from kubevol.node.runtime import NodeRuntime
@@ -155,6 +156,25 @@ def staged(
 ) -> Iterator[tuple[NodeRuntime, NodeVolumeManager, Path]]:
     """A hostpath volume staged and published for one pod under ``tmp_path/root`` (with
     the ``safe`` guard); the runtime, the manager and the root."""
+    yield from _staged(tmp_path, hostpath)
+
+
+@pytest.fixture
+def staged_attached(tmp_path: Path) -> Iterator[tuple[NodeRuntime, NodeVolumeManager, Path]]:
+    """:func:`staged`, with a hostpath driver that attaches (PUBLISH_UNPUBLISH_VOLUME): the
+    node published the volume to itself before staging it."""
+    config = HostPathConfig(state_dir=str(tmp_path / "hp-attach"), node_id="n1",
+                            enable_attach=True)
+    running = HostPathDriver(config).serve()
+    try:
+        yield from _staged(tmp_path, running.endpoint)
+    finally:
+        running.stop(grace=2)
+
+
+def _staged(
+    tmp_path: Path, hostpath: str
+) -> Iterator[tuple[NodeRuntime, NodeVolumeManager, Path]]:
     with CSIClient(hostpath, timeout=30) as client:
         handle = client.create_volume(
             "vol1", [t.VolumeCapability.mount()],
@@ -244,6 +264,61 @@ def test_a_staging_mount_detached_by_someone_else_is_judged_on_a_fresh_table(
     assert table is not stale and table is not None
     assert stale.find_mount_point(dmp) is not None and table.find_mount_point(dmp) is None
     assert mounts_under(root) == []
+
+
+def _unstaged(manager: NodeVolumeManager) -> AttachedVolume:
+    """The one volume of ``manager`` torn down for its pod and unstaged: what is left is
+    its detach."""
+    av, _ = _unpublished(manager)
+    manager.generator.unmount_device(av)()
+    unstaged = manager.actual.volume(av.unique_name)
+    assert unstaged is not None and unstaged.device_state is MountState.UNMOUNTED
+    return unstaged
+
+
+def _pods_on_disk_use_it(manager: NodeVolumeManager, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make the disk answer that a pod uses any volume; the volumes it was asked about."""
+    asked: list[str] = []
+
+    def users(unique_name: str, *args: object, **kwargs: object) -> list[str]:
+        asked.append(unique_name)
+        return ["/var/lib/kubelet/pods/other/volumes/kubernetes.io~csi/pv1/mount"]
+
+    monkeypatch.setattr(manager.usage, "users", users)
+    return asked
+
+
+def test_a_detach_that_detaches_nothing_only_forgets_the_volume(
+    staged: tuple[NodeRuntime, NodeVolumeManager, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hostpath driver does not attach (no PUBLISH_UNPUBLISH_VOLUME): its volumes'
+    detach does nothing, so the node forgets the volume without asking the disk whether
+    pods use it (the kubelet marks a volume it does not detach detached, no check)."""
+    _, manager, _ = staged
+    av = _unstaged(manager)
+    asked = _pods_on_disk_use_it(manager, monkeypatch)
+    manager.generator.detach(av)()
+    assert asked == []
+    assert manager.actual.volume(av.unique_name) is None
+
+
+def test_a_detach_that_detaches_is_refused_while_pods_on_disk_use_the_volume(
+    staged_attached: tuple[NodeRuntime, NodeVolumeManager, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver that attaches: its detach (ControllerUnpublishVolume) waits until the disk
+    shows no pod using the volume."""
+    _, manager, _ = staged_attached
+    av = _unstaged(manager)
+    assert av.attach_state is MountState.MOUNTED
+    asked = _pods_on_disk_use_it(manager, monkeypatch)
+    with pytest.raises(VolumeInUseError):
+        manager.generator.detach(av)()
+    assert asked and set(asked) == {av.unique_name}  # read again to confirm the refusal
+    assert manager.actual.volume(av.unique_name) is not None
+    monkeypatch.undo()
+    manager.generator.detach(av)()
+    assert manager.actual.volume(av.unique_name) is None
 
 
 def test_a_dead_mount_a_tear_down_left_behind_is_unmounted(

@@ -231,3 +231,34 @@ def test_new_pods_pair_records_with_desired_pods_built_once(
     assert record.manifests() == m
     with pytest.raises(SpecError, match="record of pod x: kind 'Deployment' is not supported"):
         PodRecord(uid="x", state=PodState.RUNNING, objects=({"kind": "Deployment"},)).manifests()
+
+
+def test_the_terminating_records_are_known_as_records_change(tmp_path: Path) -> None:
+    """A long-running agent asks after every pass whether a pod is terminating: the manager
+    keeps their UIDs as records are added, marked terminating, replaced, read back after
+    another writer's change, and forgotten, always those of the records in that state."""
+    m = parse_manifests(MANIFEST)
+    with NodeRuntime(str(tmp_path), node_name="n1", entry_points=False) as runtime:
+        pods = runtime.volume_manager(workers=0)
+
+        def terminating() -> set[str]:
+            by_state = {u for u, r in pods.records.items() if r.state is PodState.TERMINATING}
+            assert pods.terminating == by_state
+            return by_state
+
+        try:
+            [new] = new_pods(runtime.mgr, m)
+            uid = new.record.uid
+            pods.apply(adding=[new])
+            assert terminating() == set()
+            pods.apply(terminating=[uid])
+            assert terminating() == {uid}
+            pods.apply(adding=[new])  # wanted again before it was gone
+            assert terminating() == set()
+            runtime.records.write(attrs.evolve(new.record, state=PodState.TERMINATING))
+            pods.refresh()  # another writer's record
+            assert terminating() == {uid}
+            assert pods.forget_terminated() == [uid]  # nothing of it was mounted
+            assert terminating() == set() and pods.records == {}
+        finally:
+            pods.close()

@@ -99,15 +99,31 @@ class CSIAttacher(Attacher, Detacher):
 
     def detach(self, volume_name: str, node_name: str) -> None:
         """Detach ``driver^handle`` from ``node_name`` and wait until it is detached."""
-        if not volume_name:
-            raise OperationError("missing expected parameter volumeName")
-        try:
-            driver, handle = paths.split_volume_name(volume_name)
-        except ValueError as exc:
-            raise OperationError(f"volumeName missing expected data: {exc}") from exc
+        driver, handle = self._split(volume_name)
         self.ctx.attach_backend.detach(
             driver, handle, node_name, timeout=self.ctx.attach_timeout
         )
+
+    def detaches(self, volume_name: str) -> bool:
+        """False when the attach backend attaches nothing for the volume's driver (one
+        without PUBLISH_UNPUBLISH_VOLUME, on a node that attaches by itself): its detach
+        does nothing. True when that cannot be told: the stricter answer."""
+        try:
+            driver, _ = self._split(volume_name)
+            return self.ctx.attach_backend.attaches(driver)
+        except Exception as exc:
+            log.warning("cannot tell whether detaching %s does anything: %s", volume_name, exc)
+            return True
+
+    @staticmethod
+    def _split(volume_name: str) -> tuple[str, str]:
+        """``driver^handle`` split; raises :class:`OperationError` for a malformed name."""
+        if not volume_name:
+            raise OperationError("missing expected parameter volumeName")
+        try:
+            return paths.split_volume_name(volume_name)
+        except ValueError as exc:
+            raise OperationError(f"volumeName missing expected data: {exc}") from exc
 
     # --- device mount (stage) ---------------------------------------------------------
 
