@@ -53,6 +53,19 @@ stringData: {{token: s3cret}}
 """
 
 
+def token_pod_manifests(tmp_path: Path) -> Path:
+    """A manifest directory under ``tmp_path`` with pod ``web``, whose projected volume
+    holds an hour's service-account token."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.yaml").write_text(pod("web", """\
+  - name: token
+    projected:
+      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
+"""))
+    return manifests
+
+
 def read(path: str) -> str | None:
     try:
         return Path(path).read_text()
@@ -221,13 +234,7 @@ def test_a_projected_token_not_due_for_renewal_brings_no_periodic_set_up(
     """Without an API server, a projected volume with a token is set up again when the
     token manager would renew the token, not every period; and a restarted agent (whose
     token manager starts empty) knows from the root when that is."""
-    manifests = tmp_path / "manifests"
-    manifests.mkdir()
-    (manifests / "web.yaml").write_text(pod("web", """\
-  - name: token
-    projected:
-      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
-"""))
+    manifests = token_pod_manifests(tmp_path)
     provider = CountedTokens()
     for run in range(2):
         stop = threading.Event()
@@ -263,14 +270,8 @@ def test_token_refresh_times_are_written_while_the_agent_is_idle(tmp_path: Path)
     next step: while another pod's volume keeps failing (the loop stays busy) the new
     token's time is not written; once that pod's directory exists and its volume is set
     up, it is."""
-    manifests = tmp_path / "manifests"
-    manifests.mkdir()
+    manifests = token_pod_manifests(tmp_path)
     missing = tmp_path / "data"
-    (manifests / "web.yaml").write_text(pod("web", """\
-  - name: token
-    projected:
-      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
-"""))
     (manifests / "db.yaml").write_text(pod("db", f"""\
   - {{name: data, hostPath: {{path: {missing}, type: Directory}}}}
 """))
@@ -305,13 +306,7 @@ def test_token_refresh_times_wait_until_the_agent_was_quiet_an_idle_period(
     """The pass that leaves nothing to do may fall between two steps of a pod's set-up or
     tear-down (an operation ends, the next is not started yet): the times are written once
     the loop did no pass for an idle period, not right after that pass."""
-    manifests = tmp_path / "manifests"
-    manifests.mkdir()
-    (manifests / "web.yaml").write_text(pod("web", """\
-  - name: token
-    projected:
-      sources: [{serviceAccountToken: {path: token, expirationSeconds: 3600}}]
-"""))
+    manifests = token_pod_manifests(tmp_path)
     stop = threading.Event()
     root = tmp_path / "root"
     times = root / "kubevol" / "token-refresh.json"
