@@ -5,11 +5,16 @@ same driver calls and the same mounts and writes directly.
 Usage (as root: real mounts; it re-runs itself in a private mount namespace)::
 
     .venv/bin/python -m benchmarks.agent [--present 500] [--lone 20] [--burst 50]
-        [--burst-rounds 3] [--idle 60] [--restarts 3]
+        [--burst-rounds 3] [--idle 60] [--restarts 3] [--driver-in-process]
 
 Every pod has an emptyDir, a configMap (its own ConfigMap), a projected service-account
 token (a ``Memory`` emptyDir: tmpfs) and a claim bound to a CSI volume of the hostpath
-driver, served by this process on a unix socket. The rows:
+driver on a unix socket. For rows 1-3 the driver is a process of its own (``kubevol driver
+serve hostpath``), as a node runs its CSI drivers, and the agent and the floor both call
+it; ``--driver-in-process`` serves it in this process instead, the agent's and the floor's
+process (as until 2026-11-29: the agent's threads and the driver's handlers then take turns
+on one interpreter lock). For rows 4 and 5, where the agent is a process of its own, this
+process serves the same driver state, counting its calls. The rows:
 
 1. a pod arriving alone with 5 and with ``--present`` pods running: from the manifest's
    rename into the watched directory until all four volumes are mounted in the agent's
@@ -57,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import json
@@ -69,7 +75,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -490,8 +496,10 @@ def report(args: argparse.Namespace, *, lone_small: Samples, lone_big: Samples,
            burst: Samples, restarts: RestartFigures) -> list[Row]:
     present, small, idle_seconds = args.present, args.small, args.idle
     one, five, fifteen = os.getloadavg()
-    print(f"pods with an emptyDir, a configMap, a projected token and a CSI volume, hostpath "
-          f"driver in-process; load average {one:.2f} {five:.2f} {fifteen:.2f}")
+    where = "this process" if args.driver_in_process else "a process of its own"
+    print(f"pods with an emptyDir, a configMap, a projected token and a CSI volume; rows 1-3 "
+          f"with the hostpath driver in {where}; load average {one:.2f} {five:.2f} "
+          f"{fifteen:.2f}")
     rows: list[Row] = []
     for label, s in ((f"{small} present", lone_small), (f"{present} present", lone_big)):
         print(f"  pod arriving alone, {label}: agent p50 {ms(statistics.median(s['arrive']))}"
@@ -557,6 +565,51 @@ def report(args: argparse.Namespace, *, lone_small: Samples, lone_big: Samples,
 Figures = tuple[Samples, Samples, Samples]
 
 
+@contextlib.contextmanager
+def served_here(endpoint: str, state_dir: str, *, mounting: CallClock | None = None,
+                stats: StatsRequests | None = None) -> Iterator[None]:
+    """The hostpath driver of ``state_dir`` on ``endpoint``, served by this process until
+    the block ends; with ``mounting``, its NodeStageVolume and NodePublishVolume calls
+    counted; with ``stats``, its NodeGetVolumeStats requests recorded."""
+    driver = HostPathDriver(HostPathConfig(state_dir=state_dir, node_id="n1"))
+    node_service: Any = driver.plugin.node
+    if mounting is not None:
+        for rpc in ("node_stage_volume", "node_publish_volume"):
+            setattr(node_service, rpc, mounting.wrap(getattr(node_service, rpc)))
+    if stats is not None:
+        node_service.node_get_volume_stats = stats.wrap(node_service.node_get_volume_stats)
+    running = driver.serve(endpoint)
+    try:
+        yield
+    finally:
+        running.stop()
+
+
+@contextlib.contextmanager
+def driver_process(endpoint: str, state_dir: str) -> Iterator[None]:
+    """The hostpath driver on ``endpoint`` (a unix socket), served by a process of its own
+    (``kubevol driver serve hostpath``) until the block ends, as a node runs its CSI
+    drivers: the in-process agent's threads and the driver's handlers do not take turns
+    on one interpreter lock, the floor's calls and the agent's alike."""
+    command = [sys.executable, "-c", "from kubevol.cli.main import main; main()", "driver",
+               "serve", "hostpath", "--endpoint", endpoint, "--state-dir", state_dir,
+               "--node-id", "n1", "--v", "0"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=with_bytecode())
+    try:
+        socket_path = endpoint.removeprefix("unix://")
+
+        def serving() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the driver exited with {proc.returncode}")
+            return os.path.exists(socket_path)
+
+        wait("the driver serving", serving, 60)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def in_process(args: argparse.Namespace, *, work: str, manifests: str, endpoint: str,
                client: CSIClient) -> Figures:
     """Rows 1 to 4, against an agent run in this process (as ``kubevol agent`` runs it)."""
@@ -602,36 +655,35 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=60.0,
                         help="seconds of idle measured (60: one stats period)")
     parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--driver-in-process", action="store_true",
+                        help="serve the driver in this process for rows 1-3 as well (before "
+                             "2026-11-29 afternoon; default: a process of its own)")
     args = parser.parse_args()
     reexec_in_private_namespace("benchmarks.agent")
     work = tempfile.mkdtemp(prefix="kubevol-bench-agent-")
     manifests = os.path.join(work, "manifests")
     os.mkdir(manifests)
-    driver = HostPathDriver(HostPathConfig(state_dir=os.path.join(work, "hp"), node_id="n1"))
-    mounting = CallClock()
-    stats_requests = StatsRequests()
-    node_service: object = driver.plugin.node
-    for rpc in ("node_stage_volume", "node_publish_volume"):
-        setattr(node_service, rpc, mounting.wrap(getattr(node_service, rpc)))
-    node_service.node_get_volume_stats = stats_requests.wrap(  # type: ignore[attr-defined]
-        node_service.node_get_volume_stats)  # type: ignore[attr-defined]
-    running = driver.serve()
+    state_dir = os.path.join(work, "hp")
+    endpoint = "unix://" + os.path.join(work, "csi.sock")
     try:
-        with CSIClient(running.endpoint, timeout=30) as client:
+        first = (served_here(endpoint, state_dir) if args.driver_in_process
+                 else driver_process(endpoint, state_dir))
+        with first, CSIClient(endpoint, timeout=30) as client:
             lone_small, lone_big, burst = in_process(
-                args, work=work, manifests=manifests, endpoint=running.endpoint,
-                client=client)
-        restarts = Restarts(
-            os.path.join(work, "root"), manifests=manifests, endpoint=running.endpoint,
-            work=work, calls=mounting, pods=args.present, stats_requests=stats_requests,
-        ).run(args.restarts, args.idle)
+                args, work=work, manifests=manifests, endpoint=endpoint, client=client)
+        # Rows 4 and 5: the same driver state served here, where its calls are counted.
+        mounting, stats_requests = CallClock(), StatsRequests()
+        with served_here(endpoint, state_dir, mounting=mounting, stats=stats_requests):
+            restarts = Restarts(
+                os.path.join(work, "root"), manifests=manifests, endpoint=endpoint,
+                work=work, calls=mounting, pods=args.present, stats_requests=stats_requests,
+            ).run(args.restarts, args.idle)
         rows = report(args, lone_small=lone_small, lone_big=lone_big, burst=burst,
                       restarts=restarts)
         for row in rows:
             emit(row)
         return 0 if all(row.met for row in rows) else 1
     finally:
-        running.stop()
         # The pods stay up when the agent stops: what is left mounted is theirs.
         unmount_all_under(work)
         left = mounts_under(work)
