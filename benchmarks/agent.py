@@ -82,7 +82,13 @@ import attrs
 import psutil
 
 from benchmarks.churn import manifests_for
-from benchmarks.report import Row, emit, reexec_in_private_namespace, with_bytecode
+from benchmarks.report import (
+    Row,
+    emit,
+    reexec_in_private_namespace,
+    wait_for_socket,
+    with_bytecode,
+)
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
@@ -98,6 +104,9 @@ from kubevol.testing.call_clock import CallClock
 from kubevol.testing.mount_rig import mounts_under, unmount_all_under
 from kubevol.testing.token_provider import StandInTokenProvider
 
+#: How the agent and the driver are started as processes of their own: this interpreter
+#: and whichever kubevol it imports (the checkout measured, not the venv's install).
+KUBEVOL_CLI = (sys.executable, "-c", "from kubevol.cli.main import main; main()")
 #: Volumes of each pod (emptyDir, configMap, projected, CSI).
 VOLUMES_PER_POD = 4
 #: The agent's operation workers (the floor's burst threads).
@@ -399,7 +408,7 @@ class Restarts:
         #: Each pod has VOLUMES_PER_POD volumes, one of them a claim.
         self.expected, self.claims = pods * VOLUMES_PER_POD, pods
         self.command = [
-            sys.executable, "-c", "from kubevol.cli.main import main; main()", "agent",
+            *KUBEVOL_CLI, "agent",
             "--root", root, "--node-name", "n1", "--manifests", manifests,
             "--csi-driver", f"{DRIVER_NAME}={endpoint}", "--metrics-address", "",
             "--plugins-registry", "", "--no-entry-points", "-v", "2",
@@ -591,19 +600,11 @@ def driver_process(endpoint: str, state_dir: str) -> Iterator[None]:
     (``kubevol driver serve hostpath``) until the block ends, as a node runs its CSI
     drivers: the in-process agent's threads and the driver's handlers do not take turns
     on one interpreter lock, the floor's calls and the agent's alike."""
-    command = [sys.executable, "-c", "from kubevol.cli.main import main; main()", "driver",
-               "serve", "hostpath", "--endpoint", endpoint, "--state-dir", state_dir,
-               "--node-id", "n1", "--v", "0"]
+    command = [*KUBEVOL_CLI, "driver", "serve", "hostpath", "--endpoint", endpoint,
+               "--state-dir", state_dir, "--node-id", "n1", "--v", "0"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=with_bytecode())
     try:
-        socket_path = endpoint.removeprefix("unix://")
-
-        def serving() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the driver exited with {proc.returncode}")
-            return os.path.exists(socket_path)
-
-        wait("the driver serving", serving, 60)
+        wait_for_socket(endpoint.removeprefix("unix://"), proc, timeout=60)
         yield
     finally:
         proc.terminate()

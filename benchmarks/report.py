@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -92,6 +93,19 @@ def with_bytecode() -> dict[str, str]:
     so kubevol starts from the bytecode its first run wrote instead of compiling every
     module again each time (0.25 s of an agent's start here)."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def wait_for_socket(path: str, server: subprocess.Popen[bytes] | None = None,
+                    timeout: float = 30.0) -> None:
+    """Wait until the process that serves on unix socket ``path`` (``server``, when given:
+    its exit ends the wait at once) created it."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if server is not None and server.poll() is not None:
+            raise SystemExit(f"the server for {path} exited with {server.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"nothing listened on {path} within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 #: Set in the environment of a benchmark re-run inside its private mount namespace.

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import Row, emit, load_average, with_bytecode
+from benchmarks.report import Row, emit, load_average, wait_for_socket, with_bytecode
 
 #: Median wall-clock targets, in milliseconds.
 HELP_TARGET_MS = 150.0
@@ -39,15 +39,6 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
     return (time.perf_counter() - start) * 1000
-
-
-def wait_for_socket(path: str, timeout: float = 30.0) -> None:
-    """Wait until the driver created its socket."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the mock driver did not listen on {path}")
-        time.sleep(0.05)
 
 
 def main() -> int:
@@ -64,7 +55,7 @@ def main() -> int:
             env=env, stderr=subprocess.DEVNULL,
         )
         try:
-            wait_for_socket(sock)
+            wait_for_socket(sock, driver)
             commands = {
                 "python -c pass": [python, "-c", "pass"],
                 "kubevol --help": [kubevol, "--help"],

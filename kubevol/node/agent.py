@@ -594,12 +594,13 @@ class Agent(ClosesOnExit):
                              len(self.pods.manager.desired.pods()))
             idle = min(self.idle_period, self.remount_period)
             tokens = self.runtime.host.tokens
-            quiet = not busy and now - self._last_pass >= idle
+            # No pass for an idle period (a busy loop passes every period): nothing happened.
+            quiet = now - self._last_pass >= idle
             if tokens is not None and (quiet or now - self._last_token_save >= RESYNC_PERIOD):
-                # Once nothing happened for an idle period: the write (fsynced, ~10 ms)
-                # would hold up the next step of a pod being set up or removed, and a pass
-                # that leaves nothing to do may fall between two steps of one. A volume
-                # that keeps failing keeps the loop busy: then at the resync period.
+                # Once quiet: the write (fsynced, ~10 ms) would hold up the next step of a
+                # pod being set up or removed, and a pass that leaves nothing to do may fall
+                # between two steps of one. A volume that keeps failing keeps the loop busy:
+                # then at the resync period.
                 self._token_times.save_if_changed(tokens)
                 self._last_token_save = now
             interval = self.notifier.watchdog_interval

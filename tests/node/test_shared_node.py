@@ -51,6 +51,28 @@ def as_nobody(script: str) -> subprocess.CompletedProcess[str]:
                           timeout=30, check=False)
 
 
+def up_under_umask_000(base: Path) -> Path:
+    """The pod of :data:`MANIFEST` brought up by the real ``kubevol up`` under umask 000
+    on a root in ``base``; the root."""
+    (base / "pod.yaml").write_text(MANIFEST)
+    root = base / "root"
+    up = subprocess.run(
+        [sys.executable, "-m", "kubevol.cli.main", "up", "--root", str(root), "--node-name",
+         "n1", str(base / "pod.yaml")],
+        capture_output=True, text=True, timeout=120, check=False, preexec_fn=lambda: os.umask(0),
+    )
+    assert up.returncode == 0, up.stderr
+    return root
+
+
+def down(root: Path) -> None:
+    """The real ``kubevol down`` of that pod."""
+    result = subprocess.run(
+        [sys.executable, "-m", "kubevol.cli.main", "down", "--root", str(root), "--node-name",
+         "n1", "--pod-uid", UID], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.fixture
 def shared_base() -> Iterator[Path]:
     """A directory every user can traverse (pytest's own tmp dirs are root's alone, which
@@ -69,14 +91,7 @@ def shared_base() -> Iterator[Path]:
 def test_another_user_cannot_reach_a_pods_volumes(shared_base: Path) -> None:
     """Under umask 000, the root and every pod directory kubevol makes are 0750: user 65534
     can read no Secret, write into no emptyDir and rename no ``..data`` link."""
-    (shared_base / "pod.yaml").write_text(MANIFEST)
-    root = shared_base / "root"
-    up = subprocess.run(
-        [sys.executable, "-m", "kubevol.cli.main", "up", "--root", str(root), "--node-name",
-         "n1", str(shared_base / "pod.yaml")],
-        capture_output=True, text=True, timeout=120, check=False, preexec_fn=lambda: os.umask(0),
-    )
-    assert up.returncode == 0, up.stderr
+    root = up_under_umask_000(shared_base)
     pod = root / "pods" / UID
     secret = pod / "volumes" / "kubernetes.io~secret" / "creds"
     scratch = pod / "volumes" / "kubernetes.io~empty-dir" / "scratch"
@@ -101,10 +116,7 @@ def test_another_user_cannot_reach_a_pods_volumes(shared_base: Path) -> None:
     assert not (scratch / "mine").exists()
     assert os.readlink(secret / "..data").startswith("..2")
 
-    down = subprocess.run(
-        [sys.executable, "-m", "kubevol.cli.main", "down", "--root", str(root), "--node-name",
-         "n1", "--pod-uid", UID], capture_output=True, text=True, timeout=120, check=False)
-    assert down.returncode == 0, down.stderr
+    down(root)
 
 
 def test_status_warns_about_a_root_wider_than_0750(tmp_path: Path) -> None:
@@ -151,3 +163,37 @@ def test_another_user_cannot_put_a_token_renewal_off(shared_base: Path) -> None:
         assert result.returncode != 0, f"user 65534 could {what}"
         assert "Permission denied" in result.stderr, (what, result.stderr)
     assert Path(times.path).read_text() == before and not Path(times.path).is_symlink()
+
+
+@pytest.mark.root
+def test_another_user_cannot_mark_a_pod_terminating(shared_base: Path) -> None:
+    """The pod records an agent reads back (``<root>/kubevol/pods``: a ``terminating`` one
+    makes it tear the pod down) are the state directory's, 0700 under umask 000: even on a
+    root opened to everyone, user 65534 can neither rewrite a record, plant one, nor move
+    the records' directory away and bring its own."""
+    root = up_under_umask_000(shared_base)
+    records = root / "kubevol" / "pods"
+    record = records / f"{UID}.json"
+    before = record.read_text()
+    for d in (root / "kubevol", records):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    os.chmod(root, 0o755)  # an operator's wider root (status warns about it)
+    forged = f'{{"uid": "{UID}", "state": "terminating", "objects": []}}'
+    other = "99999999-2222-3333-4444-555555555555"
+    attempts = {
+        "rewrite the record": f"echo '{forged}' > {record}",
+        "plant a record": f"echo '{forged}' > {records}/{other}.json",
+        "move the records away": f"mv {records} {root}/kubevol/old",
+        "bring its own records": f"d=$(mktemp -d) && {{ mv $d {records}; r=$?; rmdir $d; "
+                                 "exit $r; }",
+    }
+    try:
+        for what, script in attempts.items():
+            result = as_nobody(script)
+            assert result.returncode != 0, f"user 65534 could {what}"
+            assert "Permission denied" in result.stderr, (what, result.stderr)
+        assert record.read_text() == before
+        assert sorted(p.name for p in records.iterdir()) == [f"{UID}.json"]
+    finally:
+        os.chmod(root, 0o750)
+    down(root)
