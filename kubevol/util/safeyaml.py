@@ -19,19 +19,27 @@ with ``RecursionError``. So a manifest is loaded in steps:
 3. only then is it built, with libyaml's ``CSafeLoader`` when PyYAML has it (about six
    times faster than the pure-Python ``SafeLoader``, which is the fallback).
 
+A text whose documents are each a JSON object is read as JSON instead, as the kubelet reads
+a manifest: its file source hands a text that starts with ``{`` to the JSON decoder as it is
+(apimachinery's ``yaml.ToJSON``), and YAML only the others. The JSON reading differs from
+YAML 1.1's on a few values (``1e5`` is a number to JSON and the kubelet, a string to
+PyYAML), and it is about twenty times faster (0.5 ms a pod of four objects with libyaml).
+See :func:`_json_documents`.
+
 Every refusal, and every YAML error, is an :class:`~kubevol.errors.UntrustedDataError`
 naming where the text came from.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import yaml
 
 from kubevol.errors import UntrustedDataError
-from kubevol.util.safeio import MAX_JSON_DEPTH
+from kubevol.util.safeio import MAX_JSON_DEPTH, json_depth_exceeds
 
 #: The API server's limit on a request body, hence on one object's manifest.
 MAX_DOCUMENT_BYTES = 3 * 1024 * 1024
@@ -54,6 +62,45 @@ _Loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(
 #: indicators (``- - key``) and node properties, each of which may open one more level.
 _DOCUMENT_MARKER = re.compile(r"^(?:---|\.\.\.)(?=[ \t\r\n]|$)", re.MULTILINE)
 _BLOCK_PREFIX = re.compile(r"^[ \t]*(?:(?:---|[-?:]|[&!]\S*)[ \t]+)*", re.MULTILINE)
+
+
+#: A line that is only a document start: where a text of JSON documents is cut.
+_DOCUMENT_START_LINE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
+#: A surrogate escape: libyaml refuses it; json would make a string UTF-8 cannot encode.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _not_json(token: str) -> object:
+    raise ValueError(f"{token} is not JSON")  # json takes NaN and Infinity; Go's does not
+
+
+_JSON_DECODER = json.JSONDecoder(parse_constant=_not_json)
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """The documents of ``text`` when each (cut at lines that are only ``---``) is one JSON
+    object, within the size and depth bounds; else None, and the text is YAML's to read
+    (and refuse). Blank pieces are empty documents, as in YAML, except before the first
+    marker. No line of a JSON text is ``---``, so the cut is where YAML would cut."""
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        return None
+    docs: list[Any] = []
+    for n, piece in enumerate(_DOCUMENT_START_LINE.split(text)):
+        if not piece.strip():
+            if n:
+                docs.append(None)
+            continue
+        if (
+            not piece.lstrip().startswith("{")
+            or len(piece) > MAX_DOCUMENT_BYTES
+            or json_depth_exceeds(piece.encode(), MAX_YAML_DEPTH)
+        ):
+            return None
+        try:
+            docs.append(_JSON_DECODER.decode(piece))
+        except (ValueError, RecursionError):
+            return None
+    return docs
 
 
 def allowed_alias_ratio(decodes: int) -> float:
@@ -193,6 +240,10 @@ def load_all(text: str, where: str = "<manifest>") -> list[Any]:
     """
     if len(text) > MAX_MANIFEST_BYTES or len(text.encode()) > MAX_MANIFEST_BYTES:
         raise UntrustedDataError(f"{where} is larger than {MAX_MANIFEST_BYTES} bytes; refused")
+    if text.lstrip(" \t\r\n-").startswith("{"):
+        json_docs = _json_documents(text)
+        if json_docs is not None:
+            return json_docs
     # The events pass is skipped only when the text itself shows that nothing can go wrong:
     # no alias, no larger than one document may be, shallow by the bound.
     if (

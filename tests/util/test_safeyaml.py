@@ -4,6 +4,7 @@ load exactly as PyYAML's safe loader loads them (issue 20, point 6)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -177,3 +178,41 @@ def test_size_caps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_libyaml_is_used_when_pyyaml_has_it() -> None:
     """Issue 18: CSafeLoader is several times faster on 500 pods."""
     assert safeyaml._Loader is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def test_json_documents_are_read_as_json_as_the_kubelet_reads_them() -> None:
+    """The kubelet's file source hands a manifest starting with ``{`` to its JSON decoder
+    as it is (apimachinery's ``yaml.ToJSON``): a JSON text gets JSON's reading, also where
+    YAML 1.1's differs (``1e5`` is a number, not a string), document by document."""
+    pod = yaml.safe_load(POD)
+    pod["spec"]["terminationGracePeriodSeconds"] = "GRACE"
+    docs = [json.dumps(pod).replace('"GRACE"', "1e5"),
+            json.dumps({"kind": "ConfigMap", "data": {"k": "\u00e9 ---"}})]
+    text = "\n---\n".join(docs) + "\n"
+    assert load_all(text) == [json.loads(d) for d in docs]
+    assert load_all(text)[0]["spec"]["terminationGracePeriodSeconds"] == 100000.0
+    assert yaml.safe_load(docs[0])["spec"]["terminationGracePeriodSeconds"] == "1e5"
+    # Blank documents as YAML has them: none before the first marker, None after one.
+    assert load_all("---\n" + docs[1] + "\n---\n") == [json.loads(docs[1]), None]
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": ' * (MAX_YAML_DEPTH + 1) + "1" + "}" * (MAX_YAML_DEPTH + 1),
+    '{"a": "\\ud800"}',
+    '{"a": 1}\n---\n' + '{"b": ' * (MAX_YAML_DEPTH + 1) + "1" + "}" * (MAX_YAML_DEPTH + 1),
+])
+def test_json_documents_keep_the_bounds_and_refusals(text: str) -> None:
+    """Nesting past the bound and a lone surrogate escape (a string UTF-8 cannot encode)
+    are refused as YAML refuses them; so is a JSON document over the API server's size."""
+    with pytest.raises(UntrustedDataError):
+        load_all(text)
+
+
+def test_text_json_cannot_read_alone_is_read_as_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flow mapping that is not JSON, a comment, NaN (Go's JSON refuses it): YAML's
+    reading, as before; an oversized JSON document is refused."""
+    for text in ('{a: 1}\n', '{"a": 1} # note\n', '{"a": NaN}\n', '{"a": 1}\n--- {"b": 2}\n'):
+        assert load_all(text) == list(yaml.safe_load_all(text)), text
+    monkeypatch.setattr(safeyaml, "MAX_DOCUMENT_BYTES", 100)
+    with pytest.raises(UntrustedDataError, match="a document of"):
+        load_all('{"a": "' + "x" * 200 + '"}\n---\n{"b": 1}\n')
