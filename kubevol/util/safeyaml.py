@@ -77,14 +77,14 @@ def _not_json(token: str) -> object:
 _JSON_DECODER = json.JSONDecoder(parse_constant=_not_json)
 
 
-def _json_documents(text: str) -> list[Any] | None:
+def _json_documents(text: str) -> list[object] | None:
     """The documents of ``text`` when each (cut at lines that are only ``---``) is one JSON
     object, within the size and depth bounds; else None, and the text is YAML's to read
     (and refuse). Blank pieces are empty documents, as in YAML, except before the first
     marker. No line of a JSON text is ``---``, so the cut is where YAML would cut."""
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         return None
-    docs: list[Any] = []
+    docs: list[object] = []
     for n, piece in enumerate(_DOCUMENT_START_LINE.split(text)):
         if not piece.strip():
             if n:
