@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from kubevol.cli import exits
+from kubevol.cli.kubernetes_package import load_parts_on_use
 from kubevol.cli.logs import add_logging_flags, setup_logging
 from kubevol.cli.parser import ArgumentParser, all_parsers, plain_text
 from kubevol.errors import KubevolError
@@ -172,6 +173,8 @@ def _run(argv: Sequence[str] | None) -> int:
     # system anyway. Registered once however often main runs (tests call it in-process).
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
+    if argv is None:  # the process is this command (a program calling main keeps the
+        load_parts_on_use()  # kubernetes package as its __init__ makes it)
     try:
         if argv is None:  # the process is this command (tests calling main keep their GC)
             gc.disable()
