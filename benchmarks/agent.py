@@ -386,7 +386,8 @@ class StatsRequests:
 #: Modules every start of the agent imports before it reads a pod (a lower bound: it
 #: imports more), the kubernetes package's parts loaded on use as the command line has
 #: them. The kubernetes client's models are most of it.
-AGENT_IMPORTS = ("import kubevol.cli.main; kubevol.cli.main.load_parts_on_use(); "
+AGENT_IMPORTS = ("import kubevol.cli.main, kubevol.cli.kubernetes_package; "
+                 "kubevol.cli.kubernetes_package.load_parts_on_use(); "
                  "import kubevol.cli.agent, kubevol.node.agent, kubevol.node.runtime, "
                  "kubernetes.client.models.v1_pod")
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 
-def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=False)
+def run_python(code: str, *argv: str, flags: tuple[str, ...] = ()
+               ) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter (with ``flags``) running ``code`` with arguments ``argv``."""
+    return subprocess.run([sys.executable, *flags, "-c", code, *argv], capture_output=True,
+                          text=True, timeout=120, check=False)
 
 
 def test_each_part_loads_when_first_named() -> None:
@@ -62,8 +64,7 @@ def test_a_command_that_builds_a_pod_loads_the_client_alone(tmp_path: Path) -> N
     }))
     root = str(tmp_path / "root")
     cli = "from kubevol.cli.main import main; main()"
-    up = subprocess.run([sys.executable, "-X", "importtime", "-c", cli, "up", "--root", root,
-                         str(pod)], capture_output=True, text=True, timeout=120, check=False)
+    up = run_python(cli, "up", "--root", root, str(pod), flags=("-X", "importtime"))
     try:
         assert up.returncode == 0, up.stderr[-2000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in up.stderr.splitlines()
@@ -71,6 +72,5 @@ def test_a_command_that_builds_a_pod_loads_the_client_alone(tmp_path: Path) -> N
         assert "kubernetes.client" in imported
         assert "kubernetes.config" not in imported
     finally:
-        down = subprocess.run([sys.executable, "-c", cli, "down", "--root", root, str(pod)],
-                              capture_output=True, text=True, timeout=120, check=False)
+        down = run_python(cli, "down", "--root", root, str(pod))
         assert down.returncode == 0, down.stderr

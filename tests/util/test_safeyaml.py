@@ -118,6 +118,8 @@ HOSTILE_DEPTHS = {
     # Document markers inside a flow collection: each piece looks shallow on its own.
     "flow-across-markers": "('[' * 90 + '\\n---\\n') * 3_000",
     "quoted-markers": "'a: \"\\n---\\n\"\\nb: ' + '[' * 100_000",
+    # A text of JSON documents: read by json's C decoder when within the bounds.
+    "json-objects": "'{\"a\": ' * 100_000 + '1' + '}' * 100_000",
 }
 
 
