@@ -60,9 +60,10 @@ class AgentEnv:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[AgentEnv]:
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[AgentEnv]:
     """The hostpath driver keeping its volumes on a tmpfs of its own (so that their usage
-    does not move with the rest of the machine), a root and an empty manifest directory."""
+    does not move with the rest of the machine), a root and an empty manifest directory.
+    Parametrised indirectly with True, the driver attaches (PUBLISH_UNPUBLISH_VOLUME)."""
     if os.geteuid() != 0:
         pytest.fail("the agent tests need root (real mounts)")
     (tmp_path / "hp").mkdir()
@@ -70,7 +71,8 @@ def env(tmp_path: Path) -> Iterator[AgentEnv]:
                    check=True)
     (tmp_path / "manifests").mkdir()
     running = HostPathDriver(
-        HostPathConfig(state_dir=str(tmp_path / "hp"), node_id="n1")
+        HostPathConfig(state_dir=str(tmp_path / "hp"), node_id="n1",
+                       enable_attach=getattr(request, "param", False))
     ).serve()
     try:
         yield AgentEnv(tmp=tmp_path, root=tmp_path / "root", manifests=tmp_path / "manifests",
@@ -233,10 +235,13 @@ def test_static_pods_come_and_go(env: AgentEnv, start_agent: Callable[..., Runni
     assert os.path.isdir(env.pod_volume("web", "scratch", "kubernetes.io~empty-dir"))
 
 
-def csi_mount_operations(running: RunningAgent) -> dict[str, float]:
+def csi_mount_operations(
+    running: RunningAgent, names: tuple[str, ...] = ("mount_device", "volume_mount")
+) -> dict[str, float]:
     """How many mount_device (NodeStageVolume) and volume_mount (NodePublishVolume)
-    operations of the CSI plugin the agent ran, by operation name."""
-    out = {"mount_device": 0.0, "volume_mount": 0.0}
+    operations of the CSI plugin the agent ran, by operation name (or of the ``names``
+    given)."""
+    out = dict.fromkeys(names, 0.0)
     for (name, labels), value in running.scrape().items():
         label = dict(labels)
         if (name == "storage_operation_duration_seconds_count"
@@ -312,6 +317,35 @@ def set_ups(running: RunningAgent, plugin: str) -> float:
         and dict(labels).get("volume_plugin") == plugin
         and dict(labels).get("operation_name") == "volume_mount"
     )
+
+
+@pytest.mark.parametrize("env", [False, True], indirect=True,
+                         ids=["driver-attaching-nothing", "driver-attaching"])
+def test_a_restarted_agent_attaches_again_only_what_attaching_does(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent], request: pytest.FixtureRequest
+) -> None:
+    """A restarted agent that finds a CSI volume's device mounted takes it as attached
+    when attaching it does nothing (its driver has no PUBLISH_UNPUBLISH_VOLUME): no attach
+    operation, as no stage or publish. A volume whose driver attaches is attached again
+    (ControllerPublishVolume is idempotent, and gives back the publish context the new
+    process does not know)."""
+    attaching = request.node.callspec.params["env"]
+    handle = env.create_volume("web-data")
+    (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod("web", """\
+  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}
+"""))
+    counts = []
+    for _ in range(2):
+        running = start_agent()
+        wait_until(running.agent.settled.is_set, 30, "the agent settled")
+        counts.append(csi_mount_operations(
+            running, ("volume_attach", "mount_device", "volume_mount")))
+        running.stop.set()
+        running.thread.join(30)
+    assert counts[0] == {"volume_attach": 1.0, "mount_device": 1.0, "volume_mount": 1.0}
+    assert counts[1] == {"volume_attach": 1.0 if attaching else 0.0, "mount_device": 0.0,
+                         "volume_mount": 0.0}
+    assert env.pod_volume("web", "pv-web") + "/mount" in mounts_under(env.root)
 
 
 @pytest.mark.parametrize("after_the_mount", ["fsGroup", "subPath"])

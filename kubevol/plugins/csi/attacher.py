@@ -22,6 +22,7 @@ from kubevol.k8s.pod import Pod
 from kubevol.mount.guard import UnmountVerdict
 from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.context import CSIContext
+from kubevol.plugins.csi.registration.registry import DriverNotRegisteredError
 from kubevol.plugins.csi.rules import remove_mount_dir
 from kubevol.plugins.csi.source import volume_capability
 from kubevol.plugins.csi.voldata import (
@@ -111,6 +112,8 @@ class CSIAttacher(Attacher, Detacher):
         try:
             driver, _ = self._split(volume_name)
             return self.ctx.attach_backend.attaches(driver)
+        except DriverNotRegisteredError:
+            return True  # not yet (a restart asks before drivers register): no warning each
         except Exception as exc:
             log.warning("cannot tell whether detaching %s does anything: %s", volume_name, exc)
             return True

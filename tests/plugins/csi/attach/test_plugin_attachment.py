@@ -129,3 +129,17 @@ def test_direct_backend_for_real(make_rig: RigFactory) -> None:
     rig.driver.fail["ControllerUnpublishVolume"] = (grpc.StatusCode.NOT_FOUND, "gone")
     backend.detach(DRIVER_NAME, "vol-9", NODE_NAME, timeout=5)
     assert not backend.is_attached(request)
+
+
+def test_a_detach_of_an_unregistered_drivers_volume_counts_as_doing_something(
+    make_rig: RigFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``detaches`` says False for a registered driver without PUBLISH_UNPUBLISH_VOLUME,
+    and True, the stricter answer, for a driver not registered (yet: a restarting agent
+    asks before drivers register), quietly: one warning per volume would flood its log."""
+    rig = make_rig()
+    detacher = rig.plugin.new_detacher()
+    assert detacher.detaches(f"{DRIVER_NAME}^vol-9") is False
+    with caplog.at_level("WARNING"):
+        assert detacher.detaches("unregistered.csi.example^vol-9") is True
+    assert caplog.records == []
