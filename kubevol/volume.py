@@ -179,11 +179,13 @@ class Detacher(DeviceUnmounter):
     def detach(self, volume_name: str, node_name: str) -> None:
         """Detach ``volume_name`` (as from ``get_volume_name``) from ``node_name``. Idempotent."""
 
-    def detaches(self, volume_name: str) -> bool:
+    def detaches(self, volume_name: str, *, ask: bool = True) -> bool:
         """Whether :meth:`detach` of ``volume_name`` does anything on this node. False: the
         volume was never really attached (the kubelet's non-attachable volumes), so the node
-        only forgets it and needs no check that pods are done with it. True unless the
-        plugin knows better."""
+        only forgets it and needs no check that pods are done with it, and its attach did
+        nothing either. True unless the plugin knows better. ``ask=False``: from what the
+        plugin knows already, without calling anyone (True when that does not tell), for
+        callers that must not wait on a driver."""
         return True
 
 

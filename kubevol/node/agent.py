@@ -463,8 +463,7 @@ class Agent(ClosesOnExit):
         scan found mounted, of a pod still desired, are marked mounted instead of
         uncertain, so that nothing is staged or published again after a crash or a
         restart (the driver's mount is its answer; every step before it is written before
-        the call), and a device-mounted volume whose attach does nothing is marked
-        attached (:meth:`_detaches`); so is a plain directory whose set-up shows it finished
+        the call); so is a plain directory whose set-up shows it finished
         (:meth:`_finished_unmounted`). What else is not found mounted (a missing or
         unresponsive mount, a block volume) stays uncertain and is set up again. What the
         adopted configMap, secret and projected volumes project is brought up to date as
@@ -482,9 +481,6 @@ class Agent(ClosesOnExit):
                 if f.device is not MountCheck.MOUNTED:
                     continue
                 actual.set_device_state(f.unique_name, MountState.MOUNTED)
-                if f.attachable and not self._detaches(f):
-                    # Its attach does nothing either: taken as done, not run again.
-                    actual.set_attach_state(f.unique_name, MountState.MOUNTED)
             pod = desired.pod(f.dir.pod_uid)
             volume = next((v for v in pod.volumes if v.unique_name == f.unique_name),
                           None) if pod is not None else None
@@ -498,19 +494,6 @@ class Agent(ClosesOnExit):
                 adopted += 1
         if adopted:
             log.info("%d volumes found mounted for the pods desired: not set up again", adopted)
-
-    def _detaches(self, f: FoundVolume) -> bool:
-        """Whether detaching the found volume would do anything on this node
-        (:meth:`~kubevol.volume.Detacher.detaches`). When it would not (a CSI driver
-        without PUBLISH_UNPUBLISH_VOLUME on a node that attaches by itself), its attach
-        does nothing either, and a restart takes it as done rather than running it again
-        for every volume, as the kubelet puts what it reconstructs in its actual state and
-        attaches none of it again."""
-        try:
-            plugin = self.runtime.mgr.find_attachable_plugin_by_name(f.dir.plugin_name)
-        except KubevolError:
-            return True
-        return plugin is None or plugin.new_detacher().detaches(f.volume_name)
 
     @staticmethod
     def _nothing_after_the_mount(pod: DesiredPod, volume: VolumeToMount) -> bool:

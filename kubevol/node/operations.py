@@ -205,6 +205,20 @@ class OperationGenerator:
             raise PluginNotFoundError(f"volume plugin {plugin_name!r} does not attach volumes")
         return plugin
 
+    def attaches_nothing(self, plugin_name: str, volume_name: str) -> bool:
+        """Whether attaching the volume is known to do nothing on this node: its plugin
+        says, without calling anyone, that its detach would do nothing
+        (:meth:`~kubevol.volume.Detacher.detaches`; a CSI driver without
+        PUBLISH_UNPUBLISH_VOLUME on a node that attaches by itself). Such a volume is
+        taken as attached with no operation, as the kubelet takes a volume whose plugin
+        cannot attach it: asked in reconciler passes and at a restart, which must not wait
+        on a driver."""
+        try:
+            plugin = self.mgr.find_attachable_plugin_by_name(plugin_name)
+        except KubevolError:
+            return False
+        return plugin is not None and not plugin.new_detacher().detaches(volume_name, ask=False)
+
     def attach(self, v: VolumeToMount) -> Operation:
         """Attach the volume to this node (the node attaches it itself)."""
 

@@ -22,7 +22,6 @@ from kubevol.k8s.pod import Pod
 from kubevol.mount.guard import UnmountVerdict
 from kubevol.plugins.csi import paths
 from kubevol.plugins.csi.context import CSIContext
-from kubevol.plugins.csi.registration.registry import DriverNotRegisteredError
 from kubevol.plugins.csi.rules import remove_mount_dir
 from kubevol.plugins.csi.source import volume_capability
 from kubevol.plugins.csi.voldata import (
@@ -105,15 +104,15 @@ class CSIAttacher(Attacher, Detacher):
             driver, handle, node_name, timeout=self.ctx.attach_timeout
         )
 
-    def detaches(self, volume_name: str) -> bool:
+    def detaches(self, volume_name: str, *, ask: bool = True) -> bool:
         """False when the attach backend attaches nothing for the volume's driver (one
         without PUBLISH_UNPUBLISH_VOLUME, on a node that attaches by itself): its detach
         does nothing. True when that cannot be told: the stricter answer."""
         try:
             driver, _ = self._split(volume_name)
+            if not ask:
+                return self.ctx.attach_backend.attaches_known(driver) is not False
             return self.ctx.attach_backend.attaches(driver)
-        except DriverNotRegisteredError:
-            return True  # not yet (a restart asks before drivers register): no warning each
         except Exception as exc:
             log.warning("cannot tell whether detaching %s does anything: %s", volume_name, exc)
             return True

@@ -64,6 +64,10 @@ class AttachBackend(abc.ABC):
         """Whether attaching means anything for ``driver`` (False: attach and detach are
         no-ops and the publish context is empty)."""
 
+    def attaches_known(self, driver: str) -> bool | None:
+        """:meth:`attaches`, when it is known without calling anyone; else None."""
+        return None
+
     @abc.abstractmethod
     def attach(self, request: AttachRequest, *, timeout: float) -> None:
         """Attach and block until attached, or raise. Idempotent."""

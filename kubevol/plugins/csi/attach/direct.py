@@ -19,7 +19,7 @@ import grpc
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError
-from kubevol.errors import OperationError
+from kubevol.errors import KubevolError, OperationError
 from kubevol.plugins.csi.attach.base import AttachBackend, AttachRequest, attachment_name
 from kubevol.plugins.csi.registration.registry import DriverRegistry, RegisteredDriver
 
@@ -49,12 +49,22 @@ class DirectAttachBackend(AttachBackend):
         self._published: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         # A driver that registers again may come back with other capabilities.
-        registry.add_listener(self._forget_capabilities)
+        registry.add_listener(self._registered)
 
-    def _forget_capabilities(self, event: str, driver: RegisteredDriver) -> None:
+    def _registered(self, event: str, driver: RegisteredDriver) -> None:
+        """Forget what a driver that (de)registers said, and ask one that registers what it
+        says now, while it registers: whether attaching means anything for its volumes is
+        then known without a call (:meth:`attaches_known`), as a restarted node asks for
+        every volume it finds. A separate controller endpoint is asked when needed."""
         with self._lock:
             for key in [k for k in self._caps if k[0] == driver.name]:
                 del self._caps[key]
+        if event != "registered" or driver.name in self._endpoints:
+            return
+        try:
+            self._ask_capabilities(driver.name, timeout=self.registry.node_info_timeout)
+        except Exception as exc:  # asked again when needed; registration stands
+            log.debug("ControllerGetCapabilities of %s at registration: %s", driver.name, exc)
 
     def close(self) -> None:
         """Close the clients this backend opened for separate controller endpoints."""
@@ -75,26 +85,40 @@ class DirectAttachBackend(AttachBackend):
 
     def controller_capabilities(self, driver: str) -> frozenset[t.ControllerCapability]:
         """The driver's controller capabilities (asked once per endpoint)."""
-        client, endpoint = self._client(driver)
-        key = (driver, endpoint)
+        _, endpoint = self._client(driver)
         with self._lock:
-            cached = self._caps.get(key)
-        if cached is not None:
-            return cached
+            cached = self._caps.get((driver, endpoint))
+        return cached if cached is not None else self._ask_capabilities(driver)
+
+    def _ask_capabilities(
+        self, driver: str, *, timeout: float | None = None
+    ) -> frozenset[t.ControllerCapability]:
+        client, endpoint = self._client(driver)
         try:
-            caps = client.controller_get_capabilities()
+            caps = client.controller_get_capabilities(timeout=timeout)
         except CSIRPCError as exc:
             if exc.code is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
             caps = frozenset()  # a node-only driver has no controller service
         with self._lock:
-            self._caps[key] = caps
+            self._caps[(driver, endpoint)] = caps
         return caps
 
     def attaches(self, driver: str) -> bool:
         return t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME in self.controller_capabilities(
             driver
         )
+
+    def attaches_known(self, driver: str) -> bool | None:
+        endpoint = self._endpoints.get(driver)
+        if endpoint is None:
+            try:
+                endpoint = self.registry.get(driver).endpoint
+            except KubevolError:
+                return None
+        with self._lock:
+            caps = self._caps.get((driver, endpoint))
+        return None if caps is None else t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME in caps
 
     def _publish(self, request: AttachRequest) -> dict[str, str]:
         client, _ = self._client(request.driver)

@@ -90,6 +90,9 @@ class VolumeAttachmentBackend(AttachBackend):
     def attaches(self, driver: str) -> bool:
         return True
 
+    def attaches_known(self, driver: str) -> bool | None:
+        return True
+
     def attach(self, request: AttachRequest, *, timeout: float) -> None:
         from kubernetes import client as k8s
         from kubernetes.client.exceptions import ApiException

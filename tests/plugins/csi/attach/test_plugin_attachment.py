@@ -20,6 +20,7 @@ from kubevol.plugins.csi.attach import (
     attachment_name,
 )
 from kubevol.plugins.csi.driverinfo import KubernetesCSIDrivers
+from kubevol.testing.csi_driver import Fault
 from kubevol.testing.kube_api import KubeAPIServer
 from kubevol.types import DeviceMounterArgs, MounterArgs, VolumeOptions
 from tests.plugins.csi.plugin.csiplugin_driver import DRIVER_NAME, NODE_ID
@@ -131,15 +132,45 @@ def test_direct_backend_for_real(make_rig: RigFactory) -> None:
     assert not backend.is_attached(request)
 
 
-def test_a_detach_of_an_unregistered_drivers_volume_counts_as_doing_something(
-    make_rig: RigFactory, caplog: pytest.LogCaptureFixture
+def _asked_capabilities(rig: Rig) -> int:
+    return [r.rpc for r in rig.driver.records].count("ControllerGetCapabilities")
+
+
+def test_the_direct_backend_learns_at_registration_whether_a_driver_attaches(
+    make_rig: RigFactory,
 ) -> None:
-    """``detaches`` says False for a registered driver without PUBLISH_UNPUBLISH_VOLUME,
-    and True, the stricter answer, for a driver not registered (yet: a restarting agent
-    asks before drivers register), quietly: one warning per volume would flood its log."""
-    rig = make_rig()
+    """A driver that registers is asked ControllerGetCapabilities then, once: whether
+    attaching means anything for its volumes is known without a call (``ask=False``, what
+    a restarted agent asks of every volume it finds), and later questions call nobody."""
+    rig = make_rig(controller_caps={t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME},
+                   register=False)
+    backend = rig.plugin.attach_backend
     detacher = rig.plugin.new_detacher()
-    assert detacher.detaches(f"{DRIVER_NAME}^vol-9") is False
-    with caplog.at_level("WARNING"):
-        assert detacher.detaches("unregistered.csi.example^vol-9") is True
-    assert caplog.records == []
+    assert backend.attaches_known(DRIVER_NAME) is None  # not registered
+    assert detacher.detaches(f"{DRIVER_NAME}^vol-9", ask=False) is True  # the stricter answer
+    rig.registry.register_driver(DRIVER_NAME, rig.handle.address, ["1.0.0"])
+    assert _asked_capabilities(rig) == 1
+    assert backend.attaches_known(DRIVER_NAME) is True
+    assert detacher.detaches(f"{DRIVER_NAME}^vol-9", ask=False) is True
+    assert backend.attaches(DRIVER_NAME) is True
+    assert _asked_capabilities(rig) == 1
+
+
+def test_a_driver_not_answering_its_capabilities_at_registration_registers_all_the_same(
+    make_rig: RigFactory,
+) -> None:
+    """ControllerGetCapabilities failing at registration leaves the driver registered and
+    the answer unknown: ``ask=False`` gives the stricter answer without calling, asking
+    calls the driver again."""
+    rig = make_rig(register=False)
+    rig.driver.fail["ControllerGetCapabilities"] = Fault(
+        code=grpc.StatusCode.UNAVAILABLE, message="busy", times=1)
+    rig.registry.register_driver(DRIVER_NAME, rig.handle.address, ["1.0.0"])
+    backend = rig.plugin.attach_backend
+    assert backend.attaches_known(DRIVER_NAME) is None
+    detacher = rig.plugin.new_detacher()
+    assert detacher.detaches(f"{DRIVER_NAME}^vol-9", ask=False) is True
+    assert _asked_capabilities(rig) == 1
+    assert detacher.detaches(f"{DRIVER_NAME}^vol-9") is False  # asked now: no attaching
+    assert _asked_capabilities(rig) == 2
+    assert backend.attaches_known(DRIVER_NAME) is False
