@@ -19,9 +19,13 @@ import grpc
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csi.errors import CSIRPCError
-from kubevol.errors import KubevolError, OperationError
+from kubevol.errors import OperationError
 from kubevol.plugins.csi.attach.base import AttachBackend, AttachRequest, attachment_name
-from kubevol.plugins.csi.registration.registry import DriverRegistry, RegisteredDriver
+from kubevol.plugins.csi.registration.registry import (
+    DriverNotRegisteredError,
+    DriverRegistry,
+    RegisteredDriver,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +87,16 @@ class DirectAttachBackend(AttachBackend):
                 client = self._own_clients[endpoint] = self._factory(endpoint)
         return client, endpoint
 
+    def _endpoint(self, driver: str) -> str:
+        """Where the driver's controller service is: its own endpoint, else the one it
+        registered. Raises :class:`DriverNotRegisteredError`."""
+        return self._endpoints.get(driver) or self.registry.get(driver).endpoint
+
     def controller_capabilities(self, driver: str) -> frozenset[t.ControllerCapability]:
         """The driver's controller capabilities (asked once per endpoint)."""
-        _, endpoint = self._client(driver)
+        key = (driver, self._endpoint(driver))
         with self._lock:
-            cached = self._caps.get((driver, endpoint))
+            cached = self._caps.get(key)
         return cached if cached is not None else self._ask_capabilities(driver)
 
     def _ask_capabilities(
@@ -110,14 +119,12 @@ class DirectAttachBackend(AttachBackend):
         )
 
     def attaches_known(self, driver: str) -> bool | None:
-        endpoint = self._endpoints.get(driver)
-        if endpoint is None:
-            try:
-                endpoint = self.registry.get(driver).endpoint
-            except KubevolError:
-                return None
+        try:
+            key = (driver, self._endpoint(driver))
+        except DriverNotRegisteredError:
+            return None
         with self._lock:
-            caps = self._caps.get((driver, endpoint))
+            caps = self._caps.get(key)
         return None if caps is None else t.ControllerCapability.PUBLISH_UNPUBLISH_VOLUME in caps
 
     def _publish(self, request: AttachRequest) -> dict[str, str]:
