@@ -211,8 +211,8 @@ class OperationGenerator:
         (:meth:`~kubevol.volume.Detacher.detaches`; a CSI driver without
         PUBLISH_UNPUBLISH_VOLUME on a node that attaches by itself). Such a volume is
         taken as attached with no operation, as the kubelet takes a volume whose plugin
-        cannot attach it: asked in reconciler passes and at a restart, which must not wait
-        on a driver."""
+        cannot attach it. Asked in reconciler passes (a restart's first one among them),
+        which must not wait on a driver."""
         try:
             plugin = self.mgr.find_attachable_plugin_by_name(plugin_name)
         except KubevolError:

@@ -348,8 +348,9 @@ class Reconciler:
         av = self.actual.volume(v.unique_name)
         assert av is not None
         if av.attach_state is not MountState.MOUNTED:
-            if not v.attachable or self.generator.attaches_nothing(v.plugin_name,
-                                                                   v.volume_name):
+            if not v.attachable or self.generator.attaches_nothing(
+                v.plugin_name, v.volume_name
+            ):
                 self.actual.set_attach_state(v.unique_name, MountState.MOUNTED)
             elif self.attach_by_node:
                 return self._start(
