@@ -53,9 +53,9 @@ class DirectAttachBackend(AttachBackend):
         self._published: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         # A driver that registers again may come back with other capabilities.
-        registry.add_listener(self._registered)
+        registry.add_listener(self._registry_changed)
 
-    def _registered(self, event: str, driver: RegisteredDriver) -> None:
+    def _registry_changed(self, event: str, driver: RegisteredDriver) -> None:
         """Forget what a driver that (de)registers said, and ask one that registers what it
         says now, while it registers: whether attaching means anything for its volumes is
         then known without a call (:meth:`attaches_known`), as a restarted node asks for
