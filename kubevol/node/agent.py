@@ -550,6 +550,9 @@ class Agent(ClosesOnExit):
     def _loop(self, stop: threading.Event) -> None:
         last_watchdog = 0.0
         busy = True
+        # The times are written once quiet, or a resync period after the last write: not
+        # in the first step, whose operations may fetch a token while the loop goes on.
+        self._last_token_save = time.monotonic()
         while not stop.is_set():
             now = time.monotonic()
             # A pass only when something may have changed: a source, an operation that
