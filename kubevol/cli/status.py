@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             try:
                 m = record.manifests()
-                desired += [desired_pod(runtime.mgr, p, m) for p in m.pods]
+                desired += [desired_pod(runtime.mgr, p, m, accepted=True) for p in m.pods]
             except KubevolError as exc:
                 print(f"warning: recorded pod {record.uid}: {exc}", file=sys.stderr)
         found = scan(runtime.host, runtime.mgr)

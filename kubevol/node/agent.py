@@ -47,7 +47,6 @@ import attrs
 
 from kubevol.errors import KubevolError
 from kubevol.k8s.events import EventRecorder, KubeEventSink
-from kubevol.k8s.pod import pod_containers
 from kubevol.layout import write_json_atomically
 from kubevol.node.api_pods import APIServerPods
 from kubevol.node.desired import NewPod, new_pods
@@ -62,7 +61,7 @@ from kubevol.node.reconstruct import FoundVolume, Reconstruction
 from kubevol.node.records import STATE_DIR, PodState, Writer
 from kubevol.node.runtime import NodeRuntime
 from kubevol.node.sdnotify import SystemdNotifier
-from kubevol.node.state import DesiredPod, MountState, VolumeMode, VolumeToMount
+from kubevol.node.state import MountState, VolumeMode, VolumeToMount
 from kubevol.node.static_pods import ManifestDirectory
 from kubevol.node.token_times import TokenRefreshTimes
 from kubevol.plugins.atomic_writer import DATA_DIR_NAME
@@ -484,7 +483,7 @@ class Agent(ClosesOnExit):
             pod = desired.pod(f.dir.pod_uid)
             volume = next((v for v in pod.volumes if v.unique_name == f.unique_name),
                           None) if pod is not None else None
-            if pod is None or volume is None or not self._nothing_after_the_mount(pod, volume):
+            if pod is None or volume is None or not self._nothing_after_the_mount(volume):
                 continue  # set up again: its later steps are redone
             if f.mount is MountCheck.MOUNTED or (
                 f.mount is MountCheck.NOT_MOUNTED and self._finished_unmounted(f, volume)
@@ -496,18 +495,12 @@ class Agent(ClosesOnExit):
             log.info("%d volumes found mounted for the pods desired: not set up again", adopted)
 
     @staticmethod
-    def _nothing_after_the_mount(pod: DesiredPod, volume: VolumeToMount) -> bool:
+    def _nothing_after_the_mount(volume: VolumeToMount) -> bool:
         """Whether the pod's set-up of ``volume`` has no step after the mount that a crash
         could have cut short: no fsGroup ownership to apply and no subPath to bind.
         (Such a volume is set up again, as the kubelet sets up every volume it
         reconstructs: the driver's answers are idempotent, the local steps are redone.)"""
-        if volume.fs_group is not None:
-            return False
-        return not any(
-            mount.name == volume.outer_name and (mount.sub_path or mount.sub_path_expr)
-            for container in pod_containers(pod.pod)
-            for mount in getattr(container, "volume_mounts", None) or []
-        )
+        return volume.fs_group is None and not volume.sub_path
 
     def _finished_unmounted(self, f: FoundVolume, volume: VolumeToMount) -> bool:
         """Whether a volume that is a plain directory shows its set-up finished: a payload

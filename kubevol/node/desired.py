@@ -14,6 +14,7 @@ from kubevol.k8s.pod import Pod
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.manifests import (
     Manifests,
+    accepted_pod_object,
     check_ephemeral_claim,
     claim_name,
     manifest_pod_uid,
@@ -26,27 +27,38 @@ from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, volume_ide
 from kubevol.spec import Spec, quantity_bytes
 
 
-def _block_volume_names(pod: Mapping[str, Any]) -> set[str]:
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = pod.get("spec") or {}
-    names = set()
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        for device in container.get("volumeDevices") or []:
-            names.add(device.get("name"))
-    return names
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _block_volume_names(pod: Mapping[str, Any]) -> set[str]:
+    return {device.get("name") for container in _containers(pod)
+            for device in container.get("volumeDevices") or []}
+
+
+def _sub_path_volume_names(pod: Mapping[str, Any]) -> set[str]:
+    return {mount.get("name") for container in _containers(pod)
+            for mount in container.get("volumeMounts") or []
+            if mount.get("subPath") or mount.get("subPathExpr")}
 
 
 def desired_pod(
-    mgr: VolumePluginMgr, pod: Mapping[str, Any], manifests: Manifests
+    mgr: VolumePluginMgr, pod: Mapping[str, Any], manifests: Manifests, *,
+    accepted: bool = False,
 ) -> DesiredPod:
-    """The pod's volumes as the reconciler needs them.
+    """The pod's volumes as the reconciler needs them. ``accepted``: the pod was accepted
+    before (its record read back), so its ``V1Pod`` is built when first read
+    (:func:`~kubevol.node.manifests.accepted_pod_object`), not now.
 
     Raises :class:`~kubevol.errors.SpecError` for a claim or volume that cannot be resolved,
     and the manager's lookup errors when no (or several) plugins support a volume.
     """
     uid = manifest_pod_uid(pod)
-    v1pod = pod_object(pod)
+    v1pod = accepted_pod_object(pod) if accepted else pod_object(pod)
     where = f"pod {namespace_of(pod)}/{name_of(pod, 'the manifests')}"
     block_names = _block_volume_names(pod)
+    sub_path_names = _sub_path_volume_names(pod)
     context = (pod.get("spec") or {}).get("securityContext") or {}
     fs_group = context.get("fsGroup")
     volumes = []
@@ -64,7 +76,7 @@ def desired_pod(
         volumes.append(
             volume_to_mount(
                 mgr, spec, v1pod, uid, outer, mode=mode, fs_group=fs_group, size=size,
-                claim_size=claim_size,
+                claim_size=claim_size, sub_path=outer in sub_path_names,
             )
         )
     return DesiredPod(uid=uid, pod=v1pod, volumes=tuple(volumes))
@@ -117,6 +129,7 @@ def volume_to_mount(
     fs_group: int | None = None,
     size: int | None = None,
     claim_size: int | None = None,
+    sub_path: bool = False,
 ) -> VolumeToMount:
     """A :class:`VolumeToMount` for ``spec`` in ``pod``: finds the plugin and its roles (one
     lookup), the unique name and the device mount path (filesystem volumes)."""
@@ -140,6 +153,7 @@ def volume_to_mount(
         fs_group=fs_group,
         size=size,
         claim_size=claim_size,
+        sub_path=sub_path,
     )
 
 @attrs.frozen(kw_only=True)

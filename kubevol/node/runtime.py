@@ -394,7 +394,8 @@ class RecordedPods:
                 manifests = record.manifests()
                 self.node.learn(manifests)
                 for pod in manifests.pods:
-                    self.manager.set_pod(desired_pod(self.node.mgr, pod, manifests))
+                    self.manager.set_pod(
+                        desired_pod(self.node.mgr, pod, manifests, accepted=True))
                 self.invalid.pop(uid, None)
             except KubevolError as exc:
                 log.error("recorded pod %s cannot be run: %s", uid, exc)

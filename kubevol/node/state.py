@@ -108,7 +108,8 @@ class VolumeToMount:
     directory. ``attachable``/``device_mountable`` say what the plugin does for it.
     ``size`` is the size asked for (bytes), when known; ``claim_size`` the size the claim's
     status reports (the size the volume had when last expanded: smaller than ``size`` after
-    an expansion the node has not finished yet).
+    an expansion the node has not finished yet). ``sub_path``: a container of the pod
+    mounts a subPath of it (a step after the mount, which a crash may cut short).
     """
 
     unique_name: str
@@ -125,6 +126,7 @@ class VolumeToMount:
     fs_group: int | None = None
     size: int | None = None
     claim_size: int | None = None
+    sub_path: bool = False
 
     @property
     def spec_name(self) -> str:

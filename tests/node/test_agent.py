@@ -14,13 +14,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import attrs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import kubevol.spec
 from kubevol.cli.main import main
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
@@ -284,6 +285,47 @@ def test_a_restarted_agent_stages_and_publishes_nothing_again(
     wait_until(lambda: web_mount in mounts_under(env.root), 30, "the pod mount set up again")
     wait_until(third.agent.settled.is_set, 30, "the third agent settled")
     assert csi_mount_operations(third) == {"mount_device": 0.0, "volume_mount": 1.0}
+
+
+def test_a_restarted_agent_finds_its_pods_without_building_their_models(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pods a restarted agent reads back from its records were accepted before: their
+    V1Pod models (0.1-0.2 s of class imports, then one build per pod) are built when first
+    read, and settling after a restart reads none. Read, the model is the pod's."""
+    handle = env.create_volume("web-data")
+    (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod("web", """\
+  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}
+  - {name: scratch, emptyDir: {}}
+"""))
+    first = start_agent()
+    wait_until(first.agent.settled.is_set, 30, "the first agent settled")
+    first.stop.set()
+    first.thread.join(30)
+
+    built: list[str] = []
+    deserialize, api_object = kubevol.spec.deserialize, kubevol.spec.api_object
+
+    # The two ways a pod's model is built: from a manifest, and deferred.
+    def counted_deserialize(data: Mapping[str, object], type_name: str) -> object:
+        built.append(type_name)
+        return deserialize(data, type_name)
+
+    def counted_api_object(type_name: str, data: Mapping[str, object]) -> object:
+        built.append(type_name)
+        return api_object(type_name, data)
+
+    monkeypatch.setattr("kubevol.node.manifests.deserialize", counted_deserialize)
+    monkeypatch.setattr("kubevol.spec.api_object", counted_api_object)
+    second = start_agent()
+    wait_until(second.agent.settled.is_set, 30, "the restarted agent settled")
+    assert second.agent.running_pods() == [UIDS["web"]]
+    assert "V1Pod" not in built
+    desired = second.agent.pods.manager.desired.pod(UIDS["web"])
+    assert desired is not None
+    metadata = desired.pod.metadata
+    assert metadata is not None and metadata.name == "web"
+    assert built.count("V1Pod") == 1
 
 
 def test_a_restarted_agent_takes_a_finished_empty_dir_as_done(
