@@ -96,6 +96,28 @@ def test_from_manifest_dict_persistent_volume() -> None:
     assert spec.persistent_volume.spec.csi.volume_handle == "vol-1"
 
 
+@pytest.mark.parametrize("manifest", [
+    {"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+    {"name": "cfg", "configMap": {"name": "cm", "items": [{"key": "a", "path": "a"}],
+                                  "defaultMode": 0o440}},
+    {"name": "tok", "projected": {"sources": [{"serviceAccountToken": {
+        "path": "token", "expirationSeconds": 3600}}]}},
+    {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-csi"},
+     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+              "claimRef": {"namespace": "default", "name": "data"},
+              "csi": {"driver": "hostpath.kubevol.io", "volumeHandle": "vol-1",
+                      "volumeAttributes": {"a": "b"}, "readOnly": True}}},
+])
+def test_from_manifest_of_an_accepted_dict_builds_the_same_model(
+    manifest: dict[str, object],
+) -> None:
+    """A record's volume, validated in one call (``accepted``), is the model a manifest
+    gets through the client's deserialisation."""
+    read, accepted = Spec.from_manifest(manifest), Spec.from_manifest(manifest, accepted=True)
+    assert (accepted.volume, accepted.persistent_volume) == (read.volume, read.persistent_volume)
+    assert accepted.name() == read.name()
+
+
 @pytest.mark.parametrize(
     ("manifest", "message"),
     [

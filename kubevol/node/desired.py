@@ -47,9 +47,10 @@ def desired_pod(
     mgr: VolumePluginMgr, pod: Mapping[str, Any], manifests: Manifests, *,
     accepted: bool = False,
 ) -> DesiredPod:
-    """The pod's volumes as the reconciler needs them. ``accepted``: the pod was accepted
-    before (its record read back), so its ``V1Pod`` is built when first read
-    (:func:`~kubevol.node.manifests.accepted_pod_object`), not now.
+    """The pod's volumes as the reconciler needs them. ``accepted``: the pod and its
+    objects were accepted before (its record read back as JSON), so its ``V1Pod`` is built
+    when first read (:func:`~kubevol.node.manifests.accepted_pod_object`), not now, and its
+    volumes' models are validated in one call (``Spec.from_manifest``'s ``accepted``).
 
     Raises :class:`~kubevol.errors.SpecError` for a claim or volume that cannot be resolved,
     and the manager's lookup errors when no (or several) plugins support a volume.
@@ -66,7 +67,7 @@ def desired_pod(
         outer = volume.get("name")
         if not outer:
             raise SpecError(f"{where} has a volume without a name")
-        spec, mode, size, claim_size = _spec_for(pod, volume, manifests, where)
+        spec, mode, size, claim_size = _spec_for(pod, volume, manifests, where, accepted)
         if (outer in block_names) != (mode is VolumeMode.BLOCK):
             raise SpecError(
                 f"{where}: volume {outer!r} is used as "
@@ -83,13 +84,15 @@ def desired_pod(
 
 
 def _spec_for(
-    pod: Mapping[str, Any], volume: Mapping[str, Any], manifests: Manifests, where: str
+    pod: Mapping[str, Any], volume: Mapping[str, Any], manifests: Manifests, where: str,
+    accepted: bool,
 ) -> tuple[Spec, VolumeMode, int | None, int | None]:
     """The volume's Spec and mode, the size its PersistentVolume asks for and the size its
     claim's status reports (what the volume had when last expanded), when known."""
     claim = claim_name(pod, volume)
     if not claim:
-        return Spec.from_manifest(dict(volume)), VolumeMode.FILESYSTEM, None, None
+        spec = Spec.from_manifest(dict(volume), accepted=accepted)
+        return spec, VolumeMode.FILESYSTEM, None, None
     namespace = namespace_of(pod)
     pvc = manifests.pvcs.get((namespace, claim))
     ephemeral = volume.get("ephemeral") is not None
@@ -110,7 +113,7 @@ def _spec_for(
             "PersistentVolume in the manifests (set spec.volumeName)"
         )
     read_only = bool(source.get("readOnly"))
-    spec = Spec.from_manifest(pv, read_only=read_only)
+    spec = Spec.from_manifest(pv, read_only=read_only, accepted=accepted)
     pv_spec = pv.get("spec") or {}
     mode = VolumeMode(pv_spec.get("volumeMode") or VolumeMode.FILESYSTEM.value)
     capacity = (pv_spec.get("capacity") or {}).get("storage")
