@@ -5,6 +5,7 @@ CSIClient against the test driver over a real unix socket: every RPC and error m
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import threading
 import time
@@ -22,6 +23,7 @@ from kubevol.csi.errors import NON_FINAL_CODES, CSIEndpointError, CSIRPCError, C
 from kubevol.csidriver.server import serve_in_background
 from kubevol.errors import UncertainProgressError, is_operation_finished
 from kubevol.testing.csi_driver import NODE_ID
+from kubevol.testing.waiting import wait_until
 from kubevol.util.turns import Turns, given_up
 from tests.csi.support import Served, ServeFactory, make_plugin
 
@@ -373,3 +375,70 @@ def test_a_call_gives_its_threads_turn_up_while_the_driver_works(
         client.close()
     assert waited < 5
     assert served.driver.calls.count("NodeUnpublishVolume") == 1
+
+
+def test_a_channel_closed_for_being_idle_opens_again_on_the_next_call(served: Served) -> None:
+    """``close_if_idle`` closes the channel only after ``idle_for`` seconds without a call;
+    the next call opens a new one and is answered, unary, streamed or started alike."""
+    client = served.client
+    assert client.probe() and client.channel_open
+    assert client.close_if_idle(60) is False
+    assert client.channel_open
+    assert client.close_if_idle(0) is True
+    assert not client.channel_open
+    assert client.close_if_idle(0) is False  # nothing left to close
+    assert client.probe()
+    assert client.channel_open
+    assert client.close_if_idle(0)
+    assert len(list(client.get_metadata_allocated("snap-1"))) == 2
+    assert client.close_if_idle(0)
+    started = client.node_get_volume_stats_started("v1", "/nowhere")
+    wait_until(started.done, 10, "the started call answered")
+    with pytest.raises(CSIRPCError):  # the test driver knows no such volume: answered
+        started.outcome()
+    assert served.driver.calls.count("NodeGetVolumeStats") == 1
+
+
+@pytest.mark.parametrize("how", ["blocking", "started"])
+def test_a_channel_is_not_closed_for_being_idle_under_a_call(
+    served: Served, tmp_path: Path, how: str
+) -> None:
+    """A call in flight (waited for, or started and not answered yet) keeps the channel
+    open, however long it takes; once it ended, the idle time counts from its end."""
+    client = served.client
+    gate, entered = threading.Event(), threading.Event()
+    served.driver.block["NodeGetVolumeStats"] = gate
+    served.driver.entered["NodeGetVolumeStats"] = entered
+    answered = threading.Event()
+    if how == "started":
+        started = client.node_get_volume_stats_started("v1", str(tmp_path))
+        started.when_done(answered.set)
+    else:
+        def blocking() -> None:
+            with contextlib.suppress(CSIRPCError):
+                client.node_get_volume_stats("v1", str(tmp_path))
+            answered.set()
+        threading.Thread(target=blocking, daemon=True).start()
+    try:
+        assert entered.wait(10)
+        assert client.close_if_idle(0) is False
+        assert client.channel_open
+    finally:
+        gate.set()
+    assert answered.wait(10)
+    wait_until(lambda: client.close_if_idle(0.2), 10, "the channel closed once idle")
+    assert client.probe()
+
+
+def test_a_closed_client_is_not_opened_again(served: Served) -> None:
+    """After ``close()`` nothing reopens the channel: calls fail as on a closed channel,
+    started ones too, and there is nothing to close for being idle."""
+    client = served.client
+    assert client.close_if_idle(0)
+    client.close()
+    assert client.close_if_idle(0) is False
+    with pytest.raises(CSIRPCError, match="closed"):
+        client.probe()
+    with pytest.raises(CSIRPCError, match="closed"):
+        client.node_get_volume_stats_started("v1", "/nowhere")
+    assert not client.channel_open

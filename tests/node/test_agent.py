@@ -328,6 +328,28 @@ def test_a_restarted_agent_finds_its_pods_without_building_their_models(
     assert built.count("V1Pod") == 1
 
 
+def test_an_idle_agent_closes_its_driver_channel_and_opens_it_for_the_next_pod(
+    env: AgentEnv, start_agent: Callable[..., RunningAgent]
+) -> None:
+    """An agent idle for ``channel_idle_period`` closes the driver's gRPC channel (its open
+    channel kept gRPC's threads busy); the next pod's calls open it again and the pod is
+    set up."""
+    first, second = env.create_volume("web-data"), env.create_volume("db-data")
+    (env.manifests / "web.yaml").write_text(pv("pv-web", first) + pod("web", """\
+  - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}
+"""))
+    running = start_agent(channel_idle_period=0.3)
+    wait_until(running.agent.settled.is_set, 30, "the agent settled")
+    client = running.agent.runtime.registry.client(DRIVER_NAME)
+    wait_until(lambda: not client.channel_open, 10, "the idle channel closed")
+    (env.manifests / "db.yaml").write_text(pv("pv-db", second) + pod("db", """\
+  - {name: data, persistentVolumeClaim: {claimName: pv-db-claim}}
+"""))
+    db_mount = env.pod_volume("db", "pv-db") + "/mount"
+    wait_until(lambda: db_mount in mounts_under(env.root), 30, "the next pod's volume mounted")
+    assert csi_mount_operations(running) == {"mount_device": 2.0, "volume_mount": 2.0}
+
+
 def test_a_restarted_agent_takes_a_finished_empty_dir_as_done(
     env: AgentEnv, start_agent: Callable[..., RunningAgent]
 ) -> None:

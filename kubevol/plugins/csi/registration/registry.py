@@ -263,6 +263,14 @@ class DriverRegistry:
         that went from a registry that shuts down)."""
         return self._closing
 
+    def close_idle_channels(self, idle_for: float) -> int:
+        """Close the channel of each driver's client that made no call for ``idle_for``
+        seconds (:meth:`CSIClient.close_if_idle`: the next call opens one again); how many
+        were closed."""
+        with self._lock:
+            clients = list(self._clients.values())
+        return sum(client.close_if_idle(idle_for) for client in clients)
+
     def close(self) -> None:
         """Deregister every driver (closing the clients). Idempotent."""
         with self._lock:
