@@ -203,9 +203,9 @@ class Spec:
         """
         data = _load_mapping(manifest)
         kind = data.get("kind")
-        build = _api_object_of if accepted else deserialize
         if kind == "PersistentVolume":
-            pv = build(data, "V1PersistentVolume")
+            pv = (api_object("V1PersistentVolume", data) if accepted
+                  else deserialize(data, "V1PersistentVolume"))
             if pv.metadata is None or not pv.metadata.name:
                 raise SpecError("the PersistentVolume manifest has no metadata.name")
             return cls.from_persistent_volume(pv, read_only=read_only)
@@ -216,7 +216,8 @@ class Spec:
             )
         if not data.get("name"):
             raise SpecError("a pod volume manifest needs a non-empty 'name'")
-        return cls(volume=build(data, "V1Volume"), read_only=read_only)
+        volume = api_object("V1Volume", data) if accepted else deserialize(data, "V1Volume")
+        return cls(volume=volume, read_only=read_only)
 
     def name(self) -> str:
         """The pod volume's name, else the PersistentVolume's name, else ``""``."""
@@ -295,11 +296,6 @@ def api_object(type_name: str, data: ApiMapping) -> Any:
         return validate(data)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise SpecError(f"not a valid {type_name[2:]}: {exc}") from exc
-
-
-def _api_object_of(data: ApiMapping, type_name: str) -> Any:
-    """:func:`api_object`, its arguments in :func:`deserialize`'s order."""
-    return api_object(type_name, data)
 
 
 def pod_uid(pod: Pod) -> str:

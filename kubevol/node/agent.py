@@ -88,7 +88,6 @@ VOLUME_STATS_PERIOD = 60.0
 #: How often the agent looks at every volume anyway (seconds): the safety net of passes
 #: that look only at what changed (volumes due for their periodic set-up are found without).
 RESYNC_PERIOD = 60.0
-
 #: How many seconds without a call before an idle agent closes a driver's gRPC channel: an
 #: open one keeps gRPC's threads busy (~0.05% of a core); the next call (a pod's, the stats
 #: refresh's once a minute) opens it again.

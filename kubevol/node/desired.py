@@ -13,6 +13,7 @@ from kubevol.errors import SpecError
 from kubevol.k8s.pod import Pod
 from kubevol.manager import VolumePluginMgr
 from kubevol.node.manifests import (
+    ApiObject,
     Manifests,
     accepted_pod_object,
     check_ephemeral_claim,
@@ -27,17 +28,17 @@ from kubevol.node.state import DesiredPod, VolumeMode, VolumeToMount, volume_ide
 from kubevol.spec import Spec, quantity_bytes
 
 
-def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _containers(pod: ApiObject) -> list[ApiObject]:
     spec = pod.get("spec") or {}
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
 
-def _block_volume_names(pod: Mapping[str, Any]) -> set[str]:
+def _block_volume_names(pod: ApiObject) -> set[str]:
     return {device.get("name") for container in _containers(pod)
             for device in container.get("volumeDevices") or []}
 
 
-def _sub_path_volume_names(pod: Mapping[str, Any]) -> set[str]:
+def _sub_path_volume_names(pod: ApiObject) -> set[str]:
     return {mount.get("name") for container in _containers(pod)
             for mount in container.get("volumeMounts") or []
             if mount.get("subPath") or mount.get("subPathExpr")}

@@ -284,7 +284,7 @@ def accepted_pod_object(pod: ApiObject) -> DeferredApiObject:
     return DeferredApiObject("V1Pod", _with_uid(pod))
 
 
-def _with_uid(pod: ApiObject) -> dict[str, Any]:
+def _with_uid(pod: ApiObject) -> ApiObject:
     data = dict(pod)
     data["metadata"] = {**(pod.get("metadata") or {}), "uid": manifest_pod_uid(pod)}
     return data
