@@ -107,6 +107,7 @@ _.migrated  # Spec field
 _.OFFLINE  # VolumeExpansionType value of the spec
 _.VARIABLE_LENGTH  # BlockMetadataType value of the spec
 _.node_supports  # CSIClient: ask a node capability
+_.channel_open  # CSIClient: whether its channel is open (closed while idle, close_if_idle)
 _.is_final  # CSIRPCError: the retry meaning of a status
 _.topology_requirement_from_pb  # kubevol.csi.convert pair of topology_requirement_to_pb
 _.provider_version  # nomad CSIInfo field (Nomad's)
