@@ -135,6 +135,23 @@ class _Process(NamedTuple):
             return False
         return True
 
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every thread of the process is stopped (state
+        ``T`` in ``/proc/PID/task/*/stat``), or the process is gone; whether it got there.
+
+        ``kill(SIGSTOP)`` returns before the threads stop: a thread blocked reading
+        ``/dev/fuse`` is only woken, and may still take a request that arrives before it runs
+        (seen in half of the tries right after the signal here)."""
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            states = [_stat_fields(int(task), f"{self.pid}/task") for task in _tasks(self.pid)]
+            if all(fields is None or fields[0] in "tT" for fields in states):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
     def wait_dead(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the process to end; whether it did."""
         deadline = time.monotonic() + timeout
@@ -150,14 +167,23 @@ class _Process(NamedTuple):
         return self.wait_dead(timeout)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
+def _stat_fields(pid: int, under: str = "") -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` (``/proc/UNDER/PID/stat`` for a thread) after the
+    command name (state first), or None."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"/proc/{under}/{pid}/stat" if under else f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
     return data[data.rindex(b")") + 2 :].decode().split()
+
+
+def _tasks(pid: int) -> list[str]:
+    """The thread IDs of process ``pid`` (none once it is gone)."""
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -540,7 +566,8 @@ class GlusterServer:
     # -- faults -----------------------------------------------------------------------------
 
     def freeze(self, *, clients: bool = True, bricks: bool = False) -> None:
-        """SIGSTOP the FUSE clients of every mount and/or the brick processes.
+        """SIGSTOP the FUSE clients of every mount and/or the brick processes, and return
+        once all their threads have stopped.
 
         A frozen client makes every call below its mount hang, without a timeout, until
         :meth:`thaw`. A frozen brick makes a call hang until the client's ping timer gives up
@@ -551,6 +578,9 @@ class GlusterServer:
         for proc in targets:
             if proc.signal(signal.SIGSTOP):
                 self._frozen.add(proc)
+        for proc in targets:
+            if not proc.wait_stopped(self.start_timeout):
+                raise GlusterError(f"process {proc.pid} did not stop after SIGSTOP")
 
     def thaw(self) -> None:
         """SIGCONT everything :meth:`freeze` stopped. Idempotent."""

@@ -92,6 +92,23 @@ def test_mount_helper_mounts_the_same_volume(glusterfs: GlusterServer, tmp_path:
     assert (second / "shared").read_text() == "one volume"
 
 
+def test_freeze_returns_once_every_thread_of_the_client_has_stopped(
+    glusterfs: GlusterServer,
+) -> None:
+    """kill(SIGSTOP) returns before the client's threads stop, and a thread not yet stopped
+    may still answer a stat; freeze waits for them all (ten tries: without the wait, about
+    half of the tries see a thread still running)."""
+    pid = glusterfs.client_pid()
+    for _ in range(10):
+        glusterfs.freeze()
+        states = {
+            task: (Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0])
+            for task in os.listdir(f"/proc/{pid}/task")
+        }
+        glusterfs.thaw()
+        assert set(states.values()) <= {"T", "t"}, f"threads of the client not stopped: {states}"
+
+
 def test_a_frozen_client_hangs_a_stat_until_thawed(glusterfs: GlusterServer) -> None:
     """With the FUSE client stopped, a stat of the mount point does not return (no timeout
     applies); once thawed, it returns normally."""
