@@ -40,6 +40,7 @@ from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer, ConnectionLimits
 from kubevol.node.manager import NodeVolumeManager
 from kubevol.node.state import MountState, VolumeMode
+from kubevol.spec import DeferredApiObject
 from kubevol.util.lifecycle import RunsWhileEntered
 from kubevol.volume import Metrics, MetricsProvider
 
@@ -82,21 +83,37 @@ class ClaimStats:
 def _claims_of(pod: Pod | None) -> dict[str, tuple[str, str]]:
     """``(namespace, claim)`` of each of the pod's volumes that is a claim, by name (the
     first volume of a name that is a claim)."""
-    if pod is None or not pod.spec:
+    if pod is None:
         return {}
     claims: dict[str, tuple[str, str]] = {}
-    namespace: str | None = None
-    for volume in pod.spec.volumes or []:  # V1Volume: read by name
-        source = getattr(volume, "persistent_volume_claim", None)
-        if source is None:
-            continue
-        name = getattr(volume, "name", None)
+    namespace, volumes = _namespace_and_claim_volumes(pod)
+    for name, claim_name in volumes:
         if isinstance(name, str) and name not in claims:
-            if namespace is None:
-                namespace = (pod.metadata.namespace if pod.metadata is not None else None) \
-                    or "default"
-            claims[name] = (namespace, source.claim_name)
+            claims[name] = (namespace or "default", claim_name)
     return claims
+
+
+def _namespace_and_claim_volumes(pod: Pod) -> tuple[str | None, list[tuple[object, str]]]:
+    """The pod's namespace and ``(volume name, claim name)`` of its claim volumes. A
+    deferred pod (an agent's record) is read from its dict: a stats refresh after a restart
+    then builds no pod model, which costs the pod classes' import and a validation each."""
+    if isinstance(pod, DeferredApiObject):
+        data = pod.data
+        spec = data.get("spec") or {}
+        volumes = [
+            (volume.get("name"), source.get("claimName"))
+            for volume in spec.get("volumes") or []
+            if (source := volume.get("persistentVolumeClaim")) is not None
+        ]
+        return (data.get("metadata") or {}).get("namespace"), volumes
+    if not pod.spec:
+        return None, []
+    volumes = [
+        (getattr(volume, "name", None), source.claim_name)
+        for volume in pod.spec.volumes or []  # V1Volume: read by name
+        if (source := getattr(volume, "persistent_volume_claim", None)) is not None
+    ]
+    return (pod.metadata.namespace if pod.metadata is not None else None), volumes
 
 
 #: A pod volume as the stats refresh knows it: unique name, plugin, spec name, pod UID,

@@ -292,7 +292,8 @@ def test_a_restarted_agent_finds_its_pods_without_building_their_models(
 ) -> None:
     """The pods a restarted agent reads back from its records were accepted before: their
     V1Pod models (0.1-0.2 s of class imports, then one build per pod) are built when first
-    read, and settling after a restart reads none. Read, the model is the pod's."""
+    read, and neither settling after a restart nor the volume stats refresh that follows
+    (which finds the pods' claims) reads one. Read, the model is the pod's."""
     handle = env.create_volume("web-data")
     (env.manifests / "web.yaml").write_text(pv("pv-web", handle) + pod("web", """\
   - {name: data, persistentVolumeClaim: {claimName: pv-web-claim}}
@@ -303,14 +304,11 @@ def test_a_restarted_agent_finds_its_pods_without_building_their_models(
     first.stop.set()
     first.thread.join(30)
 
-    # The volume stats refresh, which starts once the agent settled, reads the pods'
-    # volumes (so builds their models) in the background: its builds are not counted.
     built: list[str] = []
     deserialize, api_object = kubevol.spec.deserialize, kubevol.spec.api_object
 
     def count(type_name: str) -> None:
-        if threading.current_thread().name != "kubevol-volume-stats":
-            built.append(type_name)
+        built.append(type_name)
 
     # The two ways a pod's model is built: from a manifest, and deferred.
     def counted_deserialize(data: Mapping[str, object], type_name: str) -> object:
@@ -323,9 +321,12 @@ def test_a_restarted_agent_finds_its_pods_without_building_their_models(
 
     monkeypatch.setattr("kubevol.node.manifests.deserialize", counted_deserialize)
     monkeypatch.setattr("kubevol.spec.api_object", counted_api_object)
-    second = start_agent()
+    second = start_agent(stats_period=0.2)
     wait_until(second.agent.settled.is_set, 30, "the restarted agent settled")
     assert second.agent.running_pods() == [UIDS["web"]]
+    stats = second.agent.metrics.stats
+    wait_until(lambda: [(c.namespace, c.claim) for c in stats.snapshot()]
+               == [("shop", "pv-web-claim")], 30, "the claim's usage measured")
     assert "V1Pod" not in built
     assert built  # the volumes' models were built, and counted
     desired = second.agent.pods.manager.desired.pod(UIDS["web"])
