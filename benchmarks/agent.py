@@ -13,8 +13,11 @@ driver on a unix socket. For rows 1-3 the driver is a process of its own (``kube
 serve hostpath``), as a node runs its CSI drivers, and the agent and the floor both call
 it; ``--driver-in-process`` serves it in this process instead, the agent's and the floor's
 process (as until 2026-11-29: the agent's threads and the driver's handlers then take turns
-on one interpreter lock). For rows 4 and 5, where the agent is a process of its own, this
-process serves the same driver state, counting its calls. The rows:
+on one interpreter lock). This process's garbage collector is tuned as ``kubevol`` tunes its
+own after its imports (since the night of 2026-11-29; before, the in-process agent ran with Python's
+default thresholds, which the agent process does not). For rows 4 and 5, where the agent
+is a process of its own, this process serves the same driver state, counting its calls.
+The rows:
 
 1. a pod arriving alone with 5 and with ``--present`` pods running: from the manifest's
    rename into the watched directory until all four volumes are mounted in the agent's
@@ -91,6 +94,7 @@ from benchmarks.report import (
     wait_for_socket,
     with_bytecode,
 )
+from kubevol.cli.main import tune_gc_after_start_up
 from kubevol.csi import types as t
 from kubevol.csi.client import CSIClient
 from kubevol.csidriver.drivers.hostpath import DRIVER_NAME, HostPathConfig, HostPathDriver
@@ -680,6 +684,10 @@ def main() -> int:
                              "2026-11-29 afternoon; default: a process of its own)")
     args = parser.parse_args()
     reexec_in_private_namespace("benchmarks.agent")
+    # The in-process agent's collector as `kubevol agent`'s: what the imports made frozen,
+    # young collections every 50,000 allocations (with the default 700, collections walk
+    # the 500 pods' objects over and over, which the agent process does not).
+    tune_gc_after_start_up()
     work = tempfile.mkdtemp(prefix="kubevol-bench-agent-")
     manifests = os.path.join(work, "manifests")
     os.mkdir(manifests)

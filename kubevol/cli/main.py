@@ -182,7 +182,7 @@ def _run(argv: Sequence[str] | None) -> int:
             args = build_parser(args_list).parse_args(args_list)
         finally:
             if argv is None:
-                _tune_gc_after_start_up()
+                tune_gc_after_start_up()
         setup_logging(args.verbosity, args.log_format, daemon=getattr(args, "daemon", False))
         try:
             code: int = args.func(args)
@@ -225,7 +225,7 @@ def _exit_past_stuck_threads(code: int) -> None:
         os._exit(code)
 
 
-def _tune_gc_after_start_up() -> None:
+def tune_gc_after_start_up() -> None:
     """Start-up (the command's imports) makes objects that live as long as the process:
     none of them is collected, and every later collection leaves them out (frozen). A
     command then allocates mostly objects that survive until it answers (a node's volumes):
