@@ -108,13 +108,13 @@ def test_a_driver_that_stops_answering_costs_a_refresh_one_deadline(
         assert all(s.abnormal is False and s.capacity == 16 << 20 for s in first.values())
 
         probe = runtime.host.probe
-        probe.timeout = 0.5
+        probe.timeout = 1.0  # three deadlines (3 s) far from one under any load
         stats.open.clear()
         asked = stats.calls
         started = time.monotonic()
         volume_stats.refresh()
         took = time.monotonic() - started
-        assert took < 1.0, f"three stuck claims took {took:.2f}s (one deadline is 0.5s)"
+        assert took < 2.0, f"three stuck claims took {took:.2f}s (one deadline is 1s)"
         hung = by_claim(volume_stats.snapshot())
         assert set(hung) == wanted
         assert all(s.abnormal is True and s.capacity is None for s in hung.values())
@@ -123,7 +123,7 @@ def test_a_driver_that_stops_answering_costs_a_refresh_one_deadline(
 
         started = time.monotonic()
         volume_stats.refresh()
-        assert time.monotonic() - started < 0.3
+        assert time.monotonic() - started < 0.6  # no deadline waited (1 s)
         assert all(s.abnormal is True for s in volume_stats.snapshot())
         time.sleep(0.2)  # a call the refresh sent would reach the gate by now
         assert stats.calls == asked + 3, "a stuck claim was asked again"
