@@ -32,11 +32,11 @@ naming where the text came from.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from types import ModuleType
 from typing import Any
-
-import yaml
 
 from kubevol.errors import UntrustedDataError
 from kubevol.util.safeio import MAX_JSON_DEPTH, json_depth_exceeds
@@ -54,9 +54,22 @@ _ALIAS_MIN_DECODES = 1_000
 _ALIAS_RANGE_LOW = 400_000
 _ALIAS_RANGE_HIGH = 4_000_000
 
-_Loader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(
-    yaml, "CSafeLoader", yaml.SafeLoader
-)
+
+@functools.cache
+def _yaml() -> ModuleType:
+    """PyYAML, imported on the first YAML text: JSON manifests and records never need it,
+    and its import (with libyaml's bindings) takes about 20 ms of a command's start."""
+    import yaml
+
+    return yaml
+
+
+def _loader(text: str) -> Any:
+    """A loader of ``text``: libyaml's ``CSafeLoader`` when PyYAML has it, else the
+    pure-Python ``SafeLoader`` (PyYAML's loaders are untyped)."""
+    yaml = _yaml()
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+
 
 #: Where block content starts on each line: indentation, then a document start, compact
 #: indicators (``- - key``) and node properties, each of which may open one more level.
@@ -204,7 +217,8 @@ def _measure(text: str, where: str) -> None:
     beyond go-yaml's rule. One pass over libyaml's parse events: its parser keeps its state
     on a heap stack (safe at any depth) and never expands an alias; each anchor's expanded
     size and height are remembered and added where it is used."""
-    loader: Any = _Loader(text)  # PyYAML's loaders are untyped
+    yaml = _yaml()
+    loader = _loader(text)
     doc = _Measure(where)
     doc_start = 0
     try:
@@ -252,7 +266,8 @@ def load_all(text: str, where: str = "<manifest>") -> list[Any]:
         or _depth_upper_bound(text) > MAX_YAML_DEPTH
     ):
         _measure(text, where)
-    loader: Any = _Loader(text)  # check_data and get_data are untyped in PyYAML's stubs
+    yaml = _yaml()
+    loader = _loader(text)
     docs: list[object] = []
     try:
         while loader.check_data():
