@@ -91,7 +91,7 @@ def test_a_kind_no_changed_file_defines_keeps_its_object(tmp_path: Path) -> None
         first = source.manifests()
         (tmp_path / "2.json").write_text(json.dumps(
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "z"}}))
-        assert source.wait(1)
+        assert source.wait(10)  # returns at the event: the bound is for a loaded machine
         second = source.manifests()
         assert second.pvs is first.pvs and second.pvcs is first.pvcs
         assert second.pods is first.pods
