@@ -39,6 +39,7 @@ from kubevol.mount.probe import Pending, UnresponsiveError
 from kubevol.node.executor import OperationKey, OperationKind
 from kubevol.node.httpbounds import DEFAULT_LIMITS, BoundedHandler, BoundedServer, ConnectionLimits
 from kubevol.node.manager import NodeVolumeManager
+from kubevol.node.manifests import namespace_of
 from kubevol.node.state import MountState, VolumeMode
 from kubevol.spec import DeferredApiObject
 from kubevol.util.lifecycle import RunsWhileEntered
@@ -85,35 +86,34 @@ def _claims_of(pod: Pod | None) -> dict[str, tuple[str, str]]:
     first volume of a name that is a claim)."""
     if pod is None:
         return {}
-    claims: dict[str, tuple[str, str]] = {}
     namespace, volumes = _namespace_and_claim_volumes(pod)
+    claims: dict[str, tuple[str, str]] = {}
     for name, claim_name in volumes:
         if isinstance(name, str) and name not in claims:
-            claims[name] = (namespace or "default", claim_name)
+            claims[name] = (namespace, claim_name)
     return claims
 
 
-def _namespace_and_claim_volumes(pod: Pod) -> tuple[str | None, list[tuple[object, str]]]:
-    """The pod's namespace and ``(volume name, claim name)`` of its claim volumes. A
-    deferred pod (an agent's record) is read from its dict: a stats refresh after a restart
-    then builds no pod model, which costs the pod classes' import and a validation each."""
+def _namespace_and_claim_volumes(pod: Pod) -> tuple[str, list[tuple[object, str]]]:
+    """The pod's namespace (``default`` when unset) and ``(volume name, claim name)`` of its
+    claim volumes. A deferred pod (an agent's record) is read from its dict: a stats refresh
+    after a restart then builds no pod model, which costs the pod classes' import and a
+    validation each."""
     if isinstance(pod, DeferredApiObject):
-        data = pod.data
-        spec = data.get("spec") or {}
         volumes = [
             (volume.get("name"), source.get("claimName"))
-            for volume in spec.get("volumes") or []
+            for volume in (pod.data.get("spec") or {}).get("volumes") or []
             if (source := volume.get("persistentVolumeClaim")) is not None
         ]
-        return (data.get("metadata") or {}).get("namespace"), volumes
+        return namespace_of(pod.data), volumes
     if not pod.spec:
-        return None, []
+        return "default", []
     volumes = [
         (getattr(volume, "name", None), source.claim_name)
         for volume in pod.spec.volumes or []  # V1Volume: read by name
         if (source := getattr(volume, "persistent_volume_claim", None)) is not None
     ]
-    return (pod.metadata.namespace if pod.metadata is not None else None), volumes
+    return (pod.metadata.namespace if pod.metadata is not None else None) or "default", volumes
 
 
 #: A pod volume as the stats refresh knows it: unique name, plugin, spec name, pod UID,

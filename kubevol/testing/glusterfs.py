@@ -144,7 +144,7 @@ class _Process(NamedTuple):
         (seen in half of the tries right after the signal here)."""
         deadline = time.monotonic() + timeout
         while self.alive():
-            states = [_stat_fields(int(task), f"{self.pid}/task") for task in _tasks(self.pid)]
+            states = [_stat_fields(self.pid, int(task)) for task in _tasks(self.pid)]
             if all(fields is None or fields[0] in "tT" for fields in states):
                 return True
             if time.monotonic() > deadline:
@@ -167,11 +167,12 @@ class _Process(NamedTuple):
         return self.wait_dead(timeout)
 
 
-def _stat_fields(pid: int, under: str = "") -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` (``/proc/UNDER/PID/stat`` for a thread) after the
-    command name (state first), or None."""
+def _stat_fields(pid: int, tid: int | None = None) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` (of thread ``tid``: ``/proc/PID/task/TID/stat``)
+    after the command name (state first), or None."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        with open(f"/proc/{under}/{pid}/stat" if under else f"/proc/{pid}/stat", "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
